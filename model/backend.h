@@ -1,0 +1,168 @@
+/* backend.h: the op table every compute backend fills (cpu, cuda).
+ *
+ * The net, the optimizer, AMP and DDP call these ops and never branch on the backend.
+ * All tensor pointers are backend memory (host memory for cpu, device memory for cuda)
+ * obtained from backend_alloc; scalars are passed by value from the host. Layout is NHWC
+ * (channels-last) for activations; conv weights are stored KRSC (out, kh, kw, in), the
+ * NHWC twin of torchvision's OIHW, converted at import/export.
+ *
+ * Precision. `dt` names the storage/compute type of activations (x, y, dx, dy, z) and of
+ * the conv/linear weight argument `w`: DT_F32, or DT_F16/DT_BF16 under AMP. Parameter
+ * gradients, BN statistics, the loss and optimizer state are always fp32. The cuda
+ * backend stores half tensors as 2-byte values; the cpu backend emulates them in 4-byte
+ * floats holding values already rounded to half (backend_elem_size tells which), rounding
+ * every half output it writes (round-to-nearest-even) and accumulating in fp32.
+ *
+ * Accumulation. Every op that writes a parameter gradient (dw, db, dgamma, dbeta) ADDS
+ * into it (PyTorch's .grad semantics); the trainer zeroes gradients once per optimizer
+ * step, so gradient accumulation over micro-batches needs nothing special.
+ *
+ * Errors. Ops return 0 or -1; on -1 the backend's err_t (backend_err) says what failed
+ * (CUDA/cuDNN call, file, line). Nothing here exits.
+ *
+ * Ownership. backend_create returns a backend owned by the caller; backend_free releases
+ * it and everything it allocated internally (workspaces, algorithm caches, streams).
+ */
+#ifndef RUNNER_MODEL_BACKEND_H
+#define RUNNER_MODEL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_COUNT } dtype_t;
+extern const char *const dtype_names[DT_COUNT]; /* "fp32", "fp16", "bf16" */
+
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1, BACKEND_KIND_COUNT } backend_kind_t;
+
+/* The geometry of one 2-D convolution: input NHWC (n, h, w, c), weight KRSC (k, r, s, c),
+ * output NPQK (n, p, q, k) with p = (h + 2*pad - r) / stride + 1 and likewise q. */
+typedef struct conv_shape {
+    int n, h, w, c;
+    int k, r, s;
+    int stride, pad;
+    int p, q;
+} conv_shape_t;
+
+typedef struct backend backend_t;
+
+/* Options for creating a backend. Zero-initialise and set what you need. */
+typedef struct backend_opts {
+    backend_kind_t kind;
+    int device;          /* cuda: device ordinal after CUDA_VISIBLE_DEVICES; cpu: ignored */
+    int threads;         /* cpu: worker threads (0: all cores); cuda: ignored */
+    bool deterministic;  /* cuda: deterministic algorithms only; cpu is always deterministic */
+    bool allow_tf32;     /* cuda: TF32 tensor cores for fp32 convs/GEMMs */
+} backend_opts_t;
+
+/* The op table. One line per slot; slots marked (optional) may be NULL. */
+typedef struct backend_ops {
+    const char *name;
+    void (*destroy)(backend_t *be);
+    /* memory */
+    void *(*alloc)(backend_t *be, size_t bytes);                  /* 256-byte aligned; NULL + err on failure */
+    void (*release)(backend_t *be, void *p);
+    int (*upload)(backend_t *be, void *dst, const void *host_src, size_t bytes);
+    int (*download)(backend_t *be, void *host_dst, const void *src, size_t bytes);
+    int (*copy)(backend_t *be, void *dst, const void *src, size_t bytes);
+    int (*zero)(backend_t *be, void *dst, size_t bytes);
+    int (*sync)(backend_t *be);                                   /* wait for all queued work */
+    size_t (*peak_memory)(backend_t *be);                         /* bytes, high-water mark */
+    /* convolution (no bias; ResNets have BN after every conv) */
+    int (*conv2d_fwd)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                      const void *w, void *y);
+    int (*conv2d_bwd_data)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                           const void *w, void *dx);
+    int (*conv2d_bwd_filter)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                             const void *dy, float *dw);           /* dw += ..., fp32 KRSC */
+    /* batch norm over M = N*H*W rows of C channels, split in phases so SyncBN can reduce
+     * statistics across ranks between them */
+    int (*bn_stats)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                    float *var);                                  /* biased variance */
+    int (*bn_apply)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                    const float *var, const float *gamma, const float *beta, float eps,
+                    const void *z, bool relu, void *y);           /* y = [relu](bn(x) [+ z]); z may be NULL */
+    int (*bn_update_running)(backend_t *be, int c, const float *mean, const float *var,
+                             int64_t count, float momentum, float *run_mean, float *run_var);
+                                                                  /* unbiased var (count/(count-1)) */
+    int (*bn_bwd_reduce)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                         const void *y, const void *dy, const float *mean, const float *var,
+                         float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                         float *dbeta);
+        /* y non-NULL: dy is masked by y > 0 (fused relu). Writes sum_dy, sum_dy_xhat
+         * (local, overwritten) and adds them into dbeta, dgamma. */
+    int (*bn_bwd_apply)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                        const void *y, const void *dy, const float *mean, const float *var,
+                        const float *gamma, float eps, const float *sum_dy,
+                        const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
+        /* count: rows the statistics cover (m, or the global count under SyncBN).
+         * dz non-NULL (bn_add_relu): dz = masked dy. dx is overwritten. */
+    /* elementwise */
+    int (*relu_fwd)(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
+    int (*relu_bwd)(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
+    int (*add)(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y);
+    /* global average pool NHWC (n, hw, c) -> (n, c) */
+    int (*avgpool_fwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
+    int (*avgpool_bwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
+    /* fully connected: y[n,out] = x[n,in] w[out,in]^T + b[out] */
+    int (*linear_fwd)(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                      const void *w, const float *b, void *y);
+    int (*linear_bwd)(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                      const void *w, const void *dy, void *dx, float *dw, float *db);
+        /* dx may be NULL; dw, db accumulate */
+    /* softmax cross-entropy with label smoothing (torch.nn.CrossEntropyLoss semantics).
+     * dlogits = grad_scale * d(sum of per-sample losses)/dlogits; loss_sum[0] = sum of
+     * per-sample losses (fp32, overwritten); correct[0], correct[1] = top-1 and top-5 hits
+     * (overwritten). dlogits may be NULL (evaluation). */
+    int (*softmax_xent)(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                        const int32_t *labels, float smoothing, float grad_scale,
+                        void *dlogits, float *loss_sum, int32_t *correct);
+    /* optimizers over a contiguous range of the flat fp32 arrays */
+    int (*sgd_step)(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
+                    float momentum, float dampening, float weight_decay, bool nesterov,
+                    bool first_step);                             /* torch.optim.SGD */
+    int (*adamw_step)(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step);                              /* torch.optim.AdamW, step >= 1 */
+    /* mixed precision */
+    int (*cast)(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
+                dtype_t dst_dt);
+    int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, float inv_scale,
+                                int32_t *found_inf);              /* g *= inv_scale; found_inf[0] |= any non-finite */
+    int (*scale)(backend_t *be, int64_t n, float *x, float alpha); /* x *= alpha */
+} backend_ops_t;
+
+/* The common header of every backend object; implementations embed it first. */
+struct backend {
+    const backend_ops_t *ops;
+    backend_kind_t kind;
+    int device;
+    int threads;
+    err_t err;          /* the last failure of any op */
+};
+
+/* Creates a backend. kind BACKEND_CUDA in a build without CUDA, or on a machine without a
+ * visible GPU, fails with ERR_INPUT and a message saying so. */
+backend_t *backend_create(const backend_opts_t *opts, err_t *e);
+void backend_free(backend_t *be);
+
+/* Bytes one element of dt occupies in this backend's memory (cpu: always 4). */
+size_t backend_elem_size(const backend_t *be, dtype_t dt);
+
+/* Number of CUDA devices visible (0 without CUDA or without a GPU); never fails. */
+int backend_cuda_device_count(void);
+/* Fills a short description of GPU i ("NVIDIA H100 80GB HBM3, 81559 MiB, cc 9.0"). */
+int backend_cuda_device_name(int i, char *buf, size_t len);
+/* Versions "driver 13.0, runtime 13.0, cuDNN 9.x, NCCL 2.28.x" or "" without CUDA. */
+void backend_cuda_versions(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,195 @@
+/* config.h: the typed experiment (experiment_t) and the functions that load it from YAML.
+ *
+ * Every key of ../shared/EXPERIMENT_SCHEMA.md (the contract) has a field here with its
+ * default; config.c holds the table that maps dotted keys to fields with types and
+ * bounds. experiment_t is a plain value (fixed-size strings, no pointers) so it can be
+ * copied freely: matrix expansion, DP replicas and checkpoints copy it.
+ *
+ * Errors (ERR_INPUT) read "file:line:col: what is wrong; what to do", with the closest
+ * valid key suggested for a typo. Overrides given with --set read "--set key=value: ...".
+ */
+#ifndef RUNNER_CONFIG_H
+#define RUNNER_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runner/util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CFG_STR = 256, CFG_PATH = 1024, CFG_MAX_LIST = 16, CFG_MAX_SETS = 64, CFG_MAX_MATRIX = 64 };
+
+typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_t;
+typedef enum { PAR_SINGLE = 0, PAR_DP, PAR_DDP } par_mode_t;
+typedef enum { COMM_AUTO = 0, COMM_NCCL, COMM_SHM } comm_backend_t;
+typedef enum { PREC_NONE = 0, PREC_FP16, PREC_BF16 } precision_t; /* amp.dtype, grad_compression */
+typedef enum { OPT_SGD = 0, OPT_ADAMW } optim_name_t;
+typedef enum { SCHED_CONSTANT = 0, SCHED_MULTISTEP, SCHED_COSINE } sched_name_t;
+typedef enum { WANDB_DISABLED = 0, WANDB_ONLINE, WANDB_OFFLINE } wandb_mode_t;
+
+typedef struct experiment {
+    char name[CFG_STR];           /* default: the file's stem */
+    char source_path[CFG_PATH];   /* the file it was loaded from (absolute) */
+    uint64_t seed;                /* 0 */
+    device_t device;              /* auto */
+
+    struct {
+        char dataset[32];         /* cifar10 | cifar100 | fashion_mnist | synthetic (required) */
+        char root[CFG_PATH];      /* default depends on dataset; relative paths resolve
+                                     against the current directory, as users expect */
+        bool download;            /* false */
+        char download_url[CFG_PATH]; /* "" = the dataset's official URL */
+        char download_md5[64];    /* "" = the official md5 */
+        bool shuffle;             /* true */
+        int workers;              /* 2, [0, 64] */
+        struct {
+            bool random_crop;     /* true */
+            int crop_size;        /* 32 */
+            int crop_padding;     /* 4 */
+            bool horizontal_flip; /* true */
+            double rotation;      /* 15 degrees; 0 = off */
+        } augment;
+        int n_norm;               /* entries in mean/std; 0 = no normalisation */
+        double mean[4], std[4];   /* default: the dataset's */
+        bool norm_set;            /* normalize given explicitly */
+        struct {
+            int train_size, val_size; /* 1024, 256 */
+            int image[3];         /* C, H, W: 3, 32, 32 */
+            int classes;          /* 10 */
+        } synthetic;
+    } data;
+
+    struct {
+        char arch[32];            /* required */
+        int num_classes;          /* 0 = the dataset's */
+        bool zero_init_residual;  /* false */
+        char init_from[CFG_PATH]; /* "" = none */
+    } model;
+
+    struct {
+        optim_name_t name;        /* sgd */
+        double lr;                /* 0.1 */
+        double momentum;          /* 0.9 */
+        bool nesterov;            /* false */
+        double weight_decay;      /* 5e-4 */
+        bool no_weight_decay_on_bn_and_bias; /* false */
+        double betas[2];          /* 0.9, 0.999 */
+        double eps;               /* 1e-8 */
+    } optimizer;
+
+    struct {
+        sched_name_t name;        /* multistep */
+        int n_milestones;
+        int milestones[CFG_MAX_LIST]; /* 60, 120, 160 (epochs, increasing) */
+        double gamma;             /* 0.2 */
+        double warmup_epochs;     /* 1 */
+        double min_lr;            /* 0 */
+    } schedule;
+
+    struct {
+        int epochs;               /* 200 */
+        int batch_size;           /* 128: global per optimizer step */
+        int grad_accum;           /* 1 */
+        double label_smoothing;   /* 0 */
+        int64_t max_steps;        /* -1 = null */
+        int eval_every;           /* 1 */
+        bool deterministic;       /* true */
+    } train;
+
+    struct {
+        bool enabled;             /* false */
+        precision_t dtype;        /* fp16 */
+        double init_scale;        /* 65536 */
+        int growth_interval;      /* 2000 */
+        bool tf32;                /* true (project key: TF32 for fp32 on CUDA) */
+    } amp;
+
+    struct {
+        par_mode_t mode;          /* ddp */
+        int world_size;           /* 2 */
+        int n_devices;            /* 0 = null */
+        int devices[CFG_MAX_LIST];
+        comm_backend_t backend;   /* auto */
+        double bucket_mb;         /* 25 */
+        precision_t grad_compression; /* none */
+        bool sync_bn;             /* false */
+        int nnodes;               /* 1 */
+        char master_addr[CFG_STR];/* 127.0.0.1 */
+        int master_port;          /* 0 = pick a free port */
+        double timeout_s;         /* 300 */
+    } parallel;
+
+    struct {
+        int print_every;          /* 50 */
+        bool csv;                 /* true */
+        bool tensorboard;         /* false */
+        struct {
+            wandb_mode_t mode;    /* disabled */
+            char project[CFG_STR];/* "" = null */
+            char entity[CFG_STR];
+            int n_tags;
+            char tags[CFG_MAX_LIST][64];
+            char group[CFG_STR];
+        } wandb;
+    } logging;
+
+    struct {
+        int every_epochs;         /* 1 */
+        int keep_last;            /* 2 */
+        bool keep_best;           /* true */
+        char resume[CFG_PATH];    /* "auto" | "never" | a path */
+    } checkpoint;
+
+    struct {
+        char root[CFG_PATH];      /* runs */
+    } output;
+} experiment_t;
+
+/* Fills e with every default (data.dataset and model.arch stay empty). */
+void config_defaults(experiment_t *e);
+
+/* Loads path (following base: chains), applies the n_sets "dotted.key=value" overrides
+ * in order, fills defaults, validates everything, and writes the result to out.
+ * Files larger than 1 MiB, duplicate keys, alias bombs, deep nesting, unknown keys, wrong
+ * types, out-of-range values, base cycles and bad run names are errors (ERR_INPUT). */
+int config_load(const char *path, const char *const *sets, int n_sets, experiment_t *out,
+                err_t *e);
+
+/* Writes e as YAML with every key present (resolved.yaml). The output loads back to an
+ * equal experiment. */
+int config_write_yaml(const experiment_t *e, FILE *f);
+
+/* A 64-bit hash of the settings that define the numbers a run produces (model, data,
+ * optimizer, schedule, train, amp, seed, parallel semantics) but not of logging, output
+ * or checkpoint cadence. Checkpoints store it; resume refuses a mismatch. */
+uint64_t config_hash(const experiment_t *e);
+
+/* A matrix file (a `matrix:` list of {name, dotted.key: value, ...}) expands into runs.
+ * The base experiment is the file without `matrix:`; each entry's overrides apply on top
+ * (after the file, before --set). Errors name the entry ("matrix[2]") and its line. */
+typedef struct experiment_matrix {
+    char name[CFG_STR];           /* the matrix file's name (parent run directory) */
+    int n;
+    char entry_names[CFG_MAX_MATRIX][CFG_STR];
+    experiment_t runs[CFG_MAX_MATRIX];
+} experiment_matrix_t;
+
+/* Returns a heap-allocated matrix (free with free()), or NULL with e set. A file without
+ * `matrix:` is an error that says to use `runner EXP` instead. */
+experiment_matrix_t *config_load_matrix(const char *path, const char *const *sets, int n_sets,
+                                        err_t *e);
+
+/* Names of enum values, for printing and YAML output. */
+const char *device_name(device_t d);
+const char *par_mode_name(par_mode_t m);
+const char *comm_backend_name(comm_backend_t b);
+const char *precision_name(precision_t p);   /* "none", "fp16", "bf16" */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,10 @@
+/* rng.c: the non-inline parts of rng.h (host only). */
+#include "runner/util/rng.h"
+
+#include <math.h>
+
+double rng_normal(rng_t *r) {
+    double u1 = rng_uniform_f64(r), u2 = rng_uniform_f64(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
