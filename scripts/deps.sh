@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages runner needs, only those missing (idempotent), with sudo
+# when not root. Usage: scripts/deps.sh [--test]   (--test adds what the test suite uses:
+# PyTorch for golden fixtures).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libyaml-dev zlib1g-dev libcurl4-openssl-dev
+      libopenblas-dev libdnnl-dev dataset-fashion-mnist python3)
+if [[ "${1:-}" == "--test" ]]; then
+  pkgs+=(python3-torch python3-torchvision python3-numpy)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  echo "installing: ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build everything (the CUDA backend too when
+# nvcc is installed), run the whole test suite, then the sanitizer build of the unit
+# tests, then the CI smoke run gated by `runner check`. GPU tests report "skipped"
+# without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --test
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+
+echo "== sanitizer build (address,undefined) of the unit tests =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNER_SANITIZE=ON -DRUNNER_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+   ctest --output-on-failure -j"$jobs" -L unit --timeout 600)
+
+echo "== CI smoke run + regression gate =="
+out=$(mktemp -d)
+./build/runner experiments/ci_smoke.yaml --set output.root="$out"
+run=$(ls -d "$out"/ci_smoke/*/ | head -n 1)
+./build/runner check "$run" --baseline experiments/baselines/ci_smoke.json
+rm -rf "$out"
