@@ -1,0 +1,64 @@
+/* checkpoint.h: the checkpoint file format and its atomic writer / verifying reader.
+ *
+ * A checkpoint is a set of named binary sections:
+ *
+ *   offset 0   magic "RNCKPT\r\n" (8 bytes), u32 version (1), u32 section count,
+ *              u64 config hash, u64 reserved                                  (32 bytes)
+ *   then       table of contents, one 64-byte entry per section:
+ *              char name[40] (NUL-padded), u64 offset, u64 size, u32 crc32, u32 reserved
+ *   then       u32 CRC-32 of header + table of contents
+ *   then       the section payloads, each starting at a 64-byte aligned offset.
+ *
+ * All integers little-endian. The writer writes to "<path>.tmp-<pid>", fsyncs the file,
+ * renames it over <path> and fsyncs the directory, so a checkpoint is either the old
+ * complete file or the new complete file, never half of one. The reader checks magic,
+ * version, sizes against the file size and every CRC before handing out any section.
+ * It does not know what the sections mean; runner/train_state.c does.
+ */
+#ifndef RUNNER_CHECKPOINT_H
+#define RUNNER_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/util/err.h"
+
+#define CKPT_MAGIC "RNCKPT\r\n"
+#define CKPT_VERSION 1u
+#define CKPT_NAME_MAX 40
+#define CKPT_MAX_SECTIONS 64
+
+typedef struct ckpt_section {
+    char name[CKPT_NAME_MAX];
+    const void *data;   /* writer: borrowed until ckpt_write returns; reader: into the file image */
+    uint64_t size;
+} ckpt_section_t;
+
+/* Writes the sections atomically to path. Returns 0, or -1 with e set (ERR_RUNTIME:
+ * disk full, permission; nothing is left at path that was not there before). */
+int ckpt_write(const char *path, uint64_t config_hash, const ckpt_section_t *sections, int n,
+               err_t *e);
+
+/* A checkpoint read into memory and verified. */
+typedef struct ckpt {
+    char path[1024];
+    uint64_t config_hash;
+    int n;
+    ckpt_section_t sections[CKPT_MAX_SECTIONS];
+    void *image;        /* the whole file */
+    size_t image_size;
+} ckpt_t;
+
+/* Reads and verifies path. A truncated or corrupt file is ERR_INPUT naming the file and
+ * what failed ("section 'params' CRC mismatch", "truncated: 1048576 of 94371840 bytes"). */
+ckpt_t *ckpt_read(const char *path, err_t *e);
+void ckpt_free(ckpt_t *c);
+
+/* The section called name, or NULL. */
+const ckpt_section_t *ckpt_find(const ckpt_t *c, const char *name);
+
+/* Copies section name into dst, which must be exactly size bytes; a missing section or a
+ * size mismatch is ERR_INPUT naming the checkpoint and the section. */
+int ckpt_get(const ckpt_t *c, const char *name, void *dst, size_t size, err_t *e);
+
+#endif

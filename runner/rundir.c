@@ -1,0 +1,244 @@
+/* rundir.c: run directory creation, lookup for resume, atomic writes, env.json. */
+#include "runner/rundir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/backend.h"
+#include "runner/util/json.h"
+
+#ifndef RUNNER_GIT_COMMIT
+#define RUNNER_GIT_COMMIT "unknown"
+#endif
+#ifndef RUNNER_VERSION
+#define RUNNER_VERSION "0.1.0"
+#endif
+
+const char *runner_version(void) { return RUNNER_VERSION; }
+const char *runner_commit(void) { return RUNNER_GIT_COMMIT; }
+
+int mkdir_p(const char *path, err_t *e) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return err_errno(e, ERR_INPUT, "%s: cannot create directory", buf);
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return err_errno(e, ERR_INPUT, "%s: cannot create directory", buf);
+    return 0;
+}
+
+static void random_id(char out[7]) {
+    static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char b[6];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        unsigned long x = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16) ^ (unsigned long)clock();
+        for (int i = 0; i < 6; i++) { b[i] = (unsigned char)x; x = x * 6364136223846793005ul + 1442695040888963407ul; x ^= x >> 29; }
+    }
+    for (int i = 0; i < 6; i++) out[i] = al[b[i] % 36];
+    out[6] = '\0';
+}
+
+static void timestamp(char out[16]) {
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(out, 16, "%Y%m%d-%H%M%S", &tm);
+}
+
+void rundir_propose(const char *root, const char *name, char *out, size_t len) {
+    char ts[16], id[7];
+    timestamp(ts);
+    random_id(id);
+    snprintf(out, len, "%s/%s/%s-%s", root, name, ts, id);
+}
+
+int rundir_create(const char *root, const char *name, char *out, size_t len, err_t *e) {
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s/%s", root, name);
+    if (mkdir_p(parent, e)) return err_wrap(e, "output.root");
+    for (int attempt = 0; attempt < 100; attempt++) {
+        rundir_propose(root, name, out, len);
+        if (mkdir(out, 0755) == 0) {
+            char sub[4200];
+            snprintf(sub, sizeof sub, "%s/logs", out);
+            if (mkdir(sub, 0755) != 0) return err_errno(e, ERR_RUNTIME, "%s", sub);
+            snprintf(sub, sizeof sub, "%s/checkpoints", out);
+            if (mkdir(sub, 0755) != 0) return err_errno(e, ERR_RUNTIME, "%s", sub);
+            return 0;
+        }
+        if (errno != EEXIST) return err_errno(e, ERR_INPUT, "%s: cannot create run directory", out);
+    }
+    return err_set(e, ERR_RUNTIME, "%s: could not find a free run directory name", parent);
+}
+
+bool rundir_is_run(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/resolved.yaml", dir);
+    return access(p, R_OK) == 0;
+}
+
+/* True when <dir>/summary.json says the run completed. */
+static bool run_completed(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    err_t e = {0};
+    json_t *j = json_parse_file(p, 1 << 20, &e);
+    if (!j) return false;
+    const char *st = json_get_string(j, "status", "");
+    bool done = !strcmp(st, "completed");
+    json_free(j);
+    return done;
+}
+
+int rundir_find_resumable(const char *root, const char *name, char *out, size_t len) {
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s/%s", root, name);
+    DIR *d = opendir(parent);
+    if (!d) return 0;
+    char best[256] = "";
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best) continue;
+        char run[4400], ck[4500];
+        snprintf(run, sizeof run, "%s/%s", parent, de->d_name);
+        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", run);
+        if (access(ck, R_OK) != 0 || run_completed(run)) continue;
+        if (strcmp(de->d_name, best) > 0) snprintf(best, sizeof best, "%s", de->d_name);
+    }
+    closedir(d);
+    if (!best[0]) return 0;
+    snprintf(out, len, "%s/%s", parent, best);
+    return 1;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t n, err_t *e) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return err_errno(e, ERR_RUNTIME, "%s: cannot create", tmp);
+    const char *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            err_errno(e, ERR_RUNTIME, "%s: write failed", tmp);
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int copy_file(const char *src, const char *dst, err_t *e) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return err_errno(e, ERR_INPUT, "%s: cannot open", src);
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); fclose(f); return err_set(e, ERR_RUNTIME, "out of memory copying %s", src); }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    int rc = write_file_atomic(dst, buf, n, e);
+    free(buf);
+    return rc;
+}
+
+/* Copies the first line of file that starts with key into out (value after ':' or '='). */
+static void read_keyed_line(const char *file, const char *key, char sep, char *out, size_t len) {
+    out[0] = '\0';
+    FILE *f = fopen(file, "r");
+    if (!f) return;
+    char line[512];
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, kl)) continue;
+        char *v = strchr(line, sep);
+        if (!v) continue;
+        v++;
+        while (*v == ' ' || *v == '\t' || *v == '"') v++;
+        size_t l = strcspn(v, "\"\n");
+        v[l] = '\0';
+        snprintf(out, len, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
+int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    jw_t w;
+    jw_init(&w, f, true);
+    jw_obj_begin(&w);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    jw_kstr(&w, "host", host);
+    struct utsname u;
+    char os[512] = "", pretty[256];
+    read_keyed_line("/etc/os-release", "PRETTY_NAME", '=', pretty, sizeof pretty);
+    if (uname(&u) == 0) snprintf(os, sizeof os, "%s (%s %s %s)", pretty, u.sysname, u.release, u.machine);
+    jw_kstr(&w, "os", os);
+    char cpu[256];
+    read_keyed_line("/proc/cpuinfo", "model name", ':', cpu, sizeof cpu);
+    jw_kstr(&w, "cpu", cpu);
+    jw_kint(&w, "cpu_cores", sysconf(_SC_NPROCESSORS_ONLN));
+    jw_key(&w, "gpus");
+    jw_arr_begin(&w);
+    int ng = backend_cuda_device_count();
+    for (int i = 0; i < ng; i++) {
+        char name[256];
+        if (backend_cuda_device_name(i, name, sizeof name) == 0) jw_str(&w, name);
+    }
+    jw_arr_end(&w);
+    char versions[512];
+    backend_cuda_versions(versions, sizeof versions);
+    jw_kstr(&w, "cuda_versions", versions);
+    jw_kstr(&w, "runner_version", runner_version());
+    jw_kstr(&w, "runner_commit", runner_commit());
+    jw_key(&w, "hosts");
+    jw_arr_begin(&w);
+    if (n_hosts == 0) jw_str(&w, host);
+    for (int i = 0; i < n_hosts; i++) jw_str(&w, hosts[i]);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    fputc('\n', f);
+    fclose(f);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/env.json", run_dir);
+    int rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    return rc;
+}

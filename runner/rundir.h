@@ -1,0 +1,48 @@
+/* rundir.h: run directories — naming, creation without ever overwriting another run,
+ * finding the run to resume, atomic small-file writes and env.json.
+ *
+ * Layout (docs/architecture.md): <root>/<name>/<YYYYmmdd-HHMMSS>-<id6>/ with logs/ and
+ * checkpoints/. Only rank 0 creates and writes it; other ranks write logs/rank<N>.log.
+ */
+#ifndef RUNNER_RUNDIR_H
+#define RUNNER_RUNDIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runner/util/err.h"
+
+/* Creates <root>/<name>/<timestamp>-<id>/ (and logs/, checkpoints/) with an exclusive
+ * mkdir, retrying with a new id on collision; writes the path to out. */
+int rundir_create(const char *root, const char *name, char *out, size_t len, err_t *e);
+
+/* The path <root>/<name>/<timestamp>-<id> that rundir_create would try first (for plans:
+ * nothing is created). */
+void rundir_propose(const char *root, const char *name, char *out, size_t len);
+
+/* Finds the newest run under <root>/<name>/ that is unfinished (no summary.json with
+ * "status": "completed") and has checkpoints/last.ckpt. Returns 1 and writes its path, or
+ * 0 when there is none. */
+int rundir_find_resumable(const char *root, const char *name, char *out, size_t len);
+
+/* True when dir looks like a run directory (has resolved.yaml). */
+bool rundir_is_run(const char *dir);
+
+/* Writes data to path atomically (temp file, fsync, rename). */
+int write_file_atomic(const char *path, const void *data, size_t n, err_t *e);
+
+/* Copies src to dst (atomically). */
+int copy_file(const char *src, const char *dst, err_t *e);
+
+/* mkdir -p. */
+int mkdir_p(const char *path, err_t *e);
+
+/* Writes <run_dir>/env.json: host, OS, CPU, GPUs, driver/CUDA/cuDNN/NCCL, runner commit;
+ * hosts lists every host of a multi-host run (may be NULL). */
+int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e);
+
+/* The runner's version and git commit, fixed at build time. */
+const char *runner_version(void);
+const char *runner_commit(void);
+
+#endif
