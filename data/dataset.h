@@ -1,0 +1,117 @@
+/* dataset.h: image-classification datasets behind one interface.
+ *
+ * A dataset is one split (train or val) of one of: "cifar10", "cifar100", "fashion_mnist",
+ * "synthetic". Opening it reads and validates every file and keeps the whole split in
+ * memory as one uint8 array of N images in HWC order (channels last, like the net's NHWC
+ * activations) plus N int32 labels, so get(i) is a pointer, and the CUDA backend can upload
+ * a small dataset to the GPU once (dataset_pixels / dataset_labels).
+ *
+ * Files (under root; default roots in dataset_info):
+ *   cifar10        data_batch_1..5.bin (train), test_batch.bin (val); optional batches.meta.txt
+ *   cifar100       train.bin, test.bin; optional fine_label_names.txt
+ *   fashion_mnist  train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-* (val), each
+ *                  plain or gzipped (.gz); Debian: apt-get install dataset-fashion-mnist
+ *   synthetic      no files: deterministic from the seed (see synthetic.c)
+ * Bad or missing files are ERR_INPUT with one message naming the file, what was expected
+ * and what was found, and how to fix it. With download set, missing CIFAR files are fetched
+ * (download.h) before reading.
+ *
+ * This module never includes runner/config.h: the runner fills dataset_opts_t.
+ */
+#ifndef RUNNER_DATA_DATASET_H
+#define RUNNER_DATA_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DATA_MAX_CHANNELS 4   /* images have 1..4 channels (normalisation arrays) */
+
+typedef enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VAL = 1 } data_split_t;
+
+/* Sizes of the "synthetic" dataset (data.synthetic in the experiment). */
+typedef struct data_synthetic_opts {
+    int64_t train_size, val_size; /* 1024, 256 */
+    int channels, height, width;  /* 3, 32, 32; channels in 1..DATA_MAX_CHANNELS */
+    int classes;                  /* 10; >= 2 */
+} data_synthetic_opts_t;
+
+/* What dataset_open needs. Strings are copied; NULL or "" means the default. */
+typedef struct dataset_opts {
+    const char *name;          /* "cifar10" | "cifar100" | "fashion_mnist" | "synthetic" */
+    const char *root;          /* directory with the files; NULL/"" = dataset_info's root */
+    data_split_t split;
+    bool download;             /* fetch + verify + extract missing files (cifar10/100) */
+    const char *download_url;  /* NULL/"" = the official URL */
+    const char *download_md5;  /* NULL/"" = the official md5 (32 hex digits) */
+    data_synthetic_opts_t synthetic; /* used by "synthetic" only */
+    uint64_t seed;             /* used by "synthetic" only */
+} dataset_opts_t;
+
+/* Static facts about a dataset name (no files are touched). */
+typedef struct dataset_info {
+    const char *name;          /* canonical name */
+    const char *default_root;  /* "data/cifar-10-batches-bin", "data/cifar-100-binary",
+                                  "/usr/share/datasets/fashion-mnist", "" (synthetic) */
+    const char *url;           /* official download URL, "" where none */
+    const char *md5;           /* its md5, "" where none */
+    int channels, height, width; /* 3x32x32, 1x28x28; synthetic: the defaults 3x32x32 */
+    int num_classes;           /* 10, 100, 10, synthetic: 10 */
+    int64_t train_size, val_size; /* 50000/10000, 60000/10000, synthetic: 1024/256 */
+    float mean[DATA_MAX_CHANNELS], std[DATA_MAX_CHANNELS]; /* default normalisation, per
+                                  channel (synthetic: 0.5 / 0.25 for every channel) */
+} dataset_info_t;
+
+typedef struct dataset dataset_t;  /* opaque; one split in memory */
+
+/* Fills info for a dataset name. Returns 0, or -1 with ERR_INPUT naming the known names. */
+int dataset_info(const char *name, dataset_info_t *info, err_t *e);
+
+/* Checks that every file the split needs exists under root (root NULL/"" = default),
+ * without reading them: `runner plan` uses it to say whether a download would happen.
+ * Returns 1 if all are present (always for synthetic), 0 if some are missing (then
+ * missing, if non-NULL, gets the first missing path), -1 on a bad name. */
+int dataset_files_present(const char *name, const char *root, data_split_t split,
+                          char *missing, size_t missing_len, err_t *e);
+
+/* Opens one split: downloads if asked and needed, reads and validates every file, and
+ * returns a dataset owned by the caller (dataset_free). Returns 0 or -1 (e filled). */
+int dataset_open(const dataset_opts_t *o, dataset_t **out, err_t *e);
+
+/* Releases d and all its memory (NULL is fine). */
+void dataset_free(dataset_t *d);
+
+const char *dataset_name(const dataset_t *d);   /* canonical name */
+const char *dataset_root(const dataset_t *d);   /* directory read ("" for synthetic) */
+data_split_t dataset_split(const dataset_t *d);
+int64_t dataset_size(const dataset_t *d);       /* N */
+void dataset_shape(const dataset_t *d, int *c, int *h, int *w);
+int dataset_num_classes(const dataset_t *d);
+/* The name of class k (0 <= k < num_classes): from the dataset's meta file when present,
+ * else its number as text ("7"). */
+const char *dataset_class_name(const dataset_t *d, int k);
+
+/* Image i (0 <= i < N): H*W*C uint8 pixels in HWC order; *label gets its class if label
+ * is non-NULL. The pointer stays valid until dataset_free. */
+const uint8_t *dataset_get(const dataset_t *d, int64_t i, int *label);
+
+/* The whole split: N*H*W*C uint8 pixels (image i at i*H*W*C) and N int32 labels. */
+const uint8_t *dataset_pixels(const dataset_t *d);
+const int32_t *dataset_labels(const dataset_t *d);
+
+/* Builds a dataset from memory (tests, tools): copies n images of c x h x w HWC pixels and
+ * labels in [0, classes). Returns 0 or -1 (ERR_INPUT on bad sizes or labels). */
+int dataset_from_memory(const char *name, const uint8_t *pixels, const int32_t *labels,
+                        int64_t n, int c, int h, int w, int classes, dataset_t **out,
+                        err_t *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
