@@ -1,0 +1,89 @@
+/* launch.h: start one worker process per local rank (parallel.mode ddp), watch them, and
+ * end the whole group when any of them fails; and recognise, inside a worker, the
+ * environment a launcher (this one, torchrun or Slurm) gave it.
+ *
+ * The launcher re-executes a program (normally /proc/self/exe with the same argv) once
+ * per local rank with the torchrun environment contract: RANK, LOCAL_RANK, WORLD_SIZE,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (global rank =
+ * node_rank * nproc_per_node + local_rank). Each worker is the leader of its own process
+ * group; its stdout/stderr go to <run_dir>/logs/rank<N>.log, and global rank 0's output is
+ * also copied to the launcher's stdout (a pipe the launcher reads).
+ *
+ * Failure: when a rank exits non-zero or dies from a signal, the others get SIGTERM (to
+ * their whole process group), then SIGKILL after grace_s; everything is reaped, and
+ * launch_run returns ERR_RUNTIME with a message naming the rank, its exit status or
+ * signal, and the last lines of its log.
+ * Interrupt: SIGINT/SIGTERM to the launcher are forwarded to every rank (they finish the
+ * step, rank 0 checkpoints, all exit 130); the launcher then returns 130. A second SIGINT
+ * kills every rank at once. The launcher handles signals through a signalfd while it runs
+ * (it blocks SIGINT/SIGTERM/SIGCHLD for the duration and restores the mask after).
+ *
+ * It does not: parse the CLI (the lead's main.c fills launch_opts_t), start remote nodes
+ * (run the launcher once per node, as with torchrun), or restart failed ranks.
+ *
+ * Use in main():
+ *     launch_env_t env;
+ *     int w = launch_worker_env(&env, &e);           // -1: malformed env -> exit 2
+ *     if (w == 1) { ...this process is rank env.rank: train... }
+ *     else if (mode == ddp) { code = launch_run(&opts, argv, &e); exit(code) }
+ */
+#ifndef RUNNER_LAUNCH_H
+#define RUNNER_LAUNCH_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "runner/util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LAUNCH_MAX_RANKS = 256 };
+
+typedef struct launch_opts {
+    int nproc_per_node;      /* local ranks to start (world_size / nnodes), >= 1 */
+    int nnodes;              /* 1 */
+    int node_rank;           /* 0 */
+    char master_addr[256];   /* "" = 127.0.0.1 */
+    int master_port;         /* 0 = pick a free port (only with nnodes == 1) */
+    const char *run_dir;     /* logs go to <run_dir>/logs/rank<N>.log (created) */
+    const char *exe;         /* program to start; NULL = /proc/self/exe */
+    double grace_s;          /* SIGTERM -> SIGKILL delay after a rank failed; 0 = 5 */
+    double stop_timeout_s;   /* after forwarding SIGINT, SIGKILL after this; 0 = 600 */
+    const char *const *extra_env; /* NULL-terminated "KEY=VALUE" added to each worker */
+    FILE *tee;               /* where rank 0's output is copied; NULL = stdout */
+    pid_t *pids_out;         /* optional: receives the worker pids (nproc_per_node) */
+} launch_opts_t;
+
+/* Starts the workers with argv (argv[0] is passed through as the program name; the
+ * program run is o->exe), waits for all of them, and returns the exit code to use:
+ * 0 when every rank exited 0; 130 after an interrupt (e->code ERR_INTERRUPT); 1 when a
+ * rank failed (e filled as described above); 2 for bad options (ERR_INPUT). */
+int launch_run(const launch_opts_t *o, char *const argv[], err_t *e);
+
+/* What a worker learns from its environment. */
+typedef struct launch_env {
+    int rank, local_rank, world_size, local_world_size, node_rank;
+    char master_addr[256];
+    int master_port;
+    bool slurm;              /* taken from SLURM_* variables */
+} launch_env_t;
+
+/* Detects whether this process is a worker. Returns 1 and fills out when RANK and
+ * WORLD_SIZE are set (torchrun contract; LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT, GROUP_RANK/NODE_RANK optional with defaults 0/WORLD_SIZE/127.0.0.1/29500/0)
+ * or SLURM_PROCID and SLURM_NTASKS are set (SLURM_LOCALID, SLURM_NODEID,
+ * SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE; master from MASTER_ADDR, else
+ * SLURM_LAUNCH_NODE_IPADDR; port MASTER_PORT, else 29500). Returns 0 when none is set.
+ * A malformed or inconsistent value is ERR_INPUT naming the variable and returns -1. */
+int launch_worker_env(launch_env_t *out, err_t *e);
+
+/* Picks a free TCP port on addr by binding port 0; returns it or -1 with e set. */
+int launch_free_port(const char *addr, err_t *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
