@@ -1,0 +1,648 @@
+/* store.c: the TCP rendezvous store of store.h: a server thread (one more thread per
+ * connected client) holding a key -> bytes table, and the blocking client.
+ *
+ * Wire format (both directions little-endian as on every supported host):
+ *   request:  u8 op | u16 key_len | key | u32 val_len | val | i64 arg
+ *   response: u8 status | u32 len | data
+ * arg is the delta of ADD and the wait in milliseconds of GET/WAIT. status is ST_OK,
+ * ST_TIMEOUT, ST_FAILED (data = i32 rank + message of the failure flag) or ST_MISSING.
+ *
+ * It does not: survive the server's process, order clients fairly, or bound the number
+ * of keys (the runner stores a handful).
+ */
+#include "comm/store.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+enum { OP_SET = 1, OP_GET, OP_WAIT, OP_CHECK, OP_ADD, OP_FAIL_SET, OP_FAIL_GET };
+enum { ST_OK = 0, ST_TIMEOUT = 1, ST_FAILED = 2, ST_MISSING = 3, ST_BAD = 4 };
+
+/* ---------------------------------------------------------------- common I/O */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Writes or reads exactly n bytes before the monotonic deadline (<= 0: none). Returns 0,
+ * or -1 with errno (ETIMEDOUT on the deadline, EPIPE on a closed peer). */
+static int io_full(int fd, void *buf, size_t n, bool writing, double deadline) {
+    char *p = buf;
+    while (n > 0) {
+        if (deadline > 0) {
+            double left = deadline - now_s();
+            if (left <= 0) { errno = ETIMEDOUT; return -1; }
+            struct pollfd pfd = { fd, writing ? POLLOUT : POLLIN, 0 };
+            int ms = (int)(left * 1000) + 1;
+            int r = poll(&pfd, 1, ms);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return -1;
+            if (r == 0) { errno = ETIMEDOUT; return -1; }
+        }
+        ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k < 0) return -1;
+        if (k == 0) { errno = EPIPE; return -1; }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- server */
+
+typedef struct kv {
+    char key[STORE_MAX_KEY];
+    unsigned char *val;
+    size_t len;
+} kv_t;
+
+typedef struct client_conn {
+    int fd;
+    pthread_t thread;
+    struct store_server *srv;
+    bool done;
+} client_conn_t;
+
+struct store_server {
+    int listen_fd;
+    int port;
+    pthread_t accept_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* signalled on every set/add/fail and on stop */
+    bool stopping;
+    kv_t *kv;
+    int n_kv, cap_kv;
+    client_conn_t **clients;
+    int n_clients, cap_clients;
+    int failed_rank;        /* -1: no failure */
+    char failed_msg[1024];
+};
+
+/* Returns the entry for key or NULL; caller holds mu. */
+static kv_t *kv_find(store_server_t *s, const char *key) {
+    for (int i = 0; i < s->n_kv; i++)
+        if (!strcmp(s->kv[i].key, key)) return &s->kv[i];
+    return NULL;
+}
+
+/* Sets key to a copy of val; caller holds mu. Returns 0 or -1 (out of memory). */
+static int kv_put(store_server_t *s, const char *key, const void *val, size_t len) {
+    kv_t *k = kv_find(s, key);
+    if (!k) {
+        if (s->n_kv == s->cap_kv) {
+            int nc = s->cap_kv ? 2 * s->cap_kv : 64;
+            kv_t *nk = realloc(s->kv, (size_t)nc * sizeof *nk);
+            if (!nk) return -1;
+            s->kv = nk;
+            s->cap_kv = nc;
+        }
+        k = &s->kv[s->n_kv++];
+        snprintf(k->key, sizeof k->key, "%s", key);
+        k->val = NULL;
+        k->len = 0;
+    }
+    unsigned char *v = malloc(len ? len : 1);
+    if (!v) return -1;
+    memcpy(v, val, len);
+    free(k->val);
+    k->val = v;
+    k->len = len;
+    return 0;
+}
+
+static int send_reply(int fd, int status, const void *data, uint32_t len) {
+    unsigned char h[5];
+    h[0] = (unsigned char)status;
+    memcpy(h + 1, &len, 4);
+    if (io_full(fd, h, 5, true, now_s() + 30) < 0) return -1;
+    if (len && io_full(fd, (void *)data, len, true, now_s() + 30) < 0) return -1;
+    return 0;
+}
+
+/* Replies ST_FAILED with the failure record; caller holds mu (released before I/O). */
+static int reply_failed_locked(store_server_t *s, int fd) {
+    char buf[4 + sizeof s->failed_msg];
+    int32_t r = s->failed_rank;
+    memcpy(buf, &r, 4);
+    size_t ml = strlen(s->failed_msg);
+    memcpy(buf + 4, s->failed_msg, ml);
+    pthread_mutex_unlock(&s->mu);
+    return send_reply(fd, ST_FAILED, buf, (uint32_t)(4 + ml));
+}
+
+/* Serves one request on a connection; returns -1 when the connection should close. */
+static int serve_one(store_server_t *s, int fd) {
+    unsigned char op;
+    uint16_t klen;
+    uint32_t vlen;
+    int64_t arg;
+    char key[STORE_MAX_KEY];
+    if (io_full(fd, &op, 1, false, 0) < 0) return -1;
+    if (io_full(fd, &klen, 2, false, now_s() + 30) < 0 || klen >= STORE_MAX_KEY) return -1;
+    if (io_full(fd, key, klen, false, now_s() + 30) < 0) return -1;
+    key[klen] = '\0';
+    if (io_full(fd, &vlen, 4, false, now_s() + 30) < 0 || vlen > STORE_MAX_VALUE) return -1;
+    unsigned char *val = malloc(vlen ? vlen : 1);
+    if (!val) return -1;
+    if (io_full(fd, val, vlen, false, now_s() + 60) < 0 ||
+        io_full(fd, &arg, 8, false, now_s() + 30) < 0) {
+        free(val);
+        return -1;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    switch (op) {
+    case OP_SET:
+        if (kv_put(s, key, val, vlen) < 0) {
+            pthread_mutex_unlock(&s->mu);
+            rc = send_reply(fd, ST_BAD, "out of memory", 13);
+            break;
+        }
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        rc = send_reply(fd, ST_OK, NULL, 0);
+        break;
+    case OP_GET:
+    case OP_WAIT: {
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        int64_t ns = dl.tv_nsec + (arg % 1000) * 1000000;
+        dl.tv_sec += (time_t)(arg / 1000) + (time_t)(ns / 1000000000);
+        dl.tv_nsec = (long)(ns % 1000000000);
+        kv_t *k;
+        for (;;) {
+            if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); goto out; }
+            if ((k = kv_find(s, key)) != NULL || s->stopping) break;
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) break;
+        }
+        if (!k) {
+            pthread_mutex_unlock(&s->mu);
+            rc = send_reply(fd, ST_TIMEOUT, NULL, 0);
+        } else if (op == OP_WAIT) {
+            pthread_mutex_unlock(&s->mu);
+            rc = send_reply(fd, ST_OK, NULL, 0);
+        } else {
+            size_t len = k->len;
+            unsigned char *copy = malloc(len ? len : 1);
+            if (copy) memcpy(copy, k->val, len);
+            pthread_mutex_unlock(&s->mu);
+            rc = copy ? send_reply(fd, ST_OK, copy, (uint32_t)len) : -1;
+            free(copy);
+        }
+        break;
+    }
+    case OP_CHECK: {
+        bool have = kv_find(s, key) != NULL;
+        pthread_mutex_unlock(&s->mu);
+        rc = send_reply(fd, have ? ST_OK : ST_MISSING, NULL, 0);
+        break;
+    }
+    case OP_ADD: {
+        kv_t *k = kv_find(s, key);
+        int64_t v = 0;
+        if (k && k->len == 8) memcpy(&v, k->val, 8);
+        v += arg;
+        int ok = kv_put(s, key, &v, 8);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        rc = ok == 0 ? send_reply(fd, ST_OK, &v, 8) : send_reply(fd, ST_BAD, "out of memory", 13);
+        break;
+    }
+    case OP_FAIL_SET:
+        if (s->failed_rank < 0) {
+            s->failed_rank = (int)arg;
+            size_t n = vlen < sizeof s->failed_msg - 1 ? vlen : sizeof s->failed_msg - 1;
+            memcpy(s->failed_msg, val, n);
+            s->failed_msg[n] = '\0';
+        }
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        rc = send_reply(fd, ST_OK, NULL, 0);
+        break;
+    case OP_FAIL_GET:
+        if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); break; }
+        pthread_mutex_unlock(&s->mu);
+        rc = send_reply(fd, ST_OK, NULL, 0);
+        break;
+    default:
+        pthread_mutex_unlock(&s->mu);
+        rc = -1;
+    }
+out:
+    free(val);
+    return rc;
+}
+
+static void *client_main(void *arg) {
+    client_conn_t *c = arg;
+    while (serve_one(c->srv, c->fd) == 0) {}
+    pthread_mutex_lock(&c->srv->mu);
+    c->done = true;
+    pthread_mutex_unlock(&c->srv->mu);
+    return NULL;
+}
+
+/* Accepts connections until the listening socket is shut down. */
+static void *accept_main(void *arg) {
+    store_server_t *s = arg;
+    for (;;) {
+        int fd = accept(s->listen_fd, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            pthread_mutex_lock(&s->mu);
+            bool stop = s->stopping;
+            pthread_mutex_unlock(&s->mu);
+            if (stop) break;
+            usleep(10000);   /* EMFILE and friends: back off rather than spin */
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        client_conn_t *c = calloc(1, sizeof *c);
+        pthread_mutex_lock(&s->mu);
+        if (!c || s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            free(c);
+            close(fd);
+            if (c) break;
+            continue;
+        }
+        if (s->n_clients == s->cap_clients) {
+            int nc = s->cap_clients ? 2 * s->cap_clients : 16;
+            client_conn_t **ncs = realloc(s->clients, (size_t)nc * sizeof *ncs);
+            if (!ncs) { pthread_mutex_unlock(&s->mu); free(c); close(fd); continue; }
+            s->clients = ncs;
+            s->cap_clients = nc;
+        }
+        c->fd = fd;
+        c->srv = s;
+        if (pthread_create(&c->thread, NULL, client_main, c) != 0) {
+            pthread_mutex_unlock(&s->mu);
+            free(c);
+            close(fd);
+            continue;
+        }
+        s->clients[s->n_clients++] = c;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+/* Resolves addr:port into *out (IPv4 or IPv6, numeric or a host name). */
+static int resolve(const char *addr, int port, bool passive, struct sockaddr_storage *out,
+                   socklen_t *out_len, err_t *e) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (passive) hints.ai_flags = AI_PASSIVE;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int r = getaddrinfo(addr && *addr ? addr : NULL, ps, &hints, &res);
+    if (r != 0 || !res)
+        return err_set(e, ERR_INPUT, "rendezvous address '%s' cannot be resolved (%s); set "
+                       "MASTER_ADDR / parallel.master_addr to rank 0's host name or IP",
+                       addr ? addr : "", gai_strerror(r));
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    *out_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+store_server_t *store_server_start(const char *addr, int port, err_t *e) {
+    if (port < 0 || port > 65535) {
+        err_set(e, ERR_INPUT, "rendezvous port %d is out of range; use 0..65535", port);
+        return NULL;
+    }
+    struct sockaddr_storage sa;
+    socklen_t sl;
+    if (resolve(addr, port, true, &sa, &sl, e) < 0) return NULL;
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) { err_errno(e, ERR_RUNTIME, "store: socket"); return NULL; }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&sa, sl) < 0) {
+        err_errno(e, ERR_INPUT, "rendezvous store cannot listen on %s:%d (is another run using "
+                  "the port? set MASTER_PORT / parallel.master_port to a free port, or 0)",
+                  addr, port);
+        close(fd);
+        return NULL;
+    }
+    if (listen(fd, 256) < 0) { err_errno(e, ERR_RUNTIME, "store: listen"); close(fd); return NULL; }
+    store_server_t *s = calloc(1, sizeof *s);
+    if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
+    s->listen_fd = fd;
+    s->failed_rank = -1;
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    getsockname(fd, (struct sockaddr *)&got, &gl);
+    s->port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&got)->sin_port);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
+        err_set(e, ERR_RUNTIME, "store: cannot start the server thread");
+        close(fd);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int store_server_port(const store_server_t *s) { return s->port; }
+
+void store_server_stop(store_server_t *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    shutdown(s->listen_fd, SHUT_RDWR);
+    pthread_join(s->accept_thread, NULL);
+    close(s->listen_fd);
+    for (int i = 0; i < s->n_clients; i++) shutdown(s->clients[i]->fd, SHUT_RDWR);
+    for (int i = 0; i < s->n_clients; i++) {
+        pthread_join(s->clients[i]->thread, NULL);
+        close(s->clients[i]->fd);
+        free(s->clients[i]);
+    }
+    for (int i = 0; i < s->n_kv; i++) free(s->kv[i].val);
+    free(s->kv);
+    free(s->clients);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct barrier_count {
+    char name[64];
+    int64_t count;
+} barrier_count_t;
+
+struct store {
+    int fd;
+    int rank, world;
+    double timeout_s;
+    char addr[256];
+    int port;
+    int next_id;
+    barrier_count_t barriers[32];
+    int n_barriers;
+};
+
+/* Tries one non-blocking connect bounded by `left` seconds; returns the socket or -1. */
+static int try_connect(const struct sockaddr_storage *sa, socklen_t sl, double left) {
+    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (const struct sockaddr *)sa, sl) < 0) {
+        if (errno != EINPROGRESS) { int k = errno; close(fd); errno = k; return -1; }
+        struct pollfd p = { fd, POLLOUT, 0 };
+        int ms = (int)(left * 1000);
+        if (ms < 1) ms = 1;
+        if (ms > 2000) ms = 2000;
+        int r = poll(&p, 1, ms);
+        int so = 0;
+        socklen_t l = sizeof so;
+        if (r <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &l);
+        if (so) { close(fd); errno = so; return -1; }
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+store_t *store_connect(const char *addr, int port, int rank, int world, double timeout_s,
+                       err_t *e) {
+    if (world < 1 || rank < 0 || rank >= world) {
+        err_set(e, ERR_INPUT, "store: rank %d is not within a world of %d", rank, world);
+        return NULL;
+    }
+    if (timeout_s <= 0) timeout_s = 300;
+    struct sockaddr_storage sa;
+    socklen_t sl;
+    if (resolve(addr, port, false, &sa, &sl, e) < 0) return NULL;
+    double t0 = now_s(), deadline = t0 + timeout_s;
+    int fd = -1, last = 0;
+    for (;;) {
+        fd = try_connect(&sa, sl, deadline - now_s());
+        if (fd >= 0) break;
+        last = errno;
+        if (now_s() + 0.05 >= deadline) break;
+        usleep(50000);
+    }
+    if (fd < 0) {
+        err_set(e, ERR_INPUT, "cannot reach the rendezvous store at %s:%d within %g s (%s); "
+                "check MASTER_ADDR / MASTER_PORT (parallel.master_addr / master_port), that "
+                "rank 0 is running, and that no firewall blocks the port",
+                addr, port, timeout_s, strerror(last));
+        return NULL;
+    }
+    store_t *s = calloc(1, sizeof *s);
+    if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
+    s->fd = fd;
+    s->rank = rank;
+    s->world = world;
+    s->timeout_s = timeout_s;
+    snprintf(s->addr, sizeof s->addr, "%s", addr);
+    s->port = port;
+    return s;
+}
+
+void store_close(store_t *s) {
+    if (!s) return;
+    close(s->fd);
+    free(s);
+}
+
+int store_rank(const store_t *s) { return s->rank; }
+int store_world(const store_t *s) { return s->world; }
+double store_timeout(const store_t *s) { return s->timeout_s; }
+int store_next_id(store_t *s) { return s->next_id++; }
+
+/* Sends one request and reads the reply status and data (at most cap bytes kept; the
+ * full length in *len). wait_s is how long the server may hold the request. */
+static int rpc(store_t *s, int op, const char *key, const void *val, size_t vlen, int64_t arg,
+               double wait_s, int *status, void *out, size_t cap, size_t *len, err_t *e) {
+    size_t klen = strlen(key);
+    if (klen >= STORE_MAX_KEY || vlen > STORE_MAX_VALUE)
+        return err_set(e, ERR_RUNTIME, "store: key '%.64s' or its value is too long", key);
+    double deadline = now_s() + wait_s + 30;
+    unsigned char o = (unsigned char)op;
+    uint16_t kl = (uint16_t)klen;
+    uint32_t vl = (uint32_t)vlen;
+    unsigned char h[5];
+    if (io_full(s->fd, &o, 1, true, deadline) < 0 || io_full(s->fd, &kl, 2, true, deadline) < 0 ||
+        io_full(s->fd, (void *)key, klen, true, deadline) < 0 ||
+        io_full(s->fd, &vl, 4, true, deadline) < 0 ||
+        (vlen && io_full(s->fd, (void *)val, vlen, true, deadline) < 0) ||
+        io_full(s->fd, &arg, 8, true, deadline) < 0 || io_full(s->fd, h, 5, false, deadline) < 0)
+        return err_errno(e, ERR_RUNTIME, "lost the connection to the rendezvous store at %s:%d "
+                         "(rank 0 exited?)", s->addr, s->port);
+    uint32_t rl;
+    memcpy(&rl, h + 1, 4);
+    *status = h[0];
+    size_t keep = 0;
+    for (size_t got = 0; got < rl;) {
+        unsigned char tmp[4096];
+        size_t n = rl - got < sizeof tmp ? rl - got : sizeof tmp;
+        if (io_full(s->fd, tmp, n, false, deadline) < 0)
+            return err_errno(e, ERR_RUNTIME, "lost the connection to the rendezvous store at "
+                             "%s:%d", s->addr, s->port);
+        if (out && keep < cap) {
+            size_t c = cap - keep < n ? cap - keep : n;
+            memcpy((char *)out + keep, tmp, c);
+            keep += c;
+        }
+        got += n;
+    }
+    if (len) *len = rl;
+    return 0;
+}
+
+/* Turns an ST_FAILED reply payload into the error message. */
+static int failed_error(const unsigned char *buf, size_t n, err_t *e) {
+    int32_t r = -1;
+    if (n >= 4) memcpy(&r, buf, 4);
+    return err_set(e, ERR_RUNTIME, "rank %d failed: %.*s", r, (int)(n > 4 ? n - 4 : 0),
+                   (const char *)buf + 4);
+}
+
+int store_set(store_t *s, const char *key, const void *val, size_t len, err_t *e) {
+    int st = -1;
+    if (rpc(s, OP_SET, key, val, len, 0, 0, &st, NULL, 0, NULL, e) < 0) return -1;
+    return st == ST_OK ? 0 : err_set(e, ERR_RUNTIME, "store: setting '%s' failed", key);
+}
+
+/* GET / WAIT with the failure-flag and timeout handling both share. */
+static int get_or_wait(store_t *s, int op, const char *key, void *buf, size_t cap, size_t *len,
+                       double timeout_s, err_t *e) {
+    if (timeout_s < 0) timeout_s = s->timeout_s;
+    unsigned char fb[1100];
+    void *dst = buf;
+    size_t dcap = cap, n = 0;
+    if (op == OP_WAIT) { dst = fb; dcap = sizeof fb; }
+    int st = -1;
+    /* ask for a slightly larger buffer only to catch a failure payload */
+    unsigned char *tmp = NULL;
+    if (op == OP_GET && cap < sizeof fb) { tmp = fb; dst = fb; dcap = sizeof fb; }
+    if (rpc(s, op, key, NULL, 0, (int64_t)(timeout_s * 1000), timeout_s, &st, dst, dcap, &n,
+            e) < 0)
+        return -1;
+    if (st == ST_FAILED) return failed_error(dst, n < dcap ? n : dcap, e);
+    if (st == ST_TIMEOUT)
+        return err_set(e, ERR_RUNTIME, "rank %d timed out after %g s waiting for '%s' in the "
+                       "rendezvous store (another rank did not arrive; raise "
+                       "parallel.timeout_s if startup is slow)", s->rank, timeout_s, key);
+    if (st != ST_OK) return err_set(e, ERR_RUNTIME, "store: reading '%s' failed", key);
+    if (tmp && buf) memcpy(buf, fb, n < cap ? n : cap);
+    if (len) *len = n;
+    return 0;
+}
+
+int store_get(store_t *s, const char *key, void *buf, size_t cap, size_t *len,
+              double timeout_s, err_t *e) {
+    return get_or_wait(s, OP_GET, key, buf, cap, len, timeout_s, e);
+}
+
+int store_wait(store_t *s, const char *key, double timeout_s, err_t *e) {
+    return get_or_wait(s, OP_WAIT, key, NULL, 0, NULL, timeout_s, e);
+}
+
+int store_check(store_t *s, const char *key, err_t *e) {
+    int st = -1;
+    if (rpc(s, OP_CHECK, key, NULL, 0, 0, 0, &st, NULL, 0, NULL, e) < 0) return -1;
+    return st == ST_OK ? 1 : 0;
+}
+
+int store_add(store_t *s, const char *key, int64_t delta, int64_t *out, err_t *e) {
+    int st = -1;
+    int64_t v = 0;
+    size_t n = 0;
+    if (rpc(s, OP_ADD, key, NULL, 0, delta, 0, &st, &v, 8, &n, e) < 0) return -1;
+    if (st != ST_OK || n != 8) return err_set(e, ERR_RUNTIME, "store: add on '%s' failed", key);
+    if (out) *out = v;
+    return 0;
+}
+
+int store_barrier(store_t *s, const char *name, err_t *e) {
+    barrier_count_t *b = NULL;
+    for (int i = 0; i < s->n_barriers; i++)
+        if (!strcmp(s->barriers[i].name, name)) b = &s->barriers[i];
+    if (!b) {
+        if (s->n_barriers == (int)(sizeof s->barriers / sizeof s->barriers[0]))
+            return err_set(e, ERR_RUNTIME, "store: too many distinct barrier names");
+        b = &s->barriers[s->n_barriers++];
+        snprintf(b->name, sizeof b->name, "%s", name);
+        b->count = 0;
+    }
+    int64_t gen = ++b->count;
+    char key[128], rk[STORE_MAX_KEY], dk[STORE_MAX_KEY];
+    snprintf(key, sizeof key, "barrier/%.64s/%lld", name, (long long)gen);
+    snprintf(rk, sizeof rk, "%s/rank%d", key, s->rank);
+    snprintf(dk, sizeof dk, "%s/done", key);
+    int64_t arrived;
+    if (store_set(s, rk, "", 0, e) < 0 || store_add(s, key, 1, &arrived, e) < 0) return -1;
+    if (arrived == s->world && store_set(s, dk, "", 0, e) < 0) return -1;
+    err_t we = {0};
+    if (store_wait(s, dk, -1, &we) == 0) return 0;
+    /* Timed out (or failed): name the ranks that never arrived. */
+    char missing[512] = "";
+    size_t used = 0;
+    for (int r = 0; r < s->world && used + 16 < sizeof missing; r++) {
+        snprintf(rk, sizeof rk, "%s/rank%d", key, r);
+        err_t ce = {0};
+        if (store_check(s, rk, &ce) == 0)
+            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
+                                     used ? ", " : "", r);
+    }
+    if (missing[0])
+        return err_set(e, ERR_RUNTIME, "barrier '%s': rank(s) %s never arrived within %g s (%s)",
+                       name, missing, s->timeout_s, we.msg);
+    *e = we;
+    return -1;
+}
+
+void store_set_failed(store_t *s, const char *msg) {
+    if (!s) return;
+    int st = -1;
+    err_t e = {0};
+    rpc(s, OP_FAIL_SET, "fail", msg, strlen(msg) < 1000 ? strlen(msg) : 1000, s->rank, 0, &st,
+        NULL, 0, NULL, &e);
+}
+
+int store_get_failed(store_t *s, int *rank, char *msg, size_t cap, err_t *e) {
+    int st = -1;
+    unsigned char buf[1100];
+    size_t n = 0;
+    if (rpc(s, OP_FAIL_GET, "fail", NULL, 0, 0, 0, &st, buf, sizeof buf, &n, e) < 0) return -1;
+    if (st != ST_FAILED) return 0;
+    if (n > sizeof buf) n = sizeof buf;
+    int32_t r = -1;
+    if (n >= 4) memcpy(&r, buf, 4);
+    if (rank) *rank = r;
+    if (msg && cap) snprintf(msg, cap, "%.*s", (int)(n > 4 ? n - 4 : 0), (const char *)buf + 4);
+    return 1;
+}
