@@ -1,0 +1,81 @@
+/* net_impl.h: the private layout of net_t, shared by net.c (building, planning, memory,
+ * init, host I/O) and net_run.c (forward, loss, backward). Not for use outside model/net*.c.
+ */
+#ifndef RUNNER_MODEL_NET_IMPL_H
+#define RUNNER_MODEL_NET_IMPL_H
+
+#include "model/net.h"
+
+#define NET_BN_MOMENTUM 0.1f
+#define NET_BN_EPS 1e-5f
+
+typedef struct node {
+    node_kind_t kind;
+    char prefix[56];
+    int in[2];             /* input nodes (NET_INPUT = image); in[1] = -2 when unused */
+    int out_c;             /* conv: out channels; linear: out features; others: planned */
+    int kernel, stride, pad;
+    bool zero_gamma;
+    bool has_params;
+    size_t w_off, b_off;   /* conv/linear weight, linear bias; bn gamma (w) and beta (b) */
+    size_t w_numel;
+    size_t buf_off;        /* bn: running_mean at buf_off, running_var at buf_off + c */
+    int counter;           /* bn: num_batches_tracked index */
+    /* planned at bind */
+    int h, w, c;           /* output per sample */
+    void *y;               /* output activations (act dtype) */
+    int gslot;             /* gradient slot of the output */
+    float *mean, *var;     /* bn: batch statistics of the last training forward */
+    int64_t count;         /* bn: rows the statistics cover (global under SyncBN) */
+} node_t;
+
+#define NET_NO_INPUT (-2)
+
+struct net {
+    int in_c;
+    int n_nodes, cap_nodes;
+    node_t *nodes;
+    int n_tensors, cap_tensors;
+    net_tensor_t *tensors;
+    size_t n_params, n_buffers;
+    int n_counters;
+    int64_t *counters;       /* host */
+    /* bound state */
+    backend_t *be;
+    int max_batch, in_h, in_w;
+    dtype_t dt;
+    size_t esz;              /* backend bytes per activation element */
+    float *params, *grads, *buffers;
+    void *shadow;            /* act-dtype copy of params (AMP only; else NULL) */
+    void *input;
+    int n_slots;
+    void **slots;            /* gradient buffers, shared by liveness */
+    void *scratch[2];        /* for gradients of nodes with several consumers */
+    float *bn_mem;           /* saved statistics of all BN nodes */
+    float *sum_dy, *sum_dy_xhat;
+    int32_t *labels;         /* backend: max_batch */
+    float *loss_sum;         /* backend: 1 */
+    int32_t *correct;        /* backend: 2 */
+    int last_batch;          /* batch of the last forward */
+    const void *last_x;      /* its input */
+    bool last_train;         /* the last forward was a training one */
+    bool have_dlogits;       /* net_loss wrote dlogits for it */
+    bool *grad_written;      /* per node during backward */
+};
+
+/* Elements of the output of node i per sample (after planning). */
+static inline size_t net_node_elems(const net_t *n, int i) {
+    const node_t *d = &n->nodes[i];
+    return (size_t)d->h * d->w * d->c;
+}
+
+/* Pointer arithmetic on backend activation memory in elements of the act dtype. */
+static inline void *net_act_at(const net_t *n, void *base, size_t elems) {
+    return (char *)base + elems * n->esz;
+}
+
+/* Conv weight layout conversions (shape = torchvision OIHW), in net.c. */
+void net_oihw_to_krsc(const float *src, float *dst, const int64_t shape[4]);
+void net_krsc_to_oihw(const float *src, float *dst, const int64_t shape[4]);
+
+#endif

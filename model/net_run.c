@@ -1,0 +1,266 @@
+/* net_run.c: forward, loss and backward of a bound net, written once against the
+ * backend op table (no backend branches).
+ *
+ * Forward walks the nodes in order; under AMP it first casts the fp32 master parameters
+ * into the half shadow, and convs/linears read their weights from it. Backward walks the
+ * nodes in reverse: a node's output gradient lives in its planned slot; a node's input
+ * gradient is written straight into the input's slot by the first consumer to get
+ * there and summed in (via a scratch buffer) by later ones. After each node with
+ * parameters it tells hooks->grads_ready how far down the gradient array is final.
+ * What it does not do: double backward, backward through an eval forward.
+ */
+#include "model/net_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Fails with the backend's message when an op returned -1. */
+#define OP(call, what)                                                                      \
+    do {                                                                                    \
+        if ((call) < 0)                                                                     \
+            return err_set(e, ERR_RUNTIME, "net: %s (%s): %s", what, d->prefix, be->err.msg); \
+    } while (0)
+
+/* The act-dtype pointer of a node's output, or of the input batch for NET_INPUT. */
+static const void *node_out(const net_t *n, const void *x, int i) {
+    return i == NET_INPUT ? x : n->nodes[i].y;
+}
+
+/* The conv_shape of conv node i for batch rows. */
+static conv_shape_t conv_geom(const net_t *n, int i, int batch) {
+    const node_t *d = &n->nodes[i];
+    int a = d->in[0];
+    conv_shape_t s;
+    s.n = batch;
+    s.h = a == NET_INPUT ? n->in_h : n->nodes[a].h;
+    s.w = a == NET_INPUT ? n->in_w : n->nodes[a].w;
+    s.c = a == NET_INPUT ? n->in_c : n->nodes[a].c;
+    s.k = d->out_c;
+    s.r = s.s = d->kernel;
+    s.stride = d->stride;
+    s.pad = d->pad;
+    s.p = d->h;
+    s.q = d->w;
+    return s;
+}
+
+/* The weight a conv/linear computes with: the half shadow under AMP, else the master. */
+static const void *node_weight(const net_t *n, const node_t *d) {
+    if (n->shadow) return net_act_at(n, n->shadow, d->w_off);
+    return n->params + d->w_off;
+}
+
+int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_t *hooks,
+                err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_forward: net is not bound");
+    if (batch < 1 || batch > n->max_batch)
+        return err_set(e, ERR_RUNTIME, "net_forward: batch %d outside [1, %d] (max_batch at bind)",
+                       batch, n->max_batch);
+    backend_t *be = n->be;
+    if (n->shadow && be->ops->cast(be, (int64_t)n->n_params, n->params, DT_F32, n->shadow, n->dt) < 0)
+        return err_set(e, ERR_RUNTIME, "net_forward: casting weights to %s: %s", dtype_names[n->dt],
+                       be->err.msg);
+    n->last_batch = batch;
+    n->last_x = x;
+    n->last_train = train;
+    n->have_dlogits = false;
+    for (int i = 0; i < n->n_nodes; i++) {
+        node_t *d = &n->nodes[i];
+        const void *in0 = node_out(n, x, d->in[0]);
+        int64_t m = (int64_t)batch * d->h * d->w;
+        switch (d->kind) {
+        case NODE_CONV: {
+            conv_shape_t s = conv_geom(n, i, batch);
+            OP(be->ops->conv2d_fwd(be, &s, n->dt, in0, node_weight(n, d), d->y), "conv forward");
+            break;
+        }
+        case NODE_BN:
+        case NODE_BN_RELU:
+        case NODE_BN_ADD_RELU: {
+            const float *mean = n->buffers + d->buf_off, *var = n->buffers + d->buf_off + d->c;
+            if (train) {
+                OP(be->ops->bn_stats(be, m, d->c, n->dt, in0, d->mean, d->var), "bn statistics");
+                d->count = m;
+                if (hooks && hooks->bn_sync_stats &&
+                    hooks->bn_sync_stats(hooks->ctx, d->c, d->mean, d->var, m, &d->count) < 0)
+                    return err_wrap(e, "net: SyncBN statistics of %s", d->prefix);
+                OP(be->ops->bn_update_running(be, d->c, d->mean, d->var, d->count, NET_BN_MOMENTUM,
+                                              n->buffers + d->buf_off, n->buffers + d->buf_off + d->c),
+                   "bn running statistics");
+                n->counters[d->counter]++;
+                mean = d->mean;
+                var = d->var;
+            }
+            const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
+            OP(be->ops->bn_apply(be, m, d->c, n->dt, in0, mean, var, n->params + d->w_off,
+                                 n->params + d->b_off, NET_BN_EPS, z, d->kind != NODE_BN, d->y),
+               "bn apply");
+            break;
+        }
+        case NODE_RELU:
+            OP(be->ops->relu_fwd(be, m * d->c, n->dt, in0, d->y), "relu forward");
+            break;
+        case NODE_ADD:
+            OP(be->ops->add(be, m * d->c, n->dt, in0, node_out(n, x, d->in[1]), d->y), "add");
+            break;
+        case NODE_AVGPOOL: {
+            const node_t *a = d->in[0] == NET_INPUT ? NULL : &n->nodes[d->in[0]];
+            int hw = a ? a->h * a->w : n->in_h * n->in_w;
+            OP(be->ops->avgpool_fwd(be, batch, hw, d->c, n->dt, in0, d->y), "avgpool forward");
+            break;
+        }
+        case NODE_LINEAR: {
+            int in_f = (int)(d->w_numel / (size_t)d->out_c);
+            OP(be->ops->linear_fwd(be, batch, in_f, d->out_c, n->dt, in0, node_weight(n, d),
+                                   n->params + d->b_off, d->y),
+               "linear forward");
+            break;
+        }
+        case NODE_KIND_COUNT:
+            break;
+        }
+    }
+    return 0;
+}
+
+int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
+             net_loss_out_t *out, err_t *e) {
+    if (!n->be || !n->last_batch) return err_set(e, ERR_RUNTIME, "net_loss: no forward to take the loss of");
+    int batch = n->last_batch, classes = n->nodes[n->n_nodes - 1].c;
+    for (int i = 0; i < batch; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return err_set(e, ERR_INPUT, "net_loss: label %d of sample %d is outside [0, %d); "
+                           "check the dataset's classes and model.num_classes", labels[i], i, classes);
+    backend_t *be = n->be;
+    const node_t *d = &n->nodes[n->n_nodes - 1];
+    if (be->ops->upload(be, n->labels, labels, (size_t)batch * 4) < 0)
+        return err_set(e, ERR_RUNTIME, "net_loss: uploading labels: %s", be->err.msg);
+    void *dlogits = n->last_train ? n->slots[d->gslot] : NULL;
+    OP(be->ops->softmax_xent(be, batch, classes, n->dt, d->y, n->labels, smoothing, grad_scale,
+                             dlogits, n->loss_sum, n->correct),
+       "softmax cross-entropy");
+    float loss;
+    int32_t correct[2];
+    if (be->ops->download(be, &loss, n->loss_sum, 4) < 0 || be->ops->download(be, correct, n->correct, 8) < 0)
+        return err_set(e, ERR_RUNTIME, "net_loss: downloading the loss: %s", be->err.msg);
+    if (out) {
+        out->loss_sum = loss;
+        out->correct1 = correct[0];
+        out->correct5 = correct[1];
+    }
+    n->have_dlogits = n->last_train;
+    return 0;
+}
+
+/* Where the gradient for input a of the current node goes: a's slot if nothing was
+ * written there yet in this backward, else scratch[which] (the caller then adds it in). */
+static void *grad_target(net_t *n, int a, int which, bool *accumulate) {
+    if (!n->grad_written[a]) {
+        *accumulate = false;
+        return n->slots[n->nodes[a].gslot];
+    }
+    *accumulate = true;
+    return n->scratch[which];
+}
+
+/* Finishes a write made through grad_target: sums scratch into a's slot if needed. */
+static int grad_commit(net_t *n, int a, void *target, bool accumulate, err_t *e) {
+    backend_t *be = n->be;
+    if (accumulate) {
+        void *slot = n->slots[n->nodes[a].gslot];
+        int64_t count = (int64_t)n->last_batch * (int64_t)net_node_elems(n, a);
+        if (be->ops->add(be, count, n->dt, slot, target, slot) < 0)
+            return err_set(e, ERR_RUNTIME, "net: summing gradients of node %d: %s", a, be->err.msg);
+    }
+    n->grad_written[a] = true;
+    return 0;
+}
+
+/* Backward of one node given its output gradient dy. */
+static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
+    backend_t *be = n->be;
+    node_t *d = &n->nodes[i];
+    int batch = n->last_batch;
+    const void *dy = n->slots[d->gslot];
+    int a = d->in[0], b = d->in[1];
+    const void *x = node_out(n, n->last_x, a);
+    int64_t m = (int64_t)batch * d->h * d->w;
+    bool acc_a = false, acc_b = false;
+    void *dx = a >= 0 ? grad_target(n, a, 0, &acc_a) : NULL;
+    void *dz = b >= 0 ? grad_target(n, b, 1, &acc_b) : NULL;
+    switch (d->kind) {
+    case NODE_CONV: {
+        conv_shape_t s = conv_geom(n, i, batch);
+        OP(be->ops->conv2d_bwd_filter(be, &s, n->dt, x, dy, n->grads + d->w_off), "conv backward (filter)");
+        if (dx) OP(be->ops->conv2d_bwd_data(be, &s, n->dt, dy, node_weight(n, d), dx), "conv backward (data)");
+        break;
+    }
+    case NODE_BN:
+    case NODE_BN_RELU:
+    case NODE_BN_ADD_RELU: {
+        const void *y = d->kind == NODE_BN ? NULL : d->y;
+        OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, dy, d->mean, d->var, NET_BN_EPS,
+                                  n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off),
+           "bn backward (reduce)");
+        if (hooks && hooks->bn_sync_grads &&
+            hooks->bn_sync_grads(hooks->ctx, d->c, n->sum_dy, n->sum_dy_xhat) < 0)
+            return err_wrap(e, "net: SyncBN gradients of %s", d->prefix);
+        if (dx || dz) {
+            /* bn_bwd_apply always writes dx; without a real target use scratch */
+            void *dxt = dx ? dx : n->scratch[0];
+            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, dy, d->mean, d->var,
+                                     n->params + d->w_off, NET_BN_EPS, n->sum_dy, n->sum_dy_xhat,
+                                     d->count, dxt, dz),
+               "bn backward (apply)");
+        }
+        break;
+    }
+    case NODE_RELU:
+        if (dx) OP(be->ops->relu_bwd(be, m * d->c, n->dt, d->y, dy, dx), "relu backward");
+        break;
+    case NODE_ADD: {
+        size_t bytes = (size_t)m * d->c * n->esz;
+        if (dx) OP(be->ops->copy(be, dx, dy, bytes), "add backward");
+        if (dz) OP(be->ops->copy(be, dz, dy, bytes), "add backward");
+        break;
+    }
+    case NODE_AVGPOOL: {
+        int hw = a >= 0 ? n->nodes[a].h * n->nodes[a].w : n->in_h * n->in_w;
+        if (dx) OP(be->ops->avgpool_bwd(be, batch, hw, d->c, n->dt, dy, dx), "avgpool backward");
+        break;
+    }
+    case NODE_LINEAR: {
+        int in_f = (int)(d->w_numel / (size_t)d->out_c);
+        OP(be->ops->linear_bwd(be, batch, in_f, d->out_c, n->dt, x, node_weight(n, d), dy, dx,
+                               n->grads + d->w_off, n->grads + d->b_off),
+           "linear backward");
+        break;
+    }
+    case NODE_KIND_COUNT:
+        break;
+    }
+    if (dx && grad_commit(n, a, dx, acc_a, e) < 0) return -1;
+    if (dz && grad_commit(n, b, dz, acc_b, e) < 0) return -1;
+    return 0;
+}
+
+int net_backward(net_t *n, const net_hooks_t *hooks, err_t *e) {
+    if (!n->be || !n->last_batch || !n->last_train)
+        return err_set(e, ERR_RUNTIME, "net_backward: the last forward was not a training forward");
+    if (!n->have_dlogits) return err_set(e, ERR_RUNTIME, "net_backward: call net_loss first");
+    memset(n->grad_written, 0, (size_t)n->n_nodes * sizeof(bool));
+    n->grad_written[n->n_nodes - 1] = true;
+    size_t ready_from = n->n_params;
+    for (int i = n->n_nodes - 1; i >= 0; i--) {
+        node_t *d = &n->nodes[i];
+        if (d->gslot < 0 || !n->grad_written[i]) continue; /* nothing flows back here */
+        if (node_backward(n, i, hooks, e) < 0) return -1;
+        if (d->has_params && d->w_off < ready_from) {
+            ready_from = d->w_off;
+            if (hooks && hooks->grads_ready) hooks->grads_ready(hooks->ctx, ready_from);
+        }
+    }
+    if (ready_from > 0 && hooks && hooks->grads_ready) hooks->grads_ready(hooks->ctx, 0);
+    n->have_dlogits = false;
+    return 0;
+}

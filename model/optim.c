@@ -1,0 +1,134 @@
+/* optim.c: SGD and AdamW over a net's flat arrays (semantics in optim.h).
+ *
+ * At creation the parameter tensors are grouped into maximal contiguous ranges of equal
+ * weight decay; a step calls the backend's sgd_step/adamw_step once per range.
+ * What it does not do: per-group learning rates, gradient clipping, state on the host.
+ */
+#include "model/optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct range {
+    size_t off, len;
+    float wd;
+} range_t;
+
+struct optim {
+    net_t *net;
+    backend_t *be;
+    optim_opts_t o;
+    int64_t steps;
+    int n_ranges;
+    range_t *ranges;
+    int n_state;
+    float *state[2];
+};
+
+void optim_free(optim_t *o) {
+    if (!o) return;
+    for (int i = 0; i < 2; i++)
+        if (o->state[i]) o->be->ops->release(o->be, o->state[i]);
+    free(o->ranges);
+    free(o);
+}
+
+/* Builds the ranges of equal decay from the tensor table (params are in offset order). */
+static int build_ranges(optim_t *o, err_t *e) {
+    const net_t *n = o->net;
+    int nt = net_num_tensors(n);
+    o->ranges = calloc((size_t)nt + 1, sizeof *o->ranges);
+    if (!o->ranges) return err_set(e, ERR_RUNTIME, "optim: out of memory");
+    size_t expect = 0;
+    for (int i = 0; i < nt; i++) {
+        const net_tensor_t *t = net_tensor(n, i);
+        if (t->store != NET_STORE_PARAM) continue;
+        if (t->offset != expect)
+            return err_set(e, ERR_RUNTIME, "optim: parameter %s at offset %zu, expected %zu", t->name,
+                           t->offset, expect);
+        expect += t->numel;
+        float wd = (o->o.no_weight_decay_on_bn_and_bias && t->no_decay) ? 0.0f : (float)o->o.weight_decay;
+        range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
+        if (last && last->wd == wd) {
+            last->len += t->numel;
+        } else {
+            o->ranges[o->n_ranges++] = (range_t){t->offset, t->numel, wd};
+        }
+    }
+    if (expect != net_num_params(n))
+        return err_set(e, ERR_RUNTIME, "optim: tensors cover %zu of %zu parameters", expect, net_num_params(n));
+    return 0;
+}
+
+optim_t *optim_create(net_t *n, const optim_opts_t *opts, err_t *e) {
+    backend_t *be = net_backend(n);
+    if (!be) {
+        err_set(e, ERR_RUNTIME, "optim_create: the net is not bound");
+        return NULL;
+    }
+    if (opts->kind < 0 || opts->kind >= OPTIM_KIND_COUNT) {
+        err_set(e, ERR_INPUT, "optimizer.name: unknown optimizer %d", (int)opts->kind);
+        return NULL;
+    }
+    if (opts->kind == OPTIM_SGD && opts->nesterov && (opts->momentum <= 0 || opts->dampening != 0)) {
+        err_set(e, ERR_INPUT, "optimizer.nesterov: Nesterov momentum requires momentum > 0 and dampening 0");
+        return NULL;
+    }
+    optim_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        err_set(e, ERR_RUNTIME, "optim: out of memory");
+        return NULL;
+    }
+    o->net = n;
+    o->be = be;
+    o->o = *opts;
+    if (build_ranges(o, e) < 0) goto fail;
+    o->n_state = opts->kind == OPTIM_ADAMW ? 2 : (opts->momentum != 0 ? 1 : 0);
+    size_t bytes = net_num_params(n) * sizeof(float);
+    for (int i = 0; i < o->n_state; i++) {
+        o->state[i] = be->ops->alloc(be, bytes ? bytes : 4);
+        if (!o->state[i] || be->ops->zero(be, o->state[i], bytes) < 0) {
+            err_set(e, ERR_RUNTIME, "optim: allocating %zu bytes of state: %s", bytes, be->err.msg);
+            goto fail;
+        }
+    }
+    return o;
+fail:
+    optim_free(o);
+    return NULL;
+}
+
+int optim_step(optim_t *o, double lr, err_t *e) {
+    backend_t *be = o->be;
+    float *p = net_params(o->net);
+    const float *g = net_grads(o->net);
+    o->steps++;
+    for (int i = 0; i < o->n_ranges; i++) {
+        const range_t *r = &o->ranges[i];
+        int rc;
+        if (o->o.kind == OPTIM_SGD) {
+            rc = be->ops->sgd_step(be, (int64_t)r->len, p + r->off, g + r->off,
+                                   o->n_state ? o->state[0] + r->off : NULL, (float)lr,
+                                   (float)o->o.momentum, (float)o->o.dampening, r->wd, o->o.nesterov,
+                                   o->steps == 1);
+        } else {
+            rc = be->ops->adamw_step(be, (int64_t)r->len, p + r->off, g + r->off, o->state[0] + r->off,
+                                     o->state[1] + r->off, (float)lr, (float)o->o.beta1,
+                                     (float)o->o.beta2, (float)o->o.eps, r->wd, o->steps);
+        }
+        if (rc < 0) return err_set(e, ERR_RUNTIME, "optim: step %lld: %s", (long long)o->steps, be->err.msg);
+    }
+    return 0;
+}
+
+int64_t optim_steps(const optim_t *o) { return o->steps; }
+void optim_set_steps(optim_t *o, int64_t steps) { o->steps = steps; }
+int optim_num_state(const optim_t *o) { return o->n_state; }
+float *optim_state(optim_t *o, int i) { return i >= 0 && i < o->n_state ? o->state[i] : NULL; }
+size_t optim_state_numel(const optim_t *o) { return net_num_params(o->net); }
+
+const char *optim_state_name(const optim_t *o, int i) {
+    if (i < 0 || i >= o->n_state) return NULL;
+    if (o->o.kind == OPTIM_SGD) return "momentum_buffer";
+    return i == 0 ? "exp_avg" : "exp_avg_sq";
+}
