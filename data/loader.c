@@ -1,0 +1,364 @@
+/* loader.c: the prefetching, augmenting batch loader (see loader.h for the contract).
+ *
+ * Batch b of an epoch lives in ring slot b % nslots. Workers claim batches in increasing
+ * order under one mutex, but only while the slot is free (b < released + nslots, where
+ * released counts the batches the consumer has given back), fill them without the lock,
+ * and mark them ready. loader_next gives back the previous batch and waits for the next
+ * one in order, so the consumer sees batches in order whatever the workers' timing. A
+ * generation counter lets loader_start_epoch abandon in-flight work: it waits until no
+ * worker is filling, then resets the ring. Not here: the per-sample maths (augment.c).
+ */
+#include "data/loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/util/half.h"
+
+enum { SLOT_FREE = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
+
+typedef struct slot {
+    loader_batch_t b;
+    int64_t *ids;
+    int state;
+} slot_t;
+
+/* Per-filler scratch: the augmented uint8 image and the rotation's intermediate. */
+typedef struct scratch {
+    uint8_t *img, *tmp;
+} scratch_t;
+
+typedef struct worker_arg {
+    loader_t *l;
+    int id;
+} worker_arg_t;
+
+struct loader {
+    const dataset_t *ds;
+    loader_opts_t o;
+    loader_allocator_t alloc;
+    sampler_t sampler;
+    int c, h, w, oh, ow;
+    size_t img_elems, elem_size;
+    int64_t num_batches;
+    float lut[DATA_MAX_CHANNELS][256];
+    int nslots;
+    slot_t *slots;
+    scratch_t *scratch;        /* nthreads + 1 (the last is the synchronous path's) */
+    int nthreads, started;
+    pthread_t *threads;
+    worker_arg_t *args;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    /* epoch state, under mu */
+    int64_t epoch;
+    uint64_t generation;
+    int active, shutdown, in_flight;
+    int64_t next_claim, released, next_consume, end_batch, held;
+};
+
+static void *default_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
+static void default_free(void *ctx, void *p) { (void)ctx; free(p); }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Fills slot s with batch b of the current epoch. Reads only immutable state (dataset,
+ * sampler indices, options), so it runs without the lock. */
+static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch_t *sc) {
+    int64_t start = b * l->o.batch_size;
+    int64_t n = l->sampler.num_samples - start;
+    if (n > l->o.batch_size) n = l->o.batch_size;
+    s->b.index = b;
+    s->b.n = (int)n;
+    augment_params_t eval_p = augment_eval_params(&l->o.augment, l->h, l->w);
+    size_t px = (size_t)l->oh * l->ow;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t idx = l->sampler.indices[start + j];
+        int label;
+        const uint8_t *src = dataset_get(l->ds, idx, &label);
+        augment_params_t p = l->o.eval ? eval_p
+            : augment_draw(&l->o.augment, l->h, l->w, l->o.seed, epoch, idx);
+        augment_apply(&l->o.augment, &p, src, l->c, l->h, l->w, sc->img, sc->tmp);
+        s->ids[j] = idx;
+        s->b.labels[j] = label;
+        size_t off = (size_t)j * l->img_elems;
+        const uint8_t *u = sc->img;
+        int c = l->c;
+        switch (l->o.dtype) {
+        case LOADER_F32: {
+            float *out = (float *)s->b.images + off;
+            for (size_t i = 0; i < px; i++)
+                for (int k = 0; k < c; k++) out[i * c + k] = l->lut[k][u[i * c + k]];
+            break;
+        }
+        case LOADER_F32_ROUND_F16:
+        case LOADER_F32_ROUND_BF16: {
+            float *out = (float *)s->b.images + off;
+            int f16 = l->o.dtype == LOADER_F32_ROUND_F16;
+            for (size_t i = 0; i < px; i++)
+                for (int k = 0; k < c; k++) {
+                    float v = l->lut[k][u[i * c + k]];
+                    out[i * c + k] = f16 ? round_f16(v) : round_bf16(v);
+                }
+            break;
+        }
+        case LOADER_F16:
+        case LOADER_BF16: {
+            uint16_t *out = (uint16_t *)s->b.images + off;
+            int f16 = l->o.dtype == LOADER_F16;
+            for (size_t i = 0; i < px; i++)
+                for (int k = 0; k < c; k++) {
+                    float v = l->lut[k][u[i * c + k]];
+                    out[i * c + k] = f16 ? f32_to_f16(v) : f32_to_bf16(v);
+                }
+            break;
+        }
+        }
+    }
+}
+
+/* A worker thread: claims the next fillable batch, fills it, marks it ready. */
+static void *worker_main(void *arg) {
+    worker_arg_t *a = arg;
+    loader_t *l = a->l;
+    pthread_mutex_lock(&l->mu);
+    while (!l->shutdown) {
+        if (l->active && l->next_claim < l->end_batch &&
+            l->next_claim < l->released + l->nslots) {
+            int64_t b = l->next_claim++, epoch = l->epoch;
+            uint64_t gen = l->generation;
+            slot_t *s = &l->slots[b % l->nslots];
+            s->state = SLOT_FILLING;
+            l->in_flight++;
+            pthread_mutex_unlock(&l->mu);
+            fill_batch(l, epoch, b, s, &l->scratch[a->id]);
+            pthread_mutex_lock(&l->mu);
+            l->in_flight--;
+            if (gen == l->generation) s->state = SLOT_READY;
+            pthread_cond_broadcast(&l->cv_done);
+            continue;
+        }
+        pthread_cond_wait(&l->cv_work, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Validates the options against the dataset; fills l's shapes. */
+static int check_opts(loader_t *l, const loader_opts_t *o, err_t *e) {
+    const augment_opts_t *a = &o->augment;
+    if (o->batch_size < 1)
+        return err_set(e, ERR_INPUT, "loader: batch size %d, expected >= 1", o->batch_size);
+    if (o->workers < 0 || o->workers > 256)
+        return err_set(e, ERR_INPUT, "loader: data.workers is %d, expected 0..256",
+                       o->workers);
+    if (o->prefetch < 0)
+        return err_set(e, ERR_INPUT, "loader: prefetch %d < 0", o->prefetch);
+    if (a->random_crop && (a->crop_padding < 0 || a->crop_size < 1 ||
+                           a->crop_size > l->h + 2 * a->crop_padding ||
+                           a->crop_size > l->w + 2 * a->crop_padding))
+        return err_set(e, ERR_INPUT, "data.augment.random_crop: size %d with padding %d does "
+                       "not fit a %dx%d image (need 1 <= size <= side + 2 * padding)",
+                       a->crop_size, a->crop_padding, l->h, l->w);
+    if (!(a->rotation >= 0.0 && a->rotation <= 180.0))
+        return err_set(e, ERR_INPUT, "data.augment.rotation is %g, expected 0..180 degrees",
+                       a->rotation);
+    if (o->n_norm != 0 && o->n_norm != 1 && o->n_norm != l->c)
+        return err_set(e, ERR_INPUT, "data.normalize has %d values, expected %d (one per "
+                       "channel) or 1", o->n_norm, l->c);
+    for (int k = 0; k < o->n_norm; k++)
+        if (!(o->std[k] > 0))
+            return err_set(e, ERR_INPUT, "data.normalize.std[%d] is %g, expected > 0", k,
+                           (double)o->std[k]);
+    if (o->dtype < LOADER_F32 || o->dtype > LOADER_BF16)
+        return err_set(e, ERR_INPUT, "loader: unknown dtype %d", (int)o->dtype);
+    return 0;
+}
+
+int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, err_t *e) {
+    *out = NULL;
+    loader_t *l = xcalloc(1, sizeof *l, e);
+    if (!l) return -1;
+    l->ds = ds;
+    l->o = *o;
+    dataset_shape(ds, &l->c, &l->h, &l->w);
+    if (o->eval) l->o.augment.horizontal_flip = false, l->o.augment.rotation = 0;
+    if (check_opts(l, o, e)) { free(l); return -1; }
+    l->alloc = o->allocator ? *o->allocator
+                            : (loader_allocator_t){default_alloc, default_free, NULL};
+    augment_out_shape(&l->o.augment, l->h, l->w, &l->oh, &l->ow);
+    l->img_elems = (size_t)l->oh * l->ow * l->c;
+    l->elem_size = (o->dtype == LOADER_F16 || o->dtype == LOADER_BF16) ? 2 : 4;
+    for (int k = 0; k < l->c; k++) {
+        float mean = 0.0f, std = 1.0f;
+        if (o->n_norm) {
+            mean = o->mean[o->n_norm == 1 ? 0 : k];
+            std = o->std[o->n_norm == 1 ? 0 : k];
+        }
+        for (int v = 0; v < 256; v++) l->lut[k][v] = ((float)v / 255.0f - mean) / std;
+    }
+    sampler_opts_t so = {dataset_size(ds), o->world_size ? o->world_size : 1, o->rank,
+                         o->shuffle, o->drop_last, o->eval, o->seed};
+    if (sampler_init(&l->sampler, &so, e)) { free(l); return -1; }
+    l->num_batches = o->drop_last_batch ? l->sampler.num_samples / o->batch_size
+        : (l->sampler.num_samples + o->batch_size - 1) / o->batch_size;
+    if (l->num_batches < 1) {
+        err_set(e, ERR_INPUT, "loader: %lld samples per rank make no full batch of %d with "
+                "drop_last; lower the batch size", (long long)l->sampler.num_samples,
+                o->batch_size);
+        sampler_deinit(&l->sampler);
+        free(l);
+        return -1;
+    }
+    l->nthreads = o->workers;
+    l->nslots = o->prefetch ? o->prefetch : (2 * o->workers > 2 ? 2 * o->workers : 2);
+    l->slots = xcalloc((size_t)l->nslots, sizeof(slot_t), e);
+    l->scratch = xcalloc((size_t)l->nthreads + 1, sizeof(scratch_t), e);
+    l->threads = xcalloc((size_t)l->nthreads + 1, sizeof(pthread_t), e);
+    l->args = xcalloc((size_t)l->nthreads + 1, sizeof(worker_arg_t), e);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_done, NULL);
+    l->epoch = -1;
+    l->held = -1;
+    if (!l->slots || !l->scratch || !l->threads || !l->args) { loader_free(l); return -1; }
+    for (int i = 0; i < l->nslots; i++) {
+        slot_t *s = &l->slots[i];
+        s->b.images = l->alloc.alloc(l->alloc.ctx, (size_t)o->batch_size * l->img_elems *
+                                     l->elem_size);
+        s->b.labels = l->alloc.alloc(l->alloc.ctx, (size_t)o->batch_size * sizeof(int32_t));
+        s->ids = xmalloc((size_t)o->batch_size * sizeof(int64_t), e);
+        if (!s->b.images || !s->b.labels || !s->ids) {
+            if (!s->ids || e == NULL || !e->code)
+                err_set(e, ERR_RUNTIME, "loader: cannot allocate batch buffers (%zu bytes)",
+                        (size_t)o->batch_size * l->img_elems * l->elem_size);
+            loader_free(l);
+            return -1;
+        }
+        s->b.h = l->oh; s->b.w = l->ow; s->b.c = l->c;
+        s->b.dtype = o->dtype;
+        s->b.sample_ids = s->ids;
+    }
+    for (int i = 0; i <= l->nthreads; i++) {
+        size_t bytes = l->img_elems ? l->img_elems : 1;
+        l->scratch[i].img = xmalloc(bytes, e);
+        l->scratch[i].tmp = xmalloc(bytes, e);
+        if (!l->scratch[i].img || !l->scratch[i].tmp) { loader_free(l); return -1; }
+    }
+    for (int i = 0; i < l->nthreads; i++) {
+        l->args[i] = (worker_arg_t){l, i};
+        if (pthread_create(&l->threads[i], NULL, worker_main, &l->args[i]) != 0) {
+            err_set(e, ERR_RUNTIME, "loader: cannot start worker thread %d of %d", i + 1,
+                    l->nthreads);
+            loader_free(l);
+            return -1;
+        }
+        l->started++;
+    }
+    *out = l;
+    return 0;
+}
+
+int64_t loader_num_batches(const loader_t *l) { return l->num_batches; }
+int64_t loader_num_samples(const loader_t *l) { return l->sampler.num_samples; }
+const sampler_t *loader_sampler(const loader_t *l) { return &l->sampler; }
+
+void loader_shape(const loader_t *l, int *h, int *w, int *c) {
+    if (h) *h = l->oh;
+    if (w) *w = l->ow;
+    if (c) *c = l->c;
+}
+
+int loader_start_epoch(loader_t *l, int64_t epoch, int64_t start_batch, err_t *e) {
+    if (epoch < 0)
+        return err_set(e, ERR_INPUT, "loader: epoch %lld < 0", (long long)epoch);
+    if (start_batch < 0 || start_batch > l->num_batches)
+        return err_set(e, ERR_INPUT, "loader: start batch %lld is outside 0..%lld (batches "
+                       "per epoch); the checkpoint does not match this data setup",
+                       (long long)start_batch, (long long)l->num_batches);
+    pthread_mutex_lock(&l->mu);
+    l->generation++;
+    l->active = 0;
+    while (l->in_flight > 0) pthread_cond_wait(&l->cv_done, &l->mu);
+    for (int i = 0; i < l->nslots; i++) l->slots[i].state = SLOT_FREE;
+    int rc = sampler_set_epoch(&l->sampler, epoch, e);
+    if (rc == 0) {
+        l->epoch = epoch;
+        l->next_claim = l->released = l->next_consume = start_batch;
+        l->end_batch = l->num_batches;
+        l->held = -1;
+        l->active = 1;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int loader_next(loader_t *l, loader_batch_t **out, err_t *e) {
+    *out = NULL;
+    if (l->epoch < 0)
+        return err_set(e, ERR_RUNTIME, "loader: loader_next before loader_start_epoch");
+    double t0 = now_s();
+    pthread_mutex_lock(&l->mu);
+    if (l->held >= 0) {
+        l->slots[l->held % l->nslots].state = SLOT_FREE;
+        l->released = l->held + 1;
+        l->held = -1;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    if (l->next_consume >= l->end_batch) {
+        pthread_mutex_unlock(&l->mu);
+        return 0;
+    }
+    int64_t b = l->next_consume++;
+    slot_t *s = &l->slots[b % l->nslots];
+    if (l->nthreads == 0) {
+        pthread_mutex_unlock(&l->mu);
+        fill_batch(l, l->epoch, b, s, &l->scratch[0]);
+        pthread_mutex_lock(&l->mu);
+    } else {
+        while (!(s->state == SLOT_READY && s->b.index == b))
+            pthread_cond_wait(&l->cv_done, &l->mu);
+    }
+    l->held = b;
+    pthread_mutex_unlock(&l->mu);
+    s->b.data_wait_s = now_s() - t0;
+    *out = &s->b;
+    return 1;
+}
+
+void loader_free(loader_t *l) {
+    if (!l) return;
+    if (l->threads) {
+        pthread_mutex_lock(&l->mu);
+        l->shutdown = 1;
+        l->generation++;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+        for (int i = 0; i < l->started; i++) pthread_join(l->threads[i], NULL);
+    }
+    for (int i = 0; l->slots && i < l->nslots; i++) {
+        if (l->slots[i].b.images) l->alloc.free(l->alloc.ctx, l->slots[i].b.images);
+        if (l->slots[i].b.labels) l->alloc.free(l->alloc.ctx, l->slots[i].b.labels);
+        free(l->slots[i].ids);
+    }
+    for (int i = 0; l->scratch && i <= l->nthreads; i++) {
+        free(l->scratch[i].img);
+        free(l->scratch[i].tmp);
+    }
+    free(l->slots);
+    free(l->scratch);
+    free(l->threads);
+    free(l->args);
+    sampler_deinit(&l->sampler);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv_done);
+    pthread_cond_destroy(&l->cv_work);
+    free(l);
+}
