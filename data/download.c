@@ -102,7 +102,7 @@ int download_file(const download_opts_t *o, const char *path, err_t *e) {
     double backoff = o->backoff_s == 0 ? 1.0 : o->backoff_s;
     progress_t pr = {o->url, o->progress < 0 ? isatty(2) : o->progress, -2, 0};
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    char msg[CURL_ERROR_SIZE + 64] = "";
+    char msg[4400] = "";
     int attempt = 0, ok = 0;
     for (; attempt <= retries; attempt++) {
         if (attempt > 0) {
