@@ -85,6 +85,7 @@ void track_progress_epoch(track_progress_sink_t *p, const track_epoch_t *r) {
 }
 
 void track_progress_line(track_progress_sink_t *p, const char *line) {
+    if (p->off) return;
     progress_break(p);
     fprintf(p->out, "%s\n", line);
     fflush(p->out);

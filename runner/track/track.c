@@ -127,7 +127,7 @@ static int choose_run_id(track_t *t, const track_opts_t *o, err_t *e) {
                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != strlen(id))
             return err_set(e, ERR_INPUT, "W&B run id \"%.64s\" (WANDB_RUN_ID or %s): use 1-15 "
                            "characters of [a-zA-Z0-9_-]", id, path);
-        snprintf(t->run_id, sizeof t->run_id, "%s", id);
+        snprintf(t->run_id, sizeof t->run_id, "%.15s", id);
     } else {
         new_run_id(t->run_id);
     }

@@ -51,7 +51,7 @@ typedef enum {
     TRACK_PROGRESS_AUTO = 0,  /* redrawn line when progress_out is a terminal, else plain */
     TRACK_PROGRESS_TTY,       /* always the redrawn line */
     TRACK_PROGRESS_PLAIN,     /* always plain lines every print_every steps */
-    TRACK_PROGRESS_OFF        /* no progress output */
+    TRACK_PROGRESS_OFF        /* no progress output (console lines go to W&B only) */
 } track_progress_t;
 
 enum { TRACK_MAX_TAGS = 16 };
