@@ -1,0 +1,80 @@
+/* backend.c: backend creation by kind, and the backend-independent helpers of
+ * model/backend.h (dtype names, element sizes, CUDA device queries).
+ *
+ * The CUDA entry points come from model/cuda/ when the build has CUDA; without it a cuda
+ * backend cannot be created and no GPU is reported. Not here: any op (model/cpu/,
+ * model/cuda/).
+ */
+#include "model/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/cpu/cpu_backend.h"
+
+#ifdef RUNNER_HAVE_CUDA
+/* Provided by model/cuda/ (cuda_backend.h). */
+backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e);
+int cuda_device_count(void);
+int cuda_device_name(int i, char *buf, size_t len);
+void cuda_versions(char *buf, size_t len);
+#endif
+
+const char *const dtype_names[DT_COUNT] = {"fp32", "fp16", "bf16"};
+
+backend_t *backend_create(const backend_opts_t *opts, err_t *e) {
+    backend_opts_t none = {0};
+    if (!opts) opts = &none;
+    switch (opts->kind) {
+    case BACKEND_CPU:
+        return cpu_backend_create(opts, e);
+    case BACKEND_CUDA:
+#ifdef RUNNER_HAVE_CUDA
+        return cuda_backend_create(opts, e);
+#else
+        err_set(e, ERR_INPUT, "device: cuda requested but this runner was built without CUDA "
+                "(rebuild with nvcc installed, or set device: cpu)");
+        return NULL;
+#endif
+    default:
+        err_set(e, ERR_INPUT, "backend: unknown kind %d (use cpu or cuda)", (int)opts->kind);
+        return NULL;
+    }
+}
+
+void backend_free(backend_t *be) {
+    if (be && be->ops && be->ops->destroy) be->ops->destroy(be);
+}
+
+size_t backend_elem_size(const backend_t *be, dtype_t dt) {
+    if (be && be->kind == BACKEND_CPU) return 4;
+    return dt == DT_F32 ? 4 : 2;
+}
+
+int backend_cuda_device_count(void) {
+#ifdef RUNNER_HAVE_CUDA
+    int n = cuda_device_count();
+    return n > 0 ? n : 0;
+#else
+    return 0;
+#endif
+}
+
+int backend_cuda_device_name(int i, char *buf, size_t len) {
+#ifdef RUNNER_HAVE_CUDA
+    return cuda_device_name(i, buf, len);
+#else
+    (void)i;
+    if (buf && len) buf[0] = '\0';
+    return -1;
+#endif
+}
+
+void backend_cuda_versions(char *buf, size_t len) {
+    if (!buf || !len) return;
+#ifdef RUNNER_HAVE_CUDA
+    cuda_versions(buf, len);
+#else
+    buf[0] = '\0';
+#endif
+}

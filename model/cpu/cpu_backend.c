@@ -1,0 +1,212 @@
+/* cpu_backend.c: creates the CPU backend, owns its memory accounting and workspace, and
+ * assembles the op table from the op families in cpu_conv.c, cpu_norm.c and cpu_ops.c.
+ *
+ * Memory ops work on host memory: alloc is 256-byte aligned and counted, so peak_memory
+ * is the high-water mark of live bytes obtained through alloc (internal workspaces are
+ * not counted). Not here: the ops themselves.
+ */
+#include "model/cpu/cpu_backend.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "model/cpu/cpu_impl.h"
+
+#define CPU_ALIGN 256
+
+/* Each allocation carries its size in a 256-byte prefix so release can account for it. */
+static void *cpu_alloc(backend_t *be, size_t bytes) {
+    cpu_backend_t *c = cpu_of(be);
+    size_t body = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    if (body < bytes || body > SIZE_MAX - CPU_ALIGN) {
+        err_set(&be->err, ERR_RUNTIME, "cpu backend: allocation of %zu bytes is too large", bytes);
+        return NULL;
+    }
+    char *raw = aligned_alloc(CPU_ALIGN, body + CPU_ALIGN);
+    if (!raw) {
+        err_set(&be->err, ERR_RUNTIME, "cpu backend: out of memory allocating %zu bytes "
+                "(reduce batch_size or the model)", bytes);
+        return NULL;
+    }
+    memcpy(raw, &bytes, sizeof bytes);
+    c->live_bytes += bytes;
+    if (c->live_bytes > c->peak_bytes) c->peak_bytes = c->live_bytes;
+    return raw + CPU_ALIGN;
+}
+
+static void cpu_release(backend_t *be, void *p) {
+    if (!p) return;
+    char *raw = (char *)p - CPU_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, raw, sizeof bytes);
+    cpu_of(be)->live_bytes -= bytes;
+    free(raw);
+}
+
+static int cpu_copy(backend_t *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_zero(backend_t *be, void *dst, size_t bytes) {
+    (void)be;
+    if (bytes) memset(dst, 0, bytes);
+    return 0;
+}
+
+static int cpu_sync(backend_t *be) { (void)be; return 0; }
+
+static size_t cpu_peak_memory(backend_t *be) { return cpu_of(be)->peak_bytes; }
+
+float *cpu_scratch(cpu_backend_t *c, size_t n) {
+    if (n <= c->scratch_floats) return c->scratch;
+    free(c->scratch);
+    c->scratch_floats = 0;
+    size_t bytes = (n * sizeof(float) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    c->scratch = aligned_alloc(CPU_ALIGN, bytes);
+    if (!c->scratch) {
+        err_set(&c->base.err, ERR_RUNTIME, "cpu backend: out of memory for a %zu-byte workspace",
+                bytes);
+        return NULL;
+    }
+    c->scratch_floats = n;
+    return c->scratch;
+}
+
+typedef struct round_task {
+    dtype_t dt;
+    float *dst;
+    const float *src;
+    int64_t n;
+} round_task_t;
+
+#define ROUND_GRAIN 65536
+
+static void round_chunk(void *argp, int chunk) {
+    round_task_t *t = argp;
+    int64_t lo = (int64_t)chunk * ROUND_GRAIN, hi = lo + ROUND_GRAIN;
+    if (hi > t->n) hi = t->n;
+    if (t->dt == DT_F16)
+        for (int64_t i = lo; i < hi; i++) t->dst[i] = round_f16(t->src[i]);
+    else if (t->dt == DT_BF16)
+        for (int64_t i = lo; i < hi; i++) t->dst[i] = round_bf16(t->src[i]);
+    else if (t->dst != t->src)
+        memcpy(t->dst + lo, t->src + lo, (size_t)(hi - lo) * sizeof(float));
+}
+
+void cpu_round_copy(cpu_backend_t *c, dtype_t dt, float *dst, const float *src, int64_t n) {
+    round_task_t t = {dt, dst, src, n};
+    cpu_pool_run(&c->pool, cpu_nchunks(n, ROUND_GRAIN), round_chunk, &t);
+}
+
+void cpu_round_array(cpu_backend_t *c, dtype_t dt, float *x, int64_t n) {
+    if (dt == DT_F32) return;
+    cpu_round_copy(c, dt, x, x, n);
+}
+
+static int cpu_upload(backend_t *be, void *dst, const void *src, size_t bytes) {
+    return cpu_copy(be, dst, src, bytes);
+}
+
+static int cpu_download(backend_t *be, void *dst, const void *src, size_t bytes) {
+    return cpu_copy(be, dst, src, bytes);
+}
+
+static void cpu_destroy(backend_t *be) {
+    cpu_backend_t *c = cpu_of(be);
+    cpu_pool_deinit(&c->pool);
+#ifdef RUNNER_HAVE_DNNL
+    cpu_dnnl_free(c->dnnl);
+#endif
+    free(c->scratch);
+    free(c);
+}
+
+static const backend_ops_t cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .peak_memory = cpu_peak_memory,
+    .conv2d_fwd = cpu_conv2d_fwd,
+    .conv2d_bwd_data = cpu_conv2d_bwd_data,
+    .conv2d_bwd_filter = cpu_conv2d_bwd_filter,
+    .bn_stats = cpu_bn_stats,
+    .bn_apply = cpu_bn_apply,
+    .bn_update_running = cpu_bn_update_running,
+    .bn_bwd_reduce = cpu_bn_bwd_reduce,
+    .bn_bwd_apply = cpu_bn_bwd_apply,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .add = cpu_add,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .softmax_xent = cpu_softmax_xent,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+    .cast = cpu_cast,
+    .unscale_check_finite = cpu_unscale_check_finite,
+    .scale = cpu_scale,
+};
+
+/* Sets the OpenMP thread count oneDNN uses. libgomp is only an indirect dependency (through
+ * libdnnl), so the symbol is looked up at run time rather than linked. */
+static void set_omp_threads(int n) {
+    void (*set)(int) = NULL;
+    void *sym = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (sym) memcpy(&set, &sym, sizeof set);
+    if (set) set(n);
+}
+
+backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
+    int threads = o ? o->threads : 0;
+    if (threads < 0) {
+        err_set(e, ERR_INPUT, "cpu backend: threads = %d; use 0 (all cores) or a positive count",
+                threads);
+        return NULL;
+    }
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    cpu_backend_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set(e, ERR_RUNTIME, "cpu backend: out of memory");
+        return NULL;
+    }
+    c->base.ops = &cpu_ops;
+    c->base.kind = BACKEND_CPU;
+    c->base.device = 0;
+    c->base.threads = threads;
+    if (cpu_pool_init(&c->pool, threads, e) != 0) {
+        free(c);
+        return NULL;
+    }
+    openblas_set_num_threads(threads);
+    set_omp_threads(threads);
+#ifdef RUNNER_HAVE_DNNL
+    c->dnnl = cpu_dnnl_create(threads, e);
+    if (!c->dnnl) {
+        cpu_pool_deinit(&c->pool);
+        free(c);
+        return NULL;
+    }
+#endif
+    return &c->base;
+}
+
+void cpu_backend_set_conv_engine(backend_t *be, int engine) {
+    cpu_of(be)->conv_engine = engine;
+}

@@ -1,0 +1,38 @@
+/* cpu_backend.h: the CPU compute backend, the reference every other backend is checked
+ * against.
+ *
+ * It fills every slot of backend_ops_t (model/backend.h) for host memory: convolutions
+ * through oneDNN (when built with it) or im2col / 1x1-as-GEMM on OpenBLAS, batch norm,
+ * elementwise ops, pooling, the classifier GEMM, the loss and the optimizers on a small
+ * thread pool. Results are deterministic: the same inputs give the same bits every run,
+ * whatever the thread timing. Half precision (DT_F16 / DT_BF16) is emulated in 4-byte
+ * floats holding values rounded to half (backend_elem_size is 4 for every dtype).
+ *
+ * Not here: the dispatch on backend kind (model/backend.c), anything GPU.
+ */
+#ifndef RUNNER_MODEL_CPU_BACKEND_H
+#define RUNNER_MODEL_CPU_BACKEND_H
+
+#include "model/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a CPU backend with o->threads worker threads (0: all online cores). Returns
+ * NULL and fills e on failure (out of memory, thread creation). Free with backend_free. */
+backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e);
+
+/* Which convolution engine the backend uses for a shape, for benchmarks and tests:
+ * "dnnl" or "gemm". */
+const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s);
+
+/* Forces the convolution engine: 0 automatic (default), 1 im2col/GEMM only, 2 oneDNN
+ * only (falls back to GEMM when oneDNN is not built in). Used by tests and benchmarks
+ * to check both engines against each other. */
+void cpu_backend_set_conv_engine(backend_t *be, int engine);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

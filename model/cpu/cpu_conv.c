@@ -1,0 +1,279 @@
+/* cpu_conv.c: 2-D convolution for the CPU backend (forward, backward data, backward
+ * filter) on NHWC activations and KRSC weights.
+ *
+ * Two engines: oneDNN (cpu_dnnl.c, when built with it) and im2col + OpenBLAS SGEMM, where
+ * a 1x1 stride-1 convolution is one plain GEMM on the activation matrix. The engine is
+ * chosen per shape (see choose_engine). AMP (DT_F16/DT_BF16) is emulated here for both
+ * engines: inputs and weights are rounded to half before use, the fp32 result is rounded
+ * after. Backward data is a gather (col2im written per input pixel), so every output
+ * element is summed in a fixed order by one thread: results are deterministic.
+ * Not here: bias (ResNets have none), groups, dilation.
+ */
+#include <string.h>
+
+#include <cblas.h>
+
+#include "model/cpu/cpu_impl.h"
+
+/* Images per GEMM chunk so that the im2col matrix stays around 16 MB. */
+static int images_per_chunk(const conv_shape_t *s) {
+    int64_t per = (int64_t)s->p * s->q * s->r * s->s * s->c;
+    int64_t nb = per > 0 ? (4 << 20) / per : s->n;
+    if (nb < 1) nb = 1;
+    if (nb > s->n) nb = s->n;
+    return (int)nb;
+}
+
+static bool is_pointwise(const conv_shape_t *s) {
+    return s->r == 1 && s->s == 1 && s->stride == 1 && s->pad == 0;
+}
+
+typedef struct im2col_task {
+    const conv_shape_t *s;
+    const float *x;     /* first image of the chunk */
+    float *col;         /* [nb*p*q, r*s*c] */
+    int nb;
+    dtype_t dt;
+} im2col_task_t;
+
+/* One output row (image b, output row p) of the im2col matrix, rounding to dt. */
+static void im2col_row(void *argp, int chunk) {
+    im2col_task_t *t = argp;
+    const conv_shape_t *s = t->s;
+    int b = chunk / s->p, op = chunk % s->p;
+    int64_t rsc = (int64_t)s->r * s->s * s->c;
+    const float *xb = t->x + (int64_t)b * s->h * s->w * s->c;
+    for (int oq = 0; oq < s->q; oq++) {
+        float *dst = t->col + ((int64_t)chunk * s->q + oq) * rsc;
+        for (int r = 0; r < s->r; r++) {
+            int ih = op * s->stride - s->pad + r;
+            for (int ss = 0; ss < s->s; ss++) {
+                int iw = oq * s->stride - s->pad + ss;
+                float *d = dst + ((int64_t)r * s->s + ss) * s->c;
+                if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) {
+                    memset(d, 0, (size_t)s->c * sizeof(float));
+                    continue;
+                }
+                const float *src = xb + ((int64_t)ih * s->w + iw) * s->c;
+                if (t->dt == DT_F32) memcpy(d, src, (size_t)s->c * sizeof(float));
+                else for (int ci = 0; ci < s->c; ci++) d[ci] = cpu_round(t->dt, src[ci]);
+            }
+        }
+    }
+}
+
+static void im2col(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x, int nb,
+                   float *col) {
+    im2col_task_t t = {s, x, col, nb, dt};
+    cpu_pool_run(&c->pool, nb * s->p, im2col_row, &t);
+}
+
+typedef struct col2im_task {
+    const conv_shape_t *s;
+    const float *col;   /* [nb*p*q, r*s*c] gradient of the im2col matrix */
+    float *dx;          /* first image of the chunk */
+    dtype_t dt;
+} col2im_task_t;
+
+/* One input row (image b, input row ih) of dx: each pixel gathers the columns that
+ * read it, in (r, s) order, and rounds the sum to dt. */
+static void col2im_row(void *argp, int chunk) {
+    col2im_task_t *t = argp;
+    const conv_shape_t *s = t->s;
+    int b = chunk / s->h, ih = chunk % s->h;
+    int64_t rsc = (int64_t)s->r * s->s * s->c;
+    const float *colb = t->col + (int64_t)b * s->p * s->q * rsc;
+    for (int iw = 0; iw < s->w; iw++) {
+        float *d = t->dx + (((int64_t)b * s->h + ih) * s->w + iw) * s->c;
+        memset(d, 0, (size_t)s->c * sizeof(float));
+        for (int r = 0; r < s->r; r++) {
+            int np = ih + s->pad - r;
+            if (np < 0 || np % s->stride) continue;
+            int op = np / s->stride;
+            if (op >= s->p) continue;
+            for (int ss = 0; ss < s->s; ss++) {
+                int nq = iw + s->pad - ss;
+                if (nq < 0 || nq % s->stride) continue;
+                int oq = nq / s->stride;
+                if (oq >= s->q) continue;
+                const float *src = colb + ((int64_t)op * s->q + oq) * rsc +
+                                   ((int64_t)r * s->s + ss) * s->c;
+                for (int ci = 0; ci < s->c; ci++) d[ci] += src[ci];
+            }
+        }
+        if (t->dt != DT_F32)
+            for (int ci = 0; ci < s->c; ci++) d[ci] = cpu_round(t->dt, d[ci]);
+    }
+}
+
+/* Forward through im2col + SGEMM: y[rows, k] = col[rows, rsc] * w[k, rsc]^T. */
+static int gemm_fwd(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x,
+                    const float *w, float *y) {
+    int rsc = s->r * s->s * s->c;
+    int64_t wn = (int64_t)s->k * rsc, xin = (int64_t)s->h * s->w * s->c;
+    int64_t yout = (int64_t)s->p * s->q * s->k;
+    if (dt == DT_F32 && is_pointwise(s)) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->n * s->h * s->w, s->k, s->c,
+                    1.0f, x, s->c, w, s->c, 0.0f, y, s->k);
+        return 0;
+    }
+    int nb = images_per_chunk(s);
+    int64_t colsz = (int64_t)nb * s->p * s->q * rsc;
+    float *ws = cpu_scratch(c, (size_t)(colsz + (dt != DT_F32 ? wn : 0)));
+    if (!ws) return -1;
+    float *col = ws, *wr = (float *)w;
+    if (dt != DT_F32) {
+        wr = ws + colsz;
+        cpu_round_copy(c, dt, wr, w, wn);
+    }
+    for (int b0 = 0; b0 < s->n; b0 += nb) {
+        int cnt = s->n - b0 < nb ? s->n - b0 : nb;
+        im2col(c, s, dt, x + b0 * xin, cnt, col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cnt * s->p * s->q, s->k, rsc,
+                    1.0f, col, rsc, wr, rsc, 0.0f, y + b0 * yout, s->k);
+    }
+    return 0;
+}
+
+/* Backward data: dcol = dy[rows, k] * w[k, rsc], then gathered into dx. */
+static int gemm_bwd_data(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *dy,
+                         const float *w, float *dx) {
+    int rsc = s->r * s->s * s->c;
+    int64_t wn = (int64_t)s->k * rsc, xin = (int64_t)s->h * s->w * s->c;
+    int64_t yout = (int64_t)s->p * s->q * s->k;
+    if (dt == DT_F32 && is_pointwise(s)) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->n * s->h * s->w, s->c, s->k,
+                    1.0f, dy, s->k, w, s->c, 0.0f, dx, s->c);
+        return 0;
+    }
+    int nb = images_per_chunk(s);
+    int64_t colsz = (int64_t)nb * s->p * s->q * rsc;
+    int64_t dysz = dt != DT_F32 ? (int64_t)nb * yout : 0;
+    float *ws = cpu_scratch(c, (size_t)(colsz + dysz + (dt != DT_F32 ? wn : 0)));
+    if (!ws) return -1;
+    float *col = ws, *dyr = ws + colsz, *wr = (float *)w;
+    if (dt != DT_F32) {
+        wr = ws + colsz + dysz;
+        cpu_round_copy(c, dt, wr, w, wn);
+    }
+    for (int b0 = 0; b0 < s->n; b0 += nb) {
+        int cnt = s->n - b0 < nb ? s->n - b0 : nb;
+        const float *a = dy + b0 * yout;
+        if (dt != DT_F32) {
+            cpu_round_copy(c, dt, dyr, a, cnt * yout);
+            a = dyr;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cnt * s->p * s->q, rsc, s->k,
+                    1.0f, a, s->k, wr, rsc, 0.0f, col, rsc);
+        col2im_task_t t = {s, col, dx + b0 * xin, dt};
+        cpu_pool_run(&c->pool, cnt * s->h, col2im_row, &t);
+    }
+    return 0;
+}
+
+/* Backward filter: dw[k, rsc] += dy^T[k, rows] * col[rows, rsc], chunk by chunk. */
+static int gemm_bwd_filter(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x,
+                           const float *dy, float *dw) {
+    int rsc = s->r * s->s * s->c;
+    int64_t xin = (int64_t)s->h * s->w * s->c, yout = (int64_t)s->p * s->q * s->k;
+    if (dt == DT_F32 && is_pointwise(s)) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->k, s->c, s->n * s->h * s->w,
+                    1.0f, dy, s->k, x, s->c, 1.0f, dw, s->c);
+        return 0;
+    }
+    int nb = images_per_chunk(s);
+    int64_t colsz = (int64_t)nb * s->p * s->q * rsc;
+    int64_t dysz = dt != DT_F32 ? (int64_t)nb * yout : 0;
+    float *ws = cpu_scratch(c, (size_t)(colsz + dysz));
+    if (!ws) return -1;
+    float *col = ws, *dyr = ws + colsz;
+    for (int b0 = 0; b0 < s->n; b0 += nb) {
+        int cnt = s->n - b0 < nb ? s->n - b0 : nb;
+        const float *a = dy + b0 * yout;
+        if (dt != DT_F32) {
+            cpu_round_copy(c, dt, dyr, a, cnt * yout);
+            a = dyr;
+        }
+        im2col(c, s, dt, x + b0 * xin, cnt, col);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->k, rsc, cnt * s->p * s->q,
+                    1.0f, a, s->k, col, rsc, 1.0f, dw, rsc);
+    }
+    return 0;
+}
+
+/* Checks the geometry; a bad shape is the caller's bug, reported as a runtime error. */
+static int check_shape(backend_t *be, const conv_shape_t *s, const char *op) {
+    if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->r < 1 || s->s < 1 ||
+        s->stride < 1 || s->pad < 0 || s->p != (s->h + 2 * s->pad - s->r) / s->stride + 1 ||
+        s->q != (s->w + 2 * s->pad - s->s) / s->stride + 1 || s->p < 1 || s->q < 1)
+        return err_set(&be->err, ERR_RUNTIME, "cpu %s: inconsistent conv shape n%d h%d w%d c%d "
+                       "k%d r%d s%d stride%d pad%d p%d q%d", op, s->n, s->h, s->w, s->c, s->k,
+                       s->r, s->s, s->stride, s->pad, s->p, s->q);
+    return 0;
+}
+
+/* The engine for a shape: oneDNN whenever it is built in, except where forced. */
+static int choose_engine(cpu_backend_t *c, const conv_shape_t *s) {
+    (void)s;
+    if (!c->dnnl || c->conv_engine == CPU_CONV_GEMM) return CPU_CONV_GEMM;
+    return CPU_CONV_DNNL;
+}
+
+const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s) {
+    return choose_engine(cpu_of(be), s) == CPU_CONV_DNNL ? "dnnl" : "gemm";
+}
+
+/* Runs one oneDNN convolution with AMP emulation: a and b are rounded copies when dt is
+ * half, the output is rounded after (bwd filter output is fp32 and accumulated by dnnl). */
+static int dnnl_amp(cpu_backend_t *c, int which, const conv_shape_t *s, dtype_t dt,
+                    const float *a, int64_t na, const float *b, int64_t nb, float *out,
+                    int64_t nout) {
+#ifndef RUNNER_HAVE_DNNL
+    (void)which; (void)s; (void)dt; (void)a; (void)na; (void)b; (void)nb; (void)out; (void)nout;
+    return err_set(&c->base.err, ERR_RUNTIME, "cpu backend: built without oneDNN");
+#else
+    if (dt == DT_F32) return cpu_dnnl_conv(c, which, s, a, b, out);
+    float *ws = cpu_scratch(c, (size_t)(na + nb));
+    if (!ws) return -1;
+    cpu_round_copy(c, dt, ws, a, na);
+    cpu_round_copy(c, dt, ws + na, b, nb);
+    if (cpu_dnnl_conv(c, which, s, ws, ws + na, out) != 0) return -1;
+    if (which != 2) cpu_round_array(c, dt, out, nout);
+    return 0;
+#endif
+}
+
+int cpu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                   const void *w, void *y) {
+    cpu_backend_t *c = cpu_of(be);
+    if (check_shape(be, s, "conv2d_fwd") != 0) return -1;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
+    if (choose_engine(c, s) == CPU_CONV_DNNL)
+        return dnnl_amp(c, 0, s, dt, x, nx, w, nw, y, ny);
+    if (gemm_fwd(c, s, dt, x, w, y) != 0) return -1;
+    cpu_round_array(c, dt, y, ny);
+    return 0;
+}
+
+int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                        const void *w, void *dx) {
+    cpu_backend_t *c = cpu_of(be);
+    if (check_shape(be, s, "conv2d_bwd_data") != 0) return -1;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
+    if (choose_engine(c, s) == CPU_CONV_DNNL)
+        return dnnl_amp(c, 1, s, dt, dy, ny, w, nw, dx, nx);
+    return gemm_bwd_data(c, s, dt, dy, w, dx);  /* col2im rounds */
+}
+
+int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                          const void *dy, float *dw) {
+    cpu_backend_t *c = cpu_of(be);
+    if (check_shape(be, s, "conv2d_bwd_filter") != 0) return -1;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c;
+    int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
+    if (choose_engine(c, s) == CPU_CONV_DNNL)
+        return dnnl_amp(c, 2, s, dt, x, nx, dy, ny, dw, 0);
+    return gemm_bwd_filter(c, s, dt, x, dy, dw);
+}

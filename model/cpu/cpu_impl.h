@@ -1,0 +1,134 @@
+/* cpu_impl.h: private to model/cpu/. The CPU backend's context, its thread pool and the
+ * functions the op files export to cpu_backend.c, which assembles the op table.
+ *
+ * Nothing outside model/cpu/ includes this file.
+ */
+#ifndef RUNNER_MODEL_CPU_IMPL_H
+#define RUNNER_MODEL_CPU_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/backend.h"
+#include "runner/util/half.h"
+
+/* ---- thread pool ------------------------------------------------------------------
+ * A fixed set of workers that run fn(arg, chunk) for chunk in [0, nchunks). Chunks are
+ * handed out statically (worker t takes chunks t, t+T, ...), so which thread computes
+ * what never depends on timing; reductions write one partial per chunk and the caller
+ * combines them in chunk order, so results do not even depend on the thread count. */
+typedef void (*cpu_task_fn)(void *arg, int chunk);
+
+typedef struct cpu_pool {
+    int nthreads;                 /* including the calling thread */
+    pthread_t *tids;
+    pthread_mutex_t mu;
+    pthread_cond_t start_cv, done_cv;
+    uint64_t generation;          /* bumped per parallel call */
+    int pending;                  /* workers still running the current call */
+    bool quit;
+    cpu_task_fn fn;
+    void *arg;
+    int nchunks;
+} cpu_pool_t;
+
+int cpu_pool_init(cpu_pool_t *p, int nthreads, err_t *e);
+void cpu_pool_deinit(cpu_pool_t *p);
+/* Runs fn over nchunks chunks on all threads and returns when every chunk is done. */
+void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg);
+
+/* ---- convolution engines ----------------------------------------------------------- */
+enum { CPU_CONV_AUTO = 0, CPU_CONV_GEMM = 1, CPU_CONV_DNNL = 2 };
+
+typedef struct cpu_dnnl cpu_dnnl_t;   /* oneDNN engine, stream and primitive cache */
+
+/* The backend context. */
+typedef struct cpu_backend {
+    backend_t base;               /* must be first */
+    cpu_pool_t pool;
+    size_t live_bytes, peak_bytes;
+    int conv_engine;              /* CPU_CONV_* */
+    float *scratch;               /* grow-only workspace for im2col and AMP rounding */
+    size_t scratch_floats;
+    cpu_dnnl_t *dnnl;             /* NULL without oneDNN */
+} cpu_backend_t;
+
+static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be; }
+
+/* Returns a workspace of at least n floats (valid until the next call), or NULL with
+ * be->err set. */
+float *cpu_scratch(cpu_backend_t *c, size_t n);
+
+/* Rounds v to dt (identity for DT_F32). */
+static inline float cpu_round(dtype_t dt, float v) {
+    return dt == DT_F16 ? round_f16(v) : dt == DT_BF16 ? round_bf16(v) : v;
+}
+/* Rounds n floats in place to dt, in parallel. */
+void cpu_round_array(cpu_backend_t *c, dtype_t dt, float *x, int64_t n);
+/* Copies n floats from src to dst rounding to dt (dst may equal src). */
+void cpu_round_copy(cpu_backend_t *c, dtype_t dt, float *dst, const float *src, int64_t n);
+
+/* ---- op implementations (one family per file) -------------------------------------- */
+/* cpu_conv.c */
+int cpu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                   const void *w, void *y);
+int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                        const void *w, void *dx);
+int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                          const void *dy, float *dw);
+/* cpu_dnnl.c: 0 ok, -1 error (be->err set); only called when c->dnnl != NULL */
+cpu_dnnl_t *cpu_dnnl_create(int threads, err_t *e);
+void cpu_dnnl_free(cpu_dnnl_t *d);
+int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, const float *a,
+                  const float *b, float *out);   /* which: 0 fwd, 1 bwd data, 2 bwd filter */
+
+/* cpu_norm.c */
+int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                 float *var);
+int cpu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                 const float *var, const float *gamma, const float *beta, float eps,
+                 const void *z, bool relu, void *y);
+int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
+                          int64_t count, float momentum, float *run_mean, float *run_var);
+int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                      const void *y, const void *dy, const float *mean, const float *var,
+                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                      float *dbeta);
+int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                     const void *y, const void *dy, const float *mean, const float *var,
+                     const float *gamma, float eps, const float *sum_dy,
+                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
+
+/* cpu_ops.c */
+int cpu_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
+int cpu_relu_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
+int cpu_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y);
+int cpu_avgpool_fwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
+int cpu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
+int cpu_linear_fwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                   const void *w, const float *b, void *y);
+int cpu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                   const void *w, const void *dy, void *dx, float *dw, float *db);
+int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                     const int32_t *labels, float smoothing, float grad_scale,
+                     void *dlogits, float *loss_sum, int32_t *correct);
+int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
+                 float momentum, float dampening, float weight_decay, bool nesterov,
+                 bool first_step);
+int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
+                   float lr, float beta1, float beta2, float eps, float weight_decay,
+                   int64_t step);
+int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
+             dtype_t dst_dt);
+int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
+                             int32_t *found_inf);
+int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
+
+/* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */
+static inline int cpu_nchunks(int64_t n, int64_t grain) {
+    return n <= 0 ? 0 : (int)((n + grain - 1) / grain);
+}
+
+#endif

@@ -1,0 +1,210 @@
+/* cpu_norm.c: batch normalisation for the CPU backend, split in the phases of
+ * model/backend.h (stats, apply, running-stat update, backward reduce, backward apply) so
+ * SyncBN can reduce across ranks between them.
+ *
+ * Data is M rows of C channels (NHWC flattened). Reductions run over fixed blocks of rows,
+ * each block accumulating in double, and the blocks are combined in block order: the
+ * result does not depend on thread count or timing. Semantics follow torch BatchNorm2d:
+ * biased variance to normalise, unbiased variance in the running estimate.
+ * Not here: eval-mode folding, the cross-rank reduction itself (comm/).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/cpu/cpu_impl.h"
+
+#define BN_ROWS 256   /* rows per reduction block and per elementwise task */
+
+typedef struct bn_task {
+    int64_t m;
+    int c;
+    dtype_t dt;
+    const float *x, *y, *dy, *z;
+    float *out, *out2;
+    const float *scale, *shift, *mean, *coef;   /* per channel */
+    double *part;         /* [nblocks][2c] */
+    bool relu;
+} bn_task_t;
+
+static void block_range(const bn_task_t *t, int chunk, int64_t *lo, int64_t *hi) {
+    *lo = (int64_t)chunk * BN_ROWS;
+    *hi = *lo + BN_ROWS < t->m ? *lo + BN_ROWS : t->m;
+}
+
+/* Sum and sum of squares of one block, per channel. */
+static void stats_block(void *argp, int chunk) {
+    bn_task_t *t = argp;
+    int c = t->c;
+    double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
+    memset(s, 0, 2 * (size_t)c * sizeof(double));
+    int64_t lo, hi;
+    block_range(t, chunk, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = t->x + i * c;
+        for (int j = 0; j < c; j++) {
+            double v = xr[j];
+            s[j] += v;
+            q[j] += v * v;
+        }
+    }
+}
+
+/* Adds the per-block partials [nb][2c] in block order into out (2c doubles). */
+static void combine(const double *part, int nb, int c, double *out) {
+    memset(out, 0, 2 * (size_t)c * sizeof(double));
+    for (int b = 0; b < nb; b++)
+        for (int j = 0; j < 2 * c; j++) out[j] += part[(int64_t)b * 2 * c + j];
+}
+
+/* Workspace for nb blocks of partials plus the combined row, as doubles. */
+static double *partials(cpu_backend_t *cb, int nb, int c) {
+    return (double *)cpu_scratch(cb, ((size_t)nb + 1) * 2 * (size_t)c * 2);
+}
+
+int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                 float *var) {
+    cpu_backend_t *cb = cpu_of(be);
+    if (m < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_stats: no rows");
+    int nb = cpu_nchunks(m, BN_ROWS);
+    double *part = partials(cb, nb, c);
+    if (!part) return -1;
+    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .part = part};
+    cpu_pool_run(&cb->pool, nb, stats_block, &t);
+    double *tot = part + (int64_t)nb * 2 * c;
+    combine(part, nb, c, tot);
+    for (int j = 0; j < c; j++) {
+        double mu = tot[j] / (double)m;
+        double v = tot[c + j] / (double)m - mu * mu;
+        mean[j] = (float)mu;
+        var[j] = (float)(v > 0 ? v : 0);
+    }
+    return 0;
+}
+
+/* y = [relu](x * scale + shift [+ z]) on one block of rows, rounded once to dt. */
+static void apply_block(void *argp, int chunk) {
+    bn_task_t *t = argp;
+    int c = t->c;
+    int64_t lo, hi;
+    block_range(t, chunk, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = t->x + i * c, *zr = t->z ? t->z + i * c : NULL;
+        float *yr = t->out + i * c;
+        for (int j = 0; j < c; j++) {
+            float v = xr[j] * t->scale[j] + t->shift[j];
+            if (zr) v = v + zr[j];
+            if (t->relu) v = v < 0.0f ? 0.0f : v;
+            yr[j] = t->dt != DT_F32 ? cpu_round(t->dt, v) : v;
+        }
+    }
+}
+
+int cpu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                 const float *var, const float *gamma, const float *beta, float eps,
+                 const void *z, bool relu, void *y) {
+    cpu_backend_t *cb = cpu_of(be);
+    float *ss = cpu_scratch(cb, 2 * (size_t)c);
+    if (!ss) return -1;
+    for (int j = 0; j < c; j++) {
+        double invstd = 1.0 / sqrt((double)var[j] + (double)eps);
+        ss[j] = (float)((double)gamma[j] * invstd);
+        ss[c + j] = (float)((double)beta[j] - (double)mean[j] * (double)gamma[j] * invstd);
+    }
+    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .z = z, .out = y, .scale = ss,
+                   .shift = ss + c, .relu = relu};
+    cpu_pool_run(&cb->pool, cpu_nchunks(m, BN_ROWS), apply_block, &t);
+    return 0;
+}
+
+int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
+                          int64_t count, float momentum, float *run_mean, float *run_var) {
+    (void)be;
+    float unbias = count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
+    for (int j = 0; j < c; j++) {
+        run_mean[j] = momentum * mean[j] + (1.0f - momentum) * run_mean[j];
+        run_var[j] = momentum * (var[j] * unbias) + (1.0f - momentum) * run_var[j];
+    }
+    return 0;
+}
+
+/* Sum of masked dy and of masked dy * x over one block, per channel. */
+static void reduce_block(void *argp, int chunk) {
+    bn_task_t *t = argp;
+    int c = t->c;
+    double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
+    memset(s, 0, 2 * (size_t)c * sizeof(double));
+    int64_t lo, hi;
+    block_range(t, chunk, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = t->x + i * c, *dr = t->dy + i * c, *yr = t->y ? t->y + i * c : NULL;
+        for (int j = 0; j < c; j++) {
+            double d = yr && !(yr[j] > 0.0f) ? 0.0 : (double)dr[j];
+            s[j] += d;
+            q[j] += d * ((double)xr[j] - (double)t->mean[j]);
+        }
+    }
+}
+
+int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                      const void *y, const void *dy, const float *mean, const float *var,
+                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                      float *dbeta) {
+    cpu_backend_t *cb = cpu_of(be);
+    if (m < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_reduce: no rows");
+    int nb = cpu_nchunks(m, BN_ROWS);
+    double *part = partials(cb, nb, c);
+    if (!part) return -1;
+    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .y = y, .dy = dy, .mean = mean,
+                   .part = part};
+    cpu_pool_run(&cb->pool, nb, reduce_block, &t);
+    double *tot = part + (int64_t)nb * 2 * c;
+    combine(part, nb, c, tot);
+    for (int j = 0; j < c; j++) {
+        double invstd = 1.0 / sqrt((double)var[j] + (double)eps);
+        float sd = (float)tot[j], sdx = (float)(tot[c + j] * invstd);
+        sum_dy[j] = sd;
+        sum_dy_xhat[j] = sdx;
+        dbeta[j] += sd;
+        dgamma[j] += sdx;
+    }
+    return 0;
+}
+
+/* dx = scale * (dy - mean_dy - (x - mean) * coef), dz = masked dy, on one block. */
+static void bwd_apply_block(void *argp, int chunk) {
+    bn_task_t *t = argp;
+    int c = t->c;
+    const float *mdy = t->shift;
+    int64_t lo, hi;
+    block_range(t, chunk, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = t->x + i * c, *dr = t->dy + i * c, *yr = t->y ? t->y + i * c : NULL;
+        float *dxr = t->out + i * c, *dzr = t->out2 ? t->out2 + i * c : NULL;
+        for (int j = 0; j < c; j++) {
+            float d = yr && !(yr[j] > 0.0f) ? 0.0f : dr[j];
+            float v = t->scale[j] * (d - mdy[j] - (xr[j] - t->mean[j]) * t->coef[j]);
+            if (dzr) dzr[j] = d;
+            dxr[j] = t->dt != DT_F32 ? cpu_round(t->dt, v) : v;
+        }
+    }
+}
+
+int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                     const void *y, const void *dy, const float *mean, const float *var,
+                     const float *gamma, float eps, const float *sum_dy,
+                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+    cpu_backend_t *cb = cpu_of(be);
+    if (count < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_apply: count < 1");
+    float *ws = cpu_scratch(cb, 3 * (size_t)c);
+    if (!ws) return -1;
+    for (int j = 0; j < c; j++) {
+        double invstd = 1.0 / sqrt((double)var[j] + (double)eps);
+        ws[j] = (float)((double)gamma[j] * invstd);
+        ws[c + j] = (float)((double)sum_dy[j] / (double)count);
+        ws[2 * c + j] = (float)((double)sum_dy_xhat[j] * invstd / (double)count);
+    }
+    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .y = y, .dy = dy, .out = dx, .out2 = dz,
+                   .mean = mean, .scale = ws, .shift = ws + c, .coef = ws + 2 * c};
+    cpu_pool_run(&cb->pool, cpu_nchunks(m, BN_ROWS), bwd_apply_block, &t);
+    return 0;
+}

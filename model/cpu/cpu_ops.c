@@ -1,0 +1,353 @@
+/* cpu_ops.c: the CPU backend's elementwise ops, global average pooling, the classifier
+ * GEMM, softmax cross-entropy, the optimizers and the AMP helpers (cast, unscale).
+ *
+ * Elementwise work is split in fixed-size chunks over the thread pool; every sum is taken
+ * in a fixed order (per-chunk partials combined in chunk order), so results are
+ * deterministic. Semantics follow PyTorch: torch.nn.CrossEntropyLoss(label_smoothing),
+ * torch.optim.SGD and torch.optim.AdamW (see each function). Not here: convolution
+ * (cpu_conv.c), batch norm (cpu_norm.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "model/cpu/cpu_impl.h"
+
+#define EW_GRAIN 32768   /* elements per elementwise task */
+
+/* One elementwise job; op selects the loop, the fields its operands. */
+typedef enum { EW_RELU, EW_RELU_BWD, EW_ADD, EW_SCALE, EW_UNSCALE, EW_SGD, EW_ADAMW } ew_op_t;
+
+typedef struct ew_task {
+    ew_op_t op;
+    int64_t n;
+    dtype_t dt;
+    const float *a, *b;
+    float *y, *buf, *m, *v;
+    float alpha, lr, momentum, wd;
+    float one_minus_damp;                          /* SGD: 1 - dampening */
+    float decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, step_size, bc2_sqrt; /* AdamW */
+    bool nesterov, first;
+    int32_t *flags;      /* per chunk: non-finite seen (EW_UNSCALE) */
+} ew_task_t;
+
+static void ew_chunk(void *argp, int chunk) {
+    ew_task_t *t = argp;
+    int64_t lo = (int64_t)chunk * EW_GRAIN, hi = lo + EW_GRAIN < t->n ? lo + EW_GRAIN : t->n;
+    dtype_t dt = t->dt;
+    switch (t->op) {
+    case EW_RELU:
+        for (int64_t i = lo; i < hi; i++) {
+            float v = t->a[i];
+            t->y[i] = v < 0.0f ? 0.0f : v;   /* NaN passes through, as torch.relu */
+        }
+        break;
+    case EW_RELU_BWD:
+        for (int64_t i = lo; i < hi; i++) t->y[i] = t->a[i] > 0.0f ? t->b[i] : 0.0f;
+        break;
+    case EW_ADD:
+        if (dt == DT_F32)
+            for (int64_t i = lo; i < hi; i++) t->y[i] = t->a[i] + t->b[i];
+        else
+            for (int64_t i = lo; i < hi; i++) t->y[i] = cpu_round(dt, t->a[i] + t->b[i]);
+        break;
+    case EW_SCALE:
+        for (int64_t i = lo; i < hi; i++) t->y[i] *= t->alpha;
+        break;
+    case EW_UNSCALE: {
+        int bad = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            float g = t->y[i];
+            bad |= !isfinite(g);
+            t->y[i] = g * t->alpha;
+        }
+        t->flags[chunk] = bad;
+        break;
+    }
+    case EW_SGD:
+        /* torch.optim.SGD: d = g + wd*p; buf = d (first step) or momentum*buf + (1-damp)*d;
+         * d = nesterov ? d + momentum*buf : buf; p -= lr*d */
+        for (int64_t i = lo; i < hi; i++) {
+            float d = t->a[i];
+            if (t->wd != 0.0f) d = d + t->wd * t->y[i];
+            if (t->momentum != 0.0f) {
+                float bv = t->first ? d : t->momentum * t->buf[i] + t->one_minus_damp * d;
+                t->buf[i] = bv;
+                d = t->nesterov ? d + t->momentum * bv : bv;
+            }
+            t->y[i] = t->y[i] - t->lr * d;
+        }
+        break;
+    case EW_ADAMW:
+        /* torch.optim.AdamW (single-tensor path): p *= 1 - lr*wd; m = b1*m + (1-b1)*g;
+         * v = b2*v + (1-b2)*g*g; denom = sqrt(v)/sqrt(bc2) + eps; p -= (lr/bc1) * m/denom */
+        for (int64_t i = lo; i < hi; i++) {
+            float g = t->a[i], p = t->y[i];
+            p = p * t->decay;
+            float m = t->m[i] * t->beta1 + t->one_minus_b1 * g;
+            float v = t->v[i] * t->beta2 + t->one_minus_b2 * g * g;
+            float denom = sqrtf(v) / t->bc2_sqrt + t->eps;
+            t->m[i] = m;
+            t->v[i] = v;
+            t->y[i] = p - t->step_size * (m / denom);
+        }
+        break;
+    }
+}
+
+static void ew_run(backend_t *be, ew_task_t *t) {
+    cpu_pool_run(&cpu_of(be)->pool, cpu_nchunks(t->n, EW_GRAIN), ew_chunk, t);
+}
+
+int cpu_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
+    ew_task_t t = {.op = EW_RELU, .n = n, .dt = dt, .a = x, .y = y};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_relu_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
+    ew_task_t t = {.op = EW_RELU_BWD, .n = n, .dt = dt, .a = y, .b = dy, .y = dx};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y) {
+    ew_task_t t = {.op = EW_ADD, .n = n, .dt = dt, .a = a, .b = b, .y = y};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_scale(backend_t *be, int64_t n, float *x, float alpha) {
+    ew_task_t t = {.op = EW_SCALE, .n = n, .y = x, .alpha = alpha};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
+                             int32_t *found_inf) {
+    int nc = cpu_nchunks(n, EW_GRAIN);
+    int32_t *flags = (int32_t *)cpu_scratch(cpu_of(be), (size_t)nc + 1);
+    if (!flags) return -1;
+    ew_task_t t = {.op = EW_UNSCALE, .n = n, .y = g, .alpha = inv_scale, .flags = flags};
+    ew_run(be, &t);
+    for (int i = 0; i < nc; i++)
+        if (flags[i]) found_inf[0] = 1;
+    return 0;
+}
+
+/* The shortest decimal that rounds to f, as a double: the value the user wrote (0.999)
+ * rather than its float (0.99900001). torch keeps optimizer hyperparameters as Python
+ * doubles and forms 1 - beta, lr / bias_correction, ... in double before the tensor op
+ * casts the result to float; doing the same here keeps us within an ulp of torch. */
+static double decimal_of(float f) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f;
+}
+
+int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
+                 float momentum, float dampening, float weight_decay, bool nesterov,
+                 bool first_step) {
+    if (momentum != 0.0f && !buf)
+        return err_set(&be->err, ERR_RUNTIME, "cpu sgd_step: momentum without a buffer");
+    ew_task_t t = {.op = EW_SGD, .n = n, .a = g, .y = p, .buf = buf, .lr = lr,
+                   .momentum = momentum, .wd = weight_decay,
+                   .one_minus_damp = (float)(1.0 - decimal_of(dampening)),
+                   .nesterov = nesterov, .first = first_step};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
+                   float lr, float beta1, float beta2, float eps, float weight_decay,
+                   int64_t step) {
+    if (step < 1) return err_set(&be->err, ERR_RUNTIME, "cpu adamw_step: step %lld < 1",
+                                 (long long)step);
+    /* the scalars are Python floats (double) in torch, cast to float when applied */
+    double b1 = decimal_of(beta1), b2 = decimal_of(beta2), lrd = decimal_of(lr);
+    double bc1 = 1.0 - pow(b1, (double)step);
+    double bc2 = 1.0 - pow(b2, (double)step);
+    ew_task_t t = {.op = EW_ADAMW, .n = n, .a = g, .y = p, .m = m, .v = v,
+                   .decay = (float)(1.0 - lrd * decimal_of(weight_decay)),
+                   .beta1 = beta1, .beta2 = beta2, .eps = eps,
+                   .one_minus_b1 = (float)(1.0 - b1), .one_minus_b2 = (float)(1.0 - b2),
+                   .step_size = (float)(lrd / bc1), .bc2_sqrt = (float)sqrt(bc2)};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
+             dtype_t dst_dt) {
+    (void)src_dt;   /* every dtype is stored as float here; only the target rounding matters */
+    cpu_round_copy(cpu_of(be), dst_dt, dst, src, n);
+    return 0;
+}
+
+/* ---- pooling ------------------------------------------------------------------------ */
+int cpu_avgpool_fwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *xv, void *yv) {
+    (void)be;
+    const float *x = xv;
+    float *y = yv;
+    double *acc = malloc((size_t)c * sizeof *acc);
+    if (!acc) return err_set(&be->err, ERR_RUNTIME, "cpu avgpool_fwd: out of memory");
+    for (int b = 0; b < n; b++) {
+        memset(acc, 0, (size_t)c * sizeof *acc);
+        for (int i = 0; i < hw; i++) {
+            const float *xr = x + ((int64_t)b * hw + i) * c;
+            for (int j = 0; j < c; j++) acc[j] += xr[j];
+        }
+        for (int j = 0; j < c; j++) y[(int64_t)b * c + j] = cpu_round(dt, (float)(acc[j] / hw));
+    }
+    free(acc);
+    return 0;
+}
+
+int cpu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dyv, void *dxv) {
+    (void)be;
+    const float *dy = dyv;
+    float *dx = dxv;
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < hw; i++) {
+            float *d = dx + ((int64_t)b * hw + i) * c;
+            for (int j = 0; j < c; j++) d[j] = cpu_round(dt, dy[(int64_t)b * c + j] / (float)hw);
+        }
+    return 0;
+}
+
+/* ---- linear ------------------------------------------------------------------------- */
+/* Returns a (copy of) x rounded to dt: x itself for fp32, else a slice of ws. */
+static const float *rounded(cpu_backend_t *c, dtype_t dt, const float *x, int64_t n, float *ws) {
+    if (dt == DT_F32 || !x) return x;
+    cpu_round_copy(c, dt, ws, x, n);
+    return ws;
+}
+
+int cpu_linear_fwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                   const void *w, const float *b, void *yv) {
+    cpu_backend_t *c = cpu_of(be);
+    int64_t nx = (int64_t)n * in, nw = (int64_t)out * in;
+    float *ws = dt != DT_F32 ? cpu_scratch(c, (size_t)(nx + nw)) : NULL;
+    if (dt != DT_F32 && !ws) return -1;
+    const float *xr = rounded(c, dt, x, nx, ws), *wr = rounded(c, dt, w, nw, ws ? ws + nx : NULL);
+    float *y = yv;
+    for (int i = 0; i < n; i++) {
+        if (b) memcpy(y + (int64_t)i * out, b, (size_t)out * sizeof(float));
+        else memset(y + (int64_t)i * out, 0, (size_t)out * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, xr, in, wr, in, 1.0f,
+                y, out);
+    cpu_round_array(c, dt, y, (int64_t)n * out);
+    return 0;
+}
+
+int cpu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
+                   const void *w, const void *dy, void *dx, float *dw, float *db) {
+    cpu_backend_t *c = cpu_of(be);
+    int64_t nx = (int64_t)n * in, nw = (int64_t)out * in, ny = (int64_t)n * out;
+    float *ws = dt != DT_F32 ? cpu_scratch(c, (size_t)(nx + nw + ny)) : NULL;
+    if (dt != DT_F32 && !ws) return -1;
+    const float *xr = rounded(c, dt, x, nx, ws);
+    const float *wr = rounded(c, dt, w, nw, ws ? ws + nx : NULL);
+    const float *dyr = rounded(c, dt, dy, ny, ws ? ws + nx + nw : NULL);
+    if (dx) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dyr, out, wr,
+                    in, 0.0f, dx, in);
+        cpu_round_array(c, dt, dx, nx);
+    }
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dyr, out, xr, in,
+                    1.0f, dw, in);
+    if (db) {
+        for (int j = 0; j < out; j++) {
+            double s = 0;
+            for (int i = 0; i < n; i++) s += dyr[(int64_t)i * out + j];
+            db[j] += (float)s;
+        }
+    }
+    return 0;
+}
+
+/* ---- loss --------------------------------------------------------------------------- */
+typedef struct xent_task {
+    int n, classes;
+    dtype_t dt;
+    const float *logits;
+    const int32_t *labels;
+    float smoothing, grad_scale;
+    float *dlogits;
+    double *loss;        /* per sample */
+    int32_t *hits;       /* per sample: 1 top-1, 2 top-5 (bits) */
+} xent_task_t;
+
+#define XENT_ROWS 8
+
+/* Loss, gradient and top-k hits of XENT_ROWS samples. */
+static void xent_chunk(void *argp, int chunk) {
+    xent_task_t *t = argp;
+    int C = t->classes;
+    int lo = chunk * XENT_ROWS, hi = lo + XENT_ROWS < t->n ? lo + XENT_ROWS : t->n;
+    for (int i = lo; i < hi; i++) {
+        const float *z = t->logits + (int64_t)i * C;
+        int y = t->labels[i];
+        float mx = z[0];
+        for (int j = 1; j < C; j++) mx = z[j] > mx ? z[j] : mx;
+        double se = 0, sz = 0;
+        for (int j = 0; j < C; j++) {
+            se += exp((double)z[j] - mx);
+            sz += z[j];
+        }
+        double lse = mx + log(se);
+        double nll = lse - z[y];
+        double smooth = lse - sz / C;      /* mean_j(-log p_j) */
+        t->loss[i] = (1.0 - t->smoothing) * nll + t->smoothing * smooth;
+        /* rank of the label: logits above it, ties broken by lower index (as argmax) */
+        int rank = 0;
+        for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
+        t->hits[i] = (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+        if (t->dlogits) {
+            float *d = t->dlogits + (int64_t)i * C;
+            for (int j = 0; j < C; j++) {
+                double p = exp((double)z[j] - lse);
+                double g = p - t->smoothing / C - (j == y ? 1.0 - t->smoothing : 0.0);
+                d[j] = cpu_round(t->dt, (float)(t->grad_scale * g));
+            }
+        }
+    }
+}
+
+int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                     const int32_t *labels, float smoothing, float grad_scale,
+                     void *dlogits, float *loss_sum, int32_t *correct) {
+    if (n < 1 || classes < 1)
+        return err_set(&be->err, ERR_RUNTIME, "cpu softmax_xent: n=%d classes=%d", n, classes);
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return err_set(&be->err, ERR_INPUT, "softmax_xent: label %d of sample %d is outside "
+                           "[0, %d); check the dataset labels against model.num_classes",
+                           labels[i], i, classes);
+    double *ws = (double *)cpu_scratch(cpu_of(be), (size_t)n * 3);
+    if (!ws) return -1;
+    xent_task_t t = {n, classes, dt, logits, labels, smoothing, grad_scale, dlogits, ws,
+                     (int32_t *)(ws + n)};
+    cpu_pool_run(&cpu_of(be)->pool, cpu_nchunks(n, XENT_ROWS), xent_chunk, &t);
+    double s = 0;
+    int32_t top1 = 0, top5 = 0;
+    for (int i = 0; i < n; i++) {
+        s += ws[i];
+        top1 += t.hits[i] & 1;
+        top5 += (t.hits[i] >> 1) & 1;
+    }
+    loss_sum[0] = (float)s;
+    if (correct) {
+        correct[0] = top1;
+        correct[1] = top5;
+    }
+    return 0;
+}

@@ -1,0 +1,250 @@
+/* test_cpu_conv.c: the CPU backend's convolutions (forward, backward data, backward
+ * filter) on both engines (oneDNN, im2col/GEMM) against a double-precision reference,
+ * backward also against central finite differences of that reference; accumulation into
+ * dw, determinism, and AMP emulation (fp16/bf16 equals the fp32 op on pre-rounded inputs,
+ * rounded after).
+ *
+ * Tolerances: values are in [-1, 1], so a dot product of K terms has fp32 error below
+ * about K * 2^-24 * K; we allow atol 1e-6 * K + rtol 1e-5. Finite differences use h = 1e-3
+ * on the double reference of a function linear in the perturbed tensor, so they are exact
+ * to ~1e-10 and compared with the same tolerance as the analytic gradient.
+ */
+#include "tests/cpu/cpu_test_util.h"
+
+static backend_t *g_be;
+
+static const conv_shape_t shapes[] = {
+    /* n  h  w  c   k  r  s  stride pad */
+    {2, 5, 5, 3, 4, 3, 3, 1, 1, 0, 0},     /* 3x3 pad 1 */
+    {2, 7, 7, 3, 5, 3, 3, 2, 1, 0, 0},     /* stride 2, odd size */
+    {2, 6, 6, 4, 6, 1, 1, 1, 0, 0, 0},     /* 1x1 */
+    {2, 7, 7, 4, 6, 1, 1, 2, 0, 0, 0},     /* 1x1 stride 2 (downsample) */
+    {1, 5, 6, 2, 3, 3, 3, 1, 0, 0, 0},     /* no padding, not square */
+    {3, 8, 8, 16, 16, 3, 3, 1, 1, 0, 0},   /* channels a multiple of the SIMD width */
+    {2, 9, 9, 8, 16, 3, 3, 2, 1, 0, 0},    /* stride 2 with more channels */
+    {2, 8, 8, 3, 16, 3, 3, 1, 1, 0, 0},    /* stem-like: 3 input channels */
+};
+#define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+static conv_shape_t finish(conv_shape_t s) {
+    s.p = (s.h + 2 * s.pad - s.r) / s.stride + 1;
+    s.q = (s.w + 2 * s.pad - s.s) / s.stride + 1;
+    return s;
+}
+
+static int64_t nx_of(const conv_shape_t *s) { return (int64_t)s->n * s->h * s->w * s->c; }
+static int64_t nw_of(const conv_shape_t *s) { return (int64_t)s->k * s->r * s->s * s->c; }
+static int64_t ny_of(const conv_shape_t *s) { return (int64_t)s->n * s->p * s->q * s->k; }
+
+/* y = conv(x, w) in double; x, w given as double. */
+static void ref_fwd(const conv_shape_t *s, const double *x, const double *w, double *y) {
+    for (int b = 0; b < s->n; b++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++)
+                for (int k = 0; k < s->k; k++) {
+                    double acc = 0;
+                    for (int r = 0; r < s->r; r++)
+                        for (int t = 0; t < s->s; t++) {
+                            int ih = p * s->stride - s->pad + r, iw = q * s->stride - s->pad + t;
+                            if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                            for (int c = 0; c < s->c; c++)
+                                acc += x[(((int64_t)b * s->h + ih) * s->w + iw) * s->c + c] *
+                                       w[(((int64_t)k * s->r + r) * s->s + t) * s->c + c];
+                        }
+                    y[(((int64_t)b * s->p + p) * s->q + q) * s->k + k] = acc;
+                }
+}
+
+/* L = sum(g * conv(x, w)) in double. */
+static double ref_loss(const conv_shape_t *s, const double *x, const double *w, const double *g,
+                       double *ytmp) {
+    ref_fwd(s, x, w, ytmp);
+    double l = 0;
+    for (int64_t i = 0; i < ny_of(s); i++) l += g[i] * ytmp[i];
+    return l;
+}
+
+/* Exact dL/dx and dL/dw in double (the adjoint of ref_fwd). */
+static void ref_bwd(const conv_shape_t *s, const double *x, const double *w, const double *g,
+                    double *dx, double *dw) {
+    memset(dx, 0, (size_t)nx_of(s) * sizeof *dx);
+    memset(dw, 0, (size_t)nw_of(s) * sizeof *dw);
+    for (int b = 0; b < s->n; b++)
+        for (int p = 0; p < s->p; p++)
+            for (int q = 0; q < s->q; q++)
+                for (int k = 0; k < s->k; k++) {
+                    double gy = g[(((int64_t)b * s->p + p) * s->q + q) * s->k + k];
+                    for (int r = 0; r < s->r; r++)
+                        for (int t = 0; t < s->s; t++) {
+                            int ih = p * s->stride - s->pad + r, iw = q * s->stride - s->pad + t;
+                            if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                            int64_t xo = (((int64_t)b * s->h + ih) * s->w + iw) * s->c;
+                            int64_t wo = (((int64_t)k * s->r + r) * s->s + t) * s->c;
+                            for (int c = 0; c < s->c; c++) {
+                                dx[xo + c] += gy * w[wo + c];
+                                dw[wo + c] += gy * x[xo + c];
+                            }
+                        }
+                }
+}
+
+static double *to_double(const float *a, int64_t n) {
+    double *d = dalloc(n);
+    for (int64_t i = 0; i < n; i++) d[i] = a[i];
+    return d;
+}
+
+/* Central differences of ref_loss with respect to up to 24 sampled elements of v. */
+static int check_fd(const char *what, const conv_shape_t *s, double *x, double *w,
+                    const double *g, double *v, int64_t nv, const float *analytic, double atol) {
+    double *ytmp = dalloc(ny_of(s));
+    int bad = 0;
+    int64_t step = nv / 24 + 1;
+    for (int64_t i = 0; i < nv; i += step) {
+        double keep = v[i], h = 1e-3;
+        v[i] = keep + h;
+        double lp = ref_loss(s, x, w, g, ytmp);
+        v[i] = keep - h;
+        double lm = ref_loss(s, x, w, g, ytmp);
+        v[i] = keep;
+        double fd = (lp - lm) / (2 * h);
+        if (!(fabs(analytic[i] - fd) <= atol + 1e-5 * fabs(fd))) {
+            if (!bad)
+                fprintf(stderr, "  %s finite difference [%lld]: analytic %.9g, numeric %.9g\n",
+                        what, (long long)i, (double)analytic[i], fd);
+            bad++;
+        }
+    }
+    free(ytmp);
+    return bad;
+}
+
+/* Forward, backward data and backward filter of every shape on one engine. */
+static void run_engine(int engine) {
+    cpu_backend_set_conv_engine(g_be, engine);
+    const backend_ops_t *ops = g_be->ops;
+    for (int si = 0; si < NSHAPES; si++) {
+        conv_shape_t s = finish(shapes[si]);
+        int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+        float *x = falloc(nx), *w = falloc(nw), *g = falloc(ny), *y = falloc(ny);
+        float *dx = falloc(nx), *dw = falloc(nw);
+        fill_uniform(x, nx, 100 + si, -1, 1);
+        fill_uniform(w, nw, 200 + si, -1, 1);
+        fill_uniform(g, ny, 300 + si, -1, 1);
+        double *xd = to_double(x, nx), *wd = to_double(w, nw), *gd = to_double(g, ny);
+        double *yd = dalloc(ny), *dxd = dalloc(nx), *dwd = dalloc(nw);
+        ref_fwd(&s, xd, wd, yd);
+        ref_bwd(&s, xd, wd, gd, dxd, dwd);
+        int K = s.r * s.s * s.c, KB = s.k * s.r * s.s;
+#ifdef RUNNER_HAVE_DNNL
+        CHECK_STR(cpu_backend_conv_engine(g_be, &s), engine == 2 ? "dnnl" : "gemm");
+#endif
+        CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
+        CHECK_INT(compare_arrays("fwd y", y, yd, ny, 1e-6 * K, 1e-5), 0);
+        CHECK_INT(ops->conv2d_bwd_data(g_be, &s, DT_F32, g, w, dx), 0);
+        CHECK_INT(compare_arrays("bwd dx", dx, dxd, nx, 1e-6 * KB, 1e-5), 0);
+        CHECK_INT(check_fd("dx", &s, xd, wd, gd, xd, nx, dx, 1e-6 * KB), 0);
+        /* dw accumulates: start from 0.5 everywhere */
+        for (int64_t i = 0; i < nw; i++) dw[i] = 0.5f;
+        CHECK_INT(ops->conv2d_bwd_filter(g_be, &s, DT_F32, x, g, dw), 0);
+        int64_t rows = (int64_t)s.n * s.p * s.q;
+        for (int64_t i = 0; i < nw; i++) dwd[i] += 0.5;
+        CHECK_INT(compare_arrays("bwd dw", dw, dwd, nw, 1e-6 * rows, 1e-5), 0);
+        for (int64_t i = 0; i < nw; i++) dw[i] -= 0.5f;
+        CHECK_INT(check_fd("dw", &s, xd, wd, gd, wd, nw, dw, 1e-6 * rows), 0);
+        if (test_failures_)
+            fprintf(stderr, "  (engine %s, shape %d: n%d h%d w%d c%d k%d r%d stride %d pad %d)\n",
+                    cpu_backend_conv_engine(g_be, &s), si, s.n, s.h, s.w, s.c, s.k, s.r,
+                    s.stride, s.pad);
+        free(x); free(w); free(g); free(y); free(dx); free(dw);
+        free(xd); free(wd); free(gd); free(yd); free(dxd); free(dwd);
+    }
+    cpu_backend_set_conv_engine(g_be, 0);
+}
+
+static void test_conv_gemm(void) { run_engine(1); }
+static void test_conv_dnnl(void) { run_engine(2); }
+
+/* The default engine choice gives bit-identical results on repeated calls. */
+static void test_conv_deterministic(void) {
+    conv_shape_t s = finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0});
+    int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = falloc(nx), *w = falloc(nw), *y1 = falloc(ny), *y2 = falloc(ny);
+    float *dx1 = falloc(nx), *dx2 = falloc(nx), *dw1 = falloc(nw), *dw2 = falloc(nw);
+    fill_uniform(x, nx, 1, -1, 1);
+    fill_uniform(w, nw, 2, -1, 1);
+    const backend_ops_t *ops = g_be->ops;
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, rep ? y2 : y1), 0);
+        CHECK_INT(ops->conv2d_bwd_data(g_be, &s, DT_F32, rep ? y2 : y1, w, rep ? dx2 : dx1), 0);
+        CHECK_INT(ops->conv2d_bwd_filter(g_be, &s, DT_F32, x, rep ? y2 : y1, rep ? dw2 : dw1), 0);
+    }
+    CHECK(memcmp(y1, y2, (size_t)ny * 4) == 0);
+    CHECK(memcmp(dx1, dx2, (size_t)nx * 4) == 0);
+    CHECK(memcmp(dw1, dw2, (size_t)nw * 4) == 0);
+    free(x); free(w); free(y1); free(y2); free(dx1); free(dx2); free(dw1); free(dw2);
+}
+
+/* fp16/bf16: op(dt, raw inputs) == round(op(fp32, rounded inputs)), bit for bit. */
+static void amp_case(int engine, dtype_t dt) {
+    cpu_backend_set_conv_engine(g_be, engine);
+    const backend_ops_t *ops = g_be->ops;
+    conv_shape_t list[2] = {finish((conv_shape_t){2, 7, 7, 8, 16, 3, 3, 2, 1, 0, 0}),
+                            finish((conv_shape_t){2, 6, 6, 16, 8, 1, 1, 1, 0, 0, 0})};
+    for (int si = 0; si < 2; si++) {
+        conv_shape_t s = list[si];
+        int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+        float *x = falloc(nx), *w = falloc(nw), *g = falloc(ny), *xr = falloc(nx);
+        float *wr = falloc(nw), *gr = falloc(ny), *y = falloc(ny), *yref = falloc(ny);
+        float *dx = falloc(nx), *dxref = falloc(nx), *dw = falloc(nw), *dwref = falloc(nw);
+        fill_uniform(x, nx, 11, -2, 2);
+        fill_uniform(w, nw, 12, -1, 1);
+        fill_uniform(g, ny, 13, -1, 1);
+        memcpy(xr, x, (size_t)nx * 4); round_all(xr, nx, dt);
+        memcpy(wr, w, (size_t)nw * 4); round_all(wr, nw, dt);
+        memcpy(gr, g, (size_t)ny * 4); round_all(gr, ny, dt);
+        CHECK_INT(ops->conv2d_fwd(g_be, &s, dt, x, w, y), 0);
+        CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, xr, wr, yref), 0);
+        round_all(yref, ny, dt);
+        CHECK(memcmp(y, yref, (size_t)ny * 4) == 0);
+        CHECK_INT(ops->conv2d_bwd_data(g_be, &s, dt, g, w, dx), 0);
+        CHECK_INT(ops->conv2d_bwd_data(g_be, &s, DT_F32, gr, wr, dxref), 0);
+        round_all(dxref, nx, dt);
+        CHECK(memcmp(dx, dxref, (size_t)nx * 4) == 0);
+        CHECK_INT(ops->conv2d_bwd_filter(g_be, &s, dt, x, g, dw), 0);
+        CHECK_INT(ops->conv2d_bwd_filter(g_be, &s, DT_F32, xr, gr, dwref), 0);
+        CHECK(memcmp(dw, dwref, (size_t)nw * 4) == 0);   /* dw stays fp32 */
+        /* the rounding did something: outputs are representable in dt */
+        CHECK(y[0] == (dt == DT_F16 ? round_f16(y[0]) : round_bf16(y[0])));
+        free(x); free(w); free(g); free(xr); free(wr); free(gr); free(y); free(yref);
+        free(dx); free(dxref); free(dw); free(dwref);
+    }
+    cpu_backend_set_conv_engine(g_be, 0);
+}
+
+static void test_conv_amp(void) {
+    for (int engine = 1; engine <= 2; engine++) {
+        amp_case(engine, DT_F16);
+        amp_case(engine, DT_BF16);
+    }
+}
+
+/* A shape whose p does not match the geometry is refused with an error, not run. */
+static void test_conv_bad_shape(void) {
+    conv_shape_t s = finish((conv_shape_t){1, 5, 5, 2, 2, 3, 3, 1, 1, 0, 0});
+    s.p = 4;
+    float buf[256] = {0};
+    CHECK_INT(g_be->ops->conv2d_fwd(g_be, &s, DT_F32, buf, buf, buf), -1);
+    CHECK_CONTAINS(g_be->err.msg, "inconsistent conv shape");
+}
+
+int main(void) {
+    g_be = make_cpu(2);
+    TEST_RUN(test_conv_gemm);
+    TEST_RUN(test_conv_dnnl);
+    TEST_RUN(test_conv_deterministic);
+    TEST_RUN(test_conv_amp);
+    TEST_RUN(test_conv_bad_shape);
+    backend_free(g_be);
+    return test_main_end();
+}

@@ -1,0 +1,204 @@
+/* test_cpu_norm.c: the CPU backend's batch norm phases (stats, apply with and without
+ * relu and residual, running-stat update, backward reduce + apply) against a
+ * double-precision reference of torch.nn.BatchNorm2d in training mode, backward also
+ * against central finite differences of that reference; AMP rounding of the outputs.
+ *
+ * Tolerances: outputs are O(1) and computed in fp32 from double statistics, so 2e-6
+ * absolute + 1e-5 relative; gradients 2e-5 absolute + 1e-4 relative (finite differences
+ * with h = 1e-4 have truncation error ~1e-8, far below that).
+ */
+#include "tests/cpu/cpu_test_util.h"
+
+static backend_t *g_be;
+
+#define M 300      /* rows: more than one 256-row reduction block */
+#define C 5
+#define EPS 1e-5
+
+/* Reference forward in double: y = [relu](gamma * xhat + beta [+ z]) with batch stats. */
+static void ref_bn(const double *x, const double *gamma, const double *beta, const double *z,
+                   bool relu, double *y, double *mean, double *var) {
+    for (int j = 0; j < C; j++) {
+        double s = 0, q = 0;
+        for (int i = 0; i < M; i++) s += x[i * C + j];
+        double mu = s / M;
+        for (int i = 0; i < M; i++) q += (x[i * C + j] - mu) * (x[i * C + j] - mu);
+        mean[j] = mu;
+        var[j] = q / M;
+        double inv = 1.0 / sqrt(var[j] + EPS);
+        for (int i = 0; i < M; i++) {
+            double v = gamma[j] * (x[i * C + j] - mu) * inv + beta[j] + (z ? z[i * C + j] : 0);
+            y[i * C + j] = relu && v < 0 ? 0 : v;
+        }
+    }
+}
+
+typedef struct bn_ref_args {
+    double *x, *gamma, *beta, *z, *g;
+    bool relu;
+} bn_ref_args_t;
+
+static double ref_loss(const bn_ref_args_t *a) {
+    double y[M * C], mean[C], var[C], l = 0;
+    ref_bn(a->x, a->gamma, a->beta, a->z, a->relu, y, mean, var);
+    for (int i = 0; i < M * C; i++) l += a->g[i] * y[i];
+    return l;
+}
+
+/* Central differences of L = sum(g * y) for every element of v (length n). */
+static int fd_check(const char *what, bn_ref_args_t *a, double *v, int n, const float *analytic) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double keep = v[i], h = 1e-4;
+        v[i] = keep + h;
+        double lp = ref_loss(a);
+        v[i] = keep - h;
+        double lm = ref_loss(a);
+        v[i] = keep;
+        double fd = (lp - lm) / (2 * h);
+        if (!(fabs(analytic[i] - fd) <= 2e-5 + 1e-4 * fabs(fd))) {
+            if (!bad)
+                fprintf(stderr, "  %s[%d]: analytic %.9g, finite difference %.9g\n", what, i,
+                        (double)analytic[i], fd);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void to_d(const float *a, double *d, int n) { for (int i = 0; i < n; i++) d[i] = a[i]; }
+
+/* One configuration: forward, statistics and all gradients. */
+static void bn_case(bool relu, bool residual, uint64_t seed) {
+    const backend_ops_t *ops = g_be->ops;
+    static float x[M * C], z[M * C], g[M * C], y[M * C], dx[M * C], dz[M * C];
+    float gamma[C], beta[C], mean[C], var[C], sdy[C], sdx[C], dgamma[C], dbeta[C];
+    fill_uniform(x, M * C, seed, -1.5f, 2.5f);
+    fill_uniform(z, M * C, seed + 1, -1, 1);
+    fill_uniform(g, M * C, seed + 2, -1, 1);
+    fill_uniform(gamma, C, seed + 3, 0.5f, 1.5f);
+    fill_uniform(beta, C, seed + 4, -0.5f, 0.5f);
+    static double xd[M * C], zd[M * C], gd[M * C], yd[M * C];
+    double gammad[C], betad[C], meand[C], vard[C];
+    to_d(x, xd, M * C); to_d(z, zd, M * C); to_d(g, gd, M * C);
+    to_d(gamma, gammad, C); to_d(beta, betad, C);
+    ref_bn(xd, gammad, betad, residual ? zd : NULL, relu, yd, meand, vard);
+
+    CHECK_INT(ops->bn_stats(g_be, M, C, DT_F32, x, mean, var), 0);
+    CHECK_INT(compare_arrays("mean", mean, meand, C, 1e-7, 1e-6), 0);
+    CHECK_INT(compare_arrays("var", var, vard, C, 1e-7, 1e-6), 0);
+    CHECK_INT(ops->bn_apply(g_be, M, C, DT_F32, x, mean, var, gamma, beta, (float)EPS,
+                            residual ? z : NULL, relu, y), 0);
+    CHECK_INT(compare_arrays("y", y, yd, M * C, 2e-6, 1e-5), 0);
+
+    for (int j = 0; j < C; j++) { dgamma[j] = 0.25f; dbeta[j] = -0.5f; }   /* accumulate */
+    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, relu ? y : NULL, g, mean, var,
+                                 (float)EPS, sdy, sdx, dgamma, dbeta), 0);
+    for (int j = 0; j < C; j++) {
+        CHECK_NEAR(dgamma[j], 0.25 + sdx[j], 1e-6, 0);
+        CHECK_NEAR(dbeta[j], -0.5 + sdy[j], 1e-6, 0);
+        dgamma[j] -= 0.25f;
+        dbeta[j] += 0.5f;
+    }
+    memset(dz, 0, sizeof dz);
+    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, relu ? y : NULL, g, mean, var, gamma,
+                                (float)EPS, sdy, sdx, M, dx, residual ? dz : NULL), 0);
+    bn_ref_args_t a = {xd, gammad, betad, residual ? zd : NULL, gd, relu};
+    CHECK_INT(fd_check("dx", &a, xd, M * C, dx), 0);
+    CHECK_INT(fd_check("dgamma", &a, gammad, C, dgamma), 0);
+    CHECK_INT(fd_check("dbeta", &a, betad, C, dbeta), 0);
+    if (residual) CHECK_INT(fd_check("dz", &a, zd, M * C, dz), 0);
+    if (test_failures_) fprintf(stderr, "  (relu %d residual %d)\n", relu, residual);
+}
+
+static void test_bn_plain(void) { bn_case(false, false, 10); }
+static void test_bn_relu(void) { bn_case(true, false, 20); }
+static void test_bn_add_relu(void) { bn_case(true, true, 30); }
+static void test_bn_add(void) { bn_case(false, true, 40); }
+
+/* Running statistics: torch's momentum form with the unbiased variance. */
+static void test_bn_running(void) {
+    float mean[2] = {1.0f, -2.0f}, var[2] = {0.9f, 4.0f};
+    float rm[2] = {0.5f, 0.0f}, rv[2] = {2.0f, 1.0f};
+    CHECK_INT(g_be->ops->bn_update_running(g_be, 2, mean, var, 10, 0.1f, rm, rv), 0);
+    CHECK_NEAR(rm[0], 0.1 * 1.0 + 0.9 * 0.5, 1e-7, 0);          /* 0.55 */
+    CHECK_NEAR(rm[1], 0.1 * -2.0, 1e-7, 0);                      /* -0.2 */
+    CHECK_NEAR(rv[0], 0.1 * 0.9 * 10 / 9 + 0.9 * 2.0, 1e-6, 0);  /* 1.9 */
+    CHECK_NEAR(rv[1], 0.1 * 4.0 * 10 / 9 + 0.9 * 1.0, 1e-6, 0);  /* 1.3444... */
+}
+
+/* Statistics of a large constant-offset tensor stay accurate (no cancellation). */
+static void test_bn_stats_offset(void) {
+    int64_t m = 100000;
+    float *x = falloc(m);
+    for (int64_t i = 0; i < m; i++) x[i] = 1000.0f + (i % 2 ? 0.5f : -0.5f);
+    float mean, var;
+    CHECK_INT(g_be->ops->bn_stats(g_be, m, 1, DT_F32, x, &mean, &var), 0);
+    CHECK_NEAR(mean, 1000.0, 1e-4, 0);
+    CHECK_NEAR(var, 0.25, 1e-5, 0);
+    free(x);
+}
+
+/* AMP: the half outputs are the fp32 outputs rounded once. */
+static void test_bn_amp(void) {
+    const backend_ops_t *ops = g_be->ops;
+    static float x[M * C], z[M * C], g[M * C], y32[M * C], y16[M * C], dx32[M * C], dx16[M * C];
+    float gamma[C], beta[C], mean[C], var[C], sdy[C], sdx[C], dg[C] = {0}, db[C] = {0};
+    fill_uniform(x, M * C, 50, -2, 2);
+    fill_uniform(z, M * C, 51, -1, 1);
+    fill_uniform(g, M * C, 52, -1, 1);
+    fill_uniform(gamma, C, 53, 0.5f, 1.5f);
+    fill_uniform(beta, C, 54, -0.5f, 0.5f);
+    round_all(x, M * C, DT_F16); round_all(z, M * C, DT_F16); round_all(g, M * C, DT_F16);
+    for (int dti = 1; dti <= 2; dti++) {
+        dtype_t dt = (dtype_t)dti;
+        CHECK_INT(ops->bn_stats(g_be, M, C, dt, x, mean, var), 0);
+        CHECK_INT(ops->bn_apply(g_be, M, C, DT_F32, x, mean, var, gamma, beta, 1e-5f, z, true,
+                                y32), 0);
+        CHECK_INT(ops->bn_apply(g_be, M, C, dt, x, mean, var, gamma, beta, 1e-5f, z, true,
+                                y16), 0);
+        round_all(y32, M * C, dt);
+        CHECK(memcmp(y16, y32, sizeof y16) == 0);
+        CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, dt, x, y16, g, mean, var, 1e-5f, sdy, sdx, dg,
+                                     db), 0);
+        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y16, g, mean, var, gamma, 1e-5f, sdy,
+                                    sdx, M, dx32, NULL), 0);
+        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, dt, x, y16, g, mean, var, gamma, 1e-5f, sdy,
+                                    sdx, M, dx16, NULL), 0);
+        int changed = 0;   /* rounding is visible: most fp32 values are not representable */
+        for (int i = 0; i < M * C; i++) changed += dx16[i] != dx32[i];
+        CHECK(changed > M * C / 2);
+        round_all(dx32, M * C, dt);
+        CHECK(memcmp(dx16, dx32, sizeof dx16) == 0);
+    }
+}
+
+/* The same call gives the same bits on 1 and 2 threads (fixed reduction blocks). */
+static void test_bn_thread_independent(void) {
+    backend_t *one = make_cpu(1);
+    int64_t m = 5000;
+    int c = 16;
+    float *x = falloc(m * c);
+    fill_uniform(x, m * c, 60, -3, 3);
+    float m1[16], v1[16], m2[16], v2[16];
+    CHECK_INT(one->ops->bn_stats(one, m, c, DT_F32, x, m1, v1), 0);
+    CHECK_INT(g_be->ops->bn_stats(g_be, m, c, DT_F32, x, m2, v2), 0);
+    CHECK(memcmp(m1, m2, sizeof m1) == 0);
+    CHECK(memcmp(v1, v2, sizeof v1) == 0);
+    backend_free(one);
+    free(x);
+}
+
+int main(void) {
+    g_be = make_cpu(2);
+    TEST_RUN(test_bn_plain);
+    TEST_RUN(test_bn_relu);
+    TEST_RUN(test_bn_add_relu);
+    TEST_RUN(test_bn_add);
+    TEST_RUN(test_bn_running);
+    TEST_RUN(test_bn_stats_offset);
+    TEST_RUN(test_bn_amp);
+    TEST_RUN(test_bn_thread_independent);
+    backend_free(g_be);
+    return test_main_end();
+}
