@@ -1,0 +1,383 @@
+/* report.c: computing report rows from run directories, the CSV and Markdown renderings,
+ * writing the report files and the `runner report` verb (report.h). The HTML page is in
+ * report_html.c and the charts in plot.c. */
+#include "runner/report/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runner/report/report_impl.h"
+#include "runner/report/runread.h"
+
+/* Copies the summary string key into dst when present, else the hint, else "". */
+static void pick_str(char *dst, size_t cap, const json_t *summary, const char *key, const char *hint) {
+    const char *s = json_get_string(summary, key, NULL);
+    snprintf(dst, cap, "%s", s ? s : hint ? hint : "");
+}
+
+static const char *base_name(const char *dir) {
+    size_t l = strlen(dir);
+    while (l > 1 && dir[l - 1] == '/') l--;
+    const char *p = dir + l;
+    while (p > dir && p[-1] != '/') p--;
+    return p;
+}
+
+/* Appends text to the row's note, separated by "; ". */
+static void add_note(report_row_t *row, const char *text) {
+    if (!text || !*text) return;
+    size_t l = strlen(row->note);
+    snprintf(row->note + l, sizeof row->note - l, "%s%s", l ? "; " : "", text);
+}
+
+/* Fills the per-epoch series and the numbers that come from metrics.csv. */
+static int row_metrics(report_row_t *row, const run_files_t *rf, err_t *e) {
+    const csv_table_t *m = &rf->metrics;
+    size_t n = rf->has_metrics ? m->nrows : 0;
+    row->n_epochs = n;
+    size_t bytes = (n ? n : 1) * sizeof(double);
+    row->epoch = xmalloc(bytes, e);
+    row->train_loss = xmalloc(bytes, e);
+    row->val_top1 = xmalloc(bytes, e);
+    row->wall_seconds = xmalloc(bytes, e);
+    if (!row->epoch || !row->train_loss || !row->val_top1 || !row->wall_seconds) return -1;
+    if (!n) return 0;
+    const double *ep = csv_table_col(m, "epoch"), *tl = csv_table_col(m, "train_loss");
+    const double *vt = csv_table_col(m, "val_top1"), *es = csv_table_col(m, "epoch_seconds");
+    const double *pm = csv_table_col(m, "peak_memory_bytes");
+    double wall = 0;
+    for (size_t i = 0; i < n; i++) {
+        row->epoch[i] = ep[i];
+        row->train_loss[i] = tl[i];
+        row->val_top1[i] = vt[i];
+        if (isfinite(es[i])) wall += es[i];
+        row->wall_seconds[i] = isfinite(es[i]) ? wall : NAN;
+        if (!isnan(vt[i])) {
+            row->final_val_top1 = vt[i];
+            if (isnan(row->best_val_top1) || vt[i] > row->best_val_top1) row->best_val_top1 = vt[i];
+        }
+        if (!isnan(tl[i])) row->final_train_loss = tl[i];
+        if (pm && isfinite(pm[i]) && (isnan(row->peak_memory_bytes) || pm[i] > row->peak_memory_bytes))
+            row->peak_memory_bytes = pm[i];
+    }
+    row->seconds_per_epoch = stats_median(es, n);
+    return 0;
+}
+
+/* The numbers that come from steps.csv: steady-state throughput and exposed comm. */
+static void row_steps(report_row_t *row, const run_files_t *rf) {
+    if (!rf->has_steps || rf->steps.nrows == 0) return;
+    const csv_table_t *s = &rf->steps;
+    size_t n = s->nrows;
+    size_t warm = n >= 2 ? (n + 9) / 10 : 0;
+    row->images_per_second = stats_median(csv_table_col(s, "images_per_second") + warm, n - warm);
+    const double *st = csv_table_col(s, "step_seconds"), *cm = csv_table_col(s, "comm_exposed_seconds");
+    double sum_step = 0, sum_comm = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(st[i]) || !isfinite(cm[i])) continue;
+        sum_step += st[i];
+        sum_comm += cm[i];
+    }
+    if (sum_step > 0) row->comm_exposed_pct = 100.0 * sum_comm / sum_step;
+}
+
+/* Fills NaN numbers from summary.json (the run's own final numbers). */
+static void row_summary_fallback(report_row_t *row, const json_t *sm) {
+    if (!sm) return;
+    struct { double *dst; const char *key; double scale; } f[] = {
+        {&row->images_per_second, "images_per_second", 1}, {&row->seconds_per_epoch, "seconds_per_epoch", 1},
+        {&row->comm_exposed_pct, "comm_exposed_fraction", 100}, {&row->peak_memory_bytes, "peak_memory_bytes", 1},
+        {&row->final_val_top1, "val_top1", 1}, {&row->best_val_top1, "best_val_top1", 1},
+        {&row->final_train_loss, "train_loss", 1}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (isnan(*f[i].dst)) *f[i].dst = json_get_number(sm, f[i].key, NAN) * f[i].scale;
+}
+
+/* Computes one row from one input. */
+static int row_build(const report_input_t *in, report_row_t *row, err_t *e) {
+    run_files_t rf;
+    if (run_files_load(in->dir, in->lenient, &rf, e)) {
+        run_files_free(&rf);
+        return -1;
+    }
+    const json_t *sm = rf.summary;
+    snprintf(row->dir, sizeof row->dir, "%s", in->dir);
+    const char *label = in->label ? in->label : json_get_string(sm, "name", NULL);
+    snprintf(row->name, sizeof row->name, "%s", label && *label ? label : base_name(in->dir));
+    pick_str(row->mode, sizeof row->mode, sm, "mode", in->mode);
+    pick_str(row->precision, sizeof row->precision, sm, "precision", in->precision);
+    pick_str(row->device, sizeof row->device, sm, "device", in->device);
+    row->world_size = (int)json_get_number(sm, "world_size", in->world_size);
+    row->batch_size = (int)json_get_number(sm, "batch_size", in->batch_size);
+    if (in->status) {
+        snprintf(row->status, sizeof row->status, "%s", in->status);
+        row->exit_code = in->exit_code;
+    } else {
+        pick_str(row->status, sizeof row->status, sm, "status", sm ? "unknown" : "incomplete");
+        row->exit_code = (int)json_get_number(sm, "exit_code", -1);
+    }
+    add_note(row, in->message);
+    add_note(row, rf.problem);
+    double *nums[] = {&row->images_per_second, &row->seconds_per_epoch, &row->speedup,
+                      &row->comm_exposed_pct, &row->peak_memory_bytes, &row->final_val_top1,
+                      &row->best_val_top1, &row->final_train_loss};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) *nums[i] = NAN;
+    int rc = row_metrics(row, &rf, e);
+    if (rc == 0) {
+        row_steps(row, &rf);
+        row_summary_fallback(row, sm);
+        row->env = rf.env;
+        rf.env = NULL;
+    }
+    run_files_free(&rf);
+    return rc;
+}
+
+int report_build(const report_input_t *in, int n, const char *title, report_t *r, err_t *e) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->title, sizeof r->title, "%s", title ? title : "report");
+    if (n <= 0) return err_set(e, ERR_INPUT, "report: no run directories given; usage: runner report RUN_DIR...");
+    r->rows = xcalloc((size_t)n, sizeof *r->rows, e);
+    if (!r->rows) return -1;
+    for (int i = 0; i < n; i++) {
+        if (row_build(&in[i], &r->rows[i], e)) {
+            r->n = i + 1;
+            return -1;
+        }
+        r->n = i + 1;
+        /* Two runs of one experiment share a name: tell them apart by directory. */
+        for (int j = 0; j < i; j++) {
+            if (strcmp(r->rows[j].name, r->rows[i].name)) continue;
+            char tmp[REPORT_STR];
+            snprintf(tmp, sizeof tmp, "%.120s (%.120s)", r->rows[i].name, base_name(in[i].dir));
+            memcpy(r->rows[i].name, tmp, sizeof tmp);
+            break;
+        }
+    }
+    double base = r->rows[0].images_per_second;
+    for (int i = 0; i < n; i++)
+        r->rows[i].speedup = (base > 0) ? r->rows[i].images_per_second / base : NAN;
+    return 0;
+}
+
+void report_free(report_t *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) {
+        report_row_t *row = &r->rows[i];
+        free(row->epoch);
+        free(row->train_loss);
+        free(row->val_top1);
+        free(row->wall_seconds);
+        json_free(row->env);
+    }
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- formatting shared with report_html.c ---- */
+
+void report_fmt(char *buf, size_t cap, report_col_t col, const report_row_t *row) {
+    double v;
+    buf[0] = '\0';
+    switch (col) {
+    case RC_IMAGES: v = row->images_per_second; if (!isnan(v)) snprintf(buf, cap, "%.1f", v); break;
+    case RC_SEC_EPOCH: v = row->seconds_per_epoch; if (!isnan(v)) snprintf(buf, cap, "%.2f", v); break;
+    case RC_SPEEDUP: v = row->speedup; if (!isnan(v)) snprintf(buf, cap, "%.2fx", v); break;
+    case RC_COMM: v = row->comm_exposed_pct; if (!isnan(v)) snprintf(buf, cap, "%.1f%%", v); break;
+    case RC_MEMORY:
+        v = row->peak_memory_bytes;
+        if (isnan(v)) break;
+        if (v >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.2f GiB", v / (1024.0 * 1024 * 1024));
+        else snprintf(buf, cap, "%.1f MiB", v / (1024.0 * 1024));
+        break;
+    case RC_VAL_FINAL: v = row->final_val_top1; if (!isnan(v)) snprintf(buf, cap, "%.2f%%", 100 * v); break;
+    case RC_VAL_BEST: v = row->best_val_top1; if (!isnan(v)) snprintf(buf, cap, "%.2f%%", 100 * v); break;
+    case RC_LOSS: v = row->final_train_loss; if (!isnan(v)) snprintf(buf, cap, "%.4f", v); break;
+    case RC_STATUS:
+        if (row->exit_code > 0) snprintf(buf, cap, "%s (exit %d)", row->status, row->exit_code);
+        else snprintf(buf, cap, "%s", row->status);
+        break;
+    case RC_WORLD: if (row->world_size > 0) snprintf(buf, cap, "%d", row->world_size); break;
+    case RC_BATCH: if (row->batch_size > 0) snprintf(buf, cap, "%d", row->batch_size); break;
+    case RC_NAME: snprintf(buf, cap, "%s", row->name); break;
+    case RC_MODE: snprintf(buf, cap, "%s", row->mode); break;
+    case RC_PRECISION: snprintf(buf, cap, "%s", row->precision); break;
+    case RC_DEVICE: snprintf(buf, cap, "%s", row->device); break;
+    case RC_COUNT: break;
+    }
+}
+
+const char *const report_col_titles[RC_COUNT] = {
+    "run", "mode", "world", "precision", "batch", "device", "images/s", "s/epoch", "speed-up",
+    "comm exposed", "peak memory", "val top-1 (final)", "val top-1 (best)", "train loss", "status"};
+
+/* ---- CSV ---- */
+
+static void csv_field(FILE *f, const char *s) {
+    if (strpbrk(s, ",\"\n\r")) {
+        fputc('"', f);
+        for (; *s; s++) {
+            if (*s == '"') fputc('"', f);
+            fputc(*s, f);
+        }
+        fputc('"', f);
+    } else {
+        fputs(s, f);
+    }
+}
+
+static void csv_num(FILE *f, double v) {
+    if (!isnan(v)) fprintf(f, "%.10g", v);
+}
+
+int report_write_csv(const report_t *r, FILE *f) {
+    fputs("name,mode,world_size,precision,batch_size,device,images_per_second,seconds_per_epoch,"
+          "speedup,comm_exposed_pct,peak_memory_bytes,final_val_top1,best_val_top1,final_train_loss,"
+          "status,exit_code,run_dir,note\n", f);
+    for (int i = 0; i < r->n; i++) {
+        const report_row_t *w = &r->rows[i];
+        csv_field(f, w->name); fputc(',', f);
+        csv_field(f, w->mode); fputc(',', f);
+        if (w->world_size > 0) fprintf(f, "%d", w->world_size);
+        fputc(',', f);
+        csv_field(f, w->precision); fputc(',', f);
+        if (w->batch_size > 0) fprintf(f, "%d", w->batch_size);
+        fputc(',', f);
+        csv_field(f, w->device); fputc(',', f);
+        const double nums[] = {w->images_per_second, w->seconds_per_epoch, w->speedup, w->comm_exposed_pct,
+                               w->peak_memory_bytes, w->final_val_top1, w->best_val_top1, w->final_train_loss};
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
+            csv_num(f, nums[k]);
+            fputc(',', f);
+        }
+        csv_field(f, w->status); fputc(',', f);
+        if (w->exit_code >= 0) fprintf(f, "%d", w->exit_code);
+        fputc(',', f);
+        csv_field(f, w->dir); fputc(',', f);
+        csv_field(f, w->note);
+        fputc('\n', f);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- Markdown ---- */
+
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputs("\\|", f);
+        else if (*s == '\n' || *s == '\r') fputc(' ', f);
+        else fputc(*s, f);
+    }
+}
+
+int report_write_md(const report_t *r, FILE *f) {
+    fprintf(f, "# %s\n\n|", r->title);
+    for (int c = 0; c < RC_COUNT; c++) fprintf(f, " %s |", report_col_titles[c]);
+    fputs("\n|", f);
+    for (int c = 0; c < RC_COUNT; c++) fputs(c == RC_NAME || c == RC_MODE || c == RC_PRECISION ||
+                                             c == RC_DEVICE || c == RC_STATUS ? "---|" : "---:|", f);
+    fputc('\n', f);
+    char buf[512];
+    for (int i = 0; i < r->n; i++) {
+        fputc('|', f);
+        for (int c = 0; c < RC_COUNT; c++) {
+            report_fmt(buf, sizeof buf, (report_col_t)c, &r->rows[i]);
+            fputc(' ', f);
+            md_cell(f, buf);
+            fputs(" |", f);
+        }
+        fputc('\n', f);
+    }
+    bool notes = false;
+    for (int i = 0; i < r->n; i++) {
+        if (!r->rows[i].note[0]) continue;
+        if (!notes) fputs("\nNotes:\n\n", f);
+        notes = true;
+        fputs("- ", f);
+        md_cell(f, r->rows[i].name);
+        fputs(": ", f);
+        md_cell(f, r->rows[i].note);
+        fputc('\n', f);
+    }
+    fputs("\nimages/s: median over steps.csv after the first 10% of rows (warm-up); speed-up: "
+          "relative to the first row; comm exposed: share of step time spent waiting on "
+          "communication.\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- files ---- */
+
+int report_make_dirs(const char *path, err_t *e) {
+    char tmp[REPORT_PATH];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+        return err_set(e, ERR_INPUT, "%s: path too long", path);
+    for (char *p = tmp + 1; ; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+            return err_errno(e, ERR_INPUT, "%s: cannot create the directory", tmp);
+        *p = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(e, ERR_INPUT, "%s: exists and is not a directory; choose another path", path);
+    return 0;
+}
+
+typedef int (*render_fn)(const report_t *, FILE *);
+
+/* Writes dir/name through a temporary file and a rename, so readers never see half a file. */
+static int write_atomic(const char *dir, const char *name, render_fn render, const report_t *r, err_t *e) {
+    char path[REPORT_PATH + 64], tmp[REPORT_PATH + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return err_errno(e, ERR_INPUT, "%s: cannot write", tmp);
+    int bad = render(r, f);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = -1;
+    if (fclose(f) != 0) bad = -1;
+    if (bad) {
+        unlink(tmp);
+        return err_errno(e, ERR_RUNTIME, "%s: write failed", path);
+    }
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        return err_errno(e, ERR_RUNTIME, "%s: cannot rename into place", path);
+    }
+    return 0;
+}
+
+int report_write(const report_t *r, const char *out_dir, err_t *e) {
+    if (report_make_dirs(out_dir, e)) return -1;
+    if (write_atomic(out_dir, "comparison.csv", report_write_csv, r, e)) return -1;
+    if (write_atomic(out_dir, "comparison.md", report_write_md, r, e)) return -1;
+    return write_atomic(out_dir, "report.html", report_write_html, r, e);
+}
+
+int report_runs(const char *const *dirs, int n, const char *out_dir, FILE *out, err_t *e) {
+    if (n <= 0) return err_set(e, ERR_INPUT, "report: no run directories given; usage: runner report "
+                               "RUN_DIR... [--output DIR]");
+    report_input_t *in = xcalloc((size_t)n, sizeof *in, e);
+    if (!in) return -1;
+    for (int i = 0; i < n; i++) {
+        in[i].dir = dirs[i];
+        in[i].exit_code = -1;
+    }
+    report_t r;
+    int rc = report_build(in, n, "report", &r, e);
+    free(in);
+    if (rc == 0) rc = report_write(&r, out_dir ? out_dir : "report", e);
+    if (rc == 0 && out) {
+        report_write_md(&r, out);
+        const char *d = out_dir ? out_dir : "report";
+        fprintf(out, "\nwrote %s/report.html, %s/comparison.csv, %s/comparison.md\n", d, d, d);
+    }
+    report_free(&r);
+    return rc;
+}

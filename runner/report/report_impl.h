@@ -1,0 +1,25 @@
+/* report_impl.h: what report.c shares with report_html.c (the table's columns and their
+ * human formatting). Private to runner/report/; not part of the public API. */
+#ifndef RUNNER_REPORT_REPORT_IMPL_H
+#define RUNNER_REPORT_REPORT_IMPL_H
+
+#include <stddef.h>
+
+#include "runner/report/report.h"
+
+typedef enum {
+    RC_NAME, RC_MODE, RC_WORLD, RC_PRECISION, RC_BATCH, RC_DEVICE, RC_IMAGES, RC_SEC_EPOCH,
+    RC_SPEEDUP, RC_COMM, RC_MEMORY, RC_VAL_FINAL, RC_VAL_BEST, RC_LOSS, RC_STATUS, RC_COUNT
+} report_col_t;
+
+/* Column headings, indexed by report_col_t. */
+extern const char *const report_col_titles[RC_COUNT];
+
+/* Formats one cell of the human tables (Markdown, HTML) into buf; "" when unknown. */
+void report_fmt(char *buf, size_t cap, report_col_t col, const report_row_t *row);
+
+/* mkdir -p: creates path and its missing parents; ERR_INPUT naming the part that could
+ * not be created, or path when it exists and is not a directory. Returns 0 / -1. */
+int report_make_dirs(const char *path, err_t *e);
+
+#endif
