@@ -1,0 +1,267 @@
+/* conv.cu: convolutions on cuDNN's convolution API (cudnnConvolutionForward /
+ * BackwardData / BackwardFilter, still part of cuDNN 9) in NHWC with KRSC filters
+ * (cuDNN's NHWC filter layout), fp32 / fp16 / bf16 data with fp32 accumulation.
+ *
+ * Plans. The first call for a (shape, dtype, direction) builds the descriptors and
+ * measures the candidate algorithms once with cudnnFind*AlgorithmEx on the real buffers
+ * (like torch.backends.cudnn.benchmark), keeping the fastest one that succeeded, fits the
+ * workspace limit, and is deterministic when the backend was created with deterministic.
+ * Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
+ * quarter of the free memory at most); the backend's shared workspace then grows to what
+ * the chosen algorithms need, so nothing is allocated once every shape was seen once.
+ *
+ * Math: half data uses tensor cores (CUDNN_TENSOR_OP_MATH); fp32 uses TF32 tensor cores
+ * only when allow_tf32 (CUDNN_DEFAULT_MATH), otherwise plain FMA (CUDNN_FMA_MATH).
+ * Weight gradients: cuDNN writes dw in the data type of the filter descriptor, so the
+ * result goes to the staging buffer (beta = 0) and one kernel adds it into the fp32 dw;
+ * for half data this matches what autocast does (a half weight gradient cast to fp32).
+ * Not here: bias, groups, dilation, the cuDNN graph API.
+ */
+#include "model/cuda/conv.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cuda/cuda_impl.cuh"
+#include "model/cuda/elementwise.cuh"
+
+enum { CONV_ALGO_MAX = 16 };
+static const size_t FIND_WS_CAP = (size_t)1 << 30;
+
+struct conv_plan {
+    conv_shape_t s;
+    dtype_t dt;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd[3];   /* fwd, bwd data, bwd filter: each its math type */
+    bool found[3];
+    int algo[3];
+    size_t ws[3];
+};
+
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
+
+static cudnnDataType_t cudnn_type(dtype_t dt) {
+    return dt == DT_F32 ? CUDNN_DATA_FLOAT : (dt == DT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
+}
+
+static void plan_destroy(struct conv_plan *p) {
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    for (int i = 0; i < 3; i++)
+        if (p->cd[i]) cudnnDestroyConvolutionDescriptor(p->cd[i]);
+}
+
+void cu_conv_free_plans(cuda_be_t *cb) {
+    for (int i = 0; i < cb->n_convs; i++) plan_destroy(&cb->convs[i]);
+    free(cb->convs);
+    cb->convs = NULL;
+    cb->n_convs = cb->cap_convs = 0;
+}
+
+/* Fills the descriptors of a fresh plan and checks cuDNN's output size against s. */
+static int plan_init(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, struct conv_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->s = *s;
+    p->dt = dt;
+    cudnnDataType_t t = cudnn_type(dt);
+    CUDNN_CHECK(cb, cudnnCreateTensorDescriptor(&p->xd));
+    CUDNN_CHECK(cb, cudnnCreateTensorDescriptor(&p->yd));
+    CUDNN_CHECK(cb, cudnnCreateFilterDescriptor(&p->wd));
+    CUDNN_CHECK(cb, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, t, s->n, s->c, s->h, s->w));
+    CUDNN_CHECK(cb, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, t, s->n, s->k, s->p, s->q));
+    CUDNN_CHECK(cb, cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NHWC, s->k, s->c, s->r, s->s));
+    cudnnMathType_t math = dt != DT_F32 ? CUDNN_TENSOR_OP_MATH
+                                        : (cb->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    for (int i = 0; i < 3; i++) {
+        CUDNN_CHECK(cb, cudnnCreateConvolutionDescriptor(&p->cd[i]));
+        CUDNN_CHECK(cb, cudnnSetConvolution2dDescriptor(p->cd[i], s->pad, s->pad, s->stride, s->stride,
+                                                        1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        CUDNN_CHECK(cb, cudnnSetConvolutionMathType(p->cd[i], math));
+    }
+    int on, oc, oh, ow;
+    CUDNN_CHECK(cb, cudnnGetConvolution2dForwardOutputDim(p->cd[0], p->xd, p->wd, &on, &oc, &oh, &ow));
+    if (on != s->n || oc != s->k || oh != s->p || ow != s->q)
+        return cb_fail(cb, "conv shape mismatch: n%d h%d w%d c%d k%d r%d s%d stride %d pad %d gives "
+                       "%dx%d output, the caller expects %dx%d", s->n, s->h, s->w, s->c, s->k, s->r,
+                       s->s, s->stride, s->pad, oh, ow, s->p, s->q);
+    return 0;
+}
+
+/* The cached plan for (s, dt), created on first use; NULL with the error set. */
+static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt) {
+    for (int i = 0; i < cb->n_convs; i++) {
+        struct conv_plan *p = &cb->convs[i];
+        if (p->dt == dt && !memcmp(&p->s, s, sizeof *s)) return p;
+    }
+    if (s->n <= 0 || s->c <= 0 || s->k <= 0 || s->h <= 0 || s->w <= 0 || s->r <= 0 || s->s <= 0 ||
+        s->stride <= 0 || s->pad < 0) {
+        cb_fail(cb, "conv: invalid shape n%d h%d w%d c%d k%d r%d s%d stride %d pad %d", s->n, s->h,
+                s->w, s->c, s->k, s->r, s->s, s->stride, s->pad);
+        return NULL;
+    }
+    if (cb->n_convs == cb->cap_convs) {
+        int cap = cb->cap_convs ? cb->cap_convs * 2 : 32;
+        struct conv_plan *np = (struct conv_plan *)realloc(cb->convs, (size_t)cap * sizeof *np);
+        if (!np) {
+            cb_fail(cb, "out of memory for the convolution plan cache");
+            return NULL;
+        }
+        cb->convs = np;
+        cb->cap_convs = cap;
+    }
+    struct conv_plan fresh;
+    if (plan_init(cb, s, dt, &fresh)) {
+        plan_destroy(&fresh);
+        return NULL;
+    }
+    cb->convs[cb->n_convs] = fresh;
+    return &cb->convs[cb->n_convs++];
+}
+
+/* Index of the first usable result (results come sorted fastest first), or -1. */
+template <typename P>
+static int pick_algo(const P *res, int count, size_t ws_limit, bool deterministic) {
+    for (int i = 0; i < count; i++) {
+        if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > ws_limit) continue;
+        if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
+        return i;
+    }
+    return -1;
+}
+
+/* The workspace the search may use: the largest need among the heuristic's candidates,
+ * capped at FIND_WS_CAP and a quarter of the free memory. */
+template <typename P>
+static size_t find_ws_size(const P *res, int count) {
+    size_t need = 0, free_b = 0, total_b = 0;
+    for (int i = 0; i < count; i++)
+        if (res[i].status == CUDNN_STATUS_SUCCESS && res[i].memory > need) need = res[i].memory;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+    size_t cap = free_b / 4 < FIND_WS_CAP ? free_b / 4 : FIND_WS_CAP;
+    return need < cap ? need : cap;
+}
+
+/* Records the choice res[i] in plan direction dir and grows the shared workspace. */
+template <typename P>
+static int plan_commit(cuda_be_t *cb, struct conv_plan *p, int dir, const P &r) {
+    cudnnMathType_t math = r.mathType;
+    if (p->dt == DT_F32 && !cb->allow_tf32) math = CUDNN_FMA_MATH;   /* never TF32 by accident */
+    CUDNN_CHECK(cb, cudnnSetConvolutionMathType(p->cd[dir], math));
+    p->algo[dir] = (int)r.algo;
+    p->ws[dir] = r.memory;
+    p->found[dir] = true;
+    return cb_grow(cb, &cb->ws, r.memory, "cuDNN workspace");
+}
+
+static const char *dir_name(int dir) {
+    return dir == DIR_FWD ? "forward" : (dir == DIR_BWD_DATA ? "backward data" : "backward filter");
+}
+
+static int no_algo(cuda_be_t *cb, const struct conv_plan *p, int dir) {
+    const conv_shape_t *s = &p->s;
+    return cb_fail(cb, "cuDNN has no usable %s algorithm for conv n%d h%d w%d c%d k%d r%d s%d stride %d "
+                   "pad %d (%s)%s", dir_name(dir), s->n, s->h, s->w, s->c, s->k, s->r, s->s, s->stride,
+                   s->pad, dtype_names[p->dt],
+                   cb->deterministic ? "; set train.deterministic: false to allow non-deterministic ones" : "");
+}
+
+/* Searches the algorithm of one direction on the real buffers (a, b: inputs; out: an
+ * output the search may overwrite). */
+static int plan_find(cuda_be_t *cb, struct conv_plan *p, int dir, const void *a, const void *b,
+                     void *out) {
+    int count = 0, i = -1;
+    CUDA_CHECK(cb, cudaStreamSynchronize(cb->stream));
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t res[CONV_ALGO_MAX];
+        CUDNN_CHECK(cb, cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->xd, p->wd, p->cd[0], p->yd,
+                                                               CONV_ALGO_MAX, &count, res));
+        size_t wsz = find_ws_size(res, count);
+        void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
+        if (wsz && !ws) return -1;
+        cudnnStatus_t st = cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->xd, a, p->wd, b, p->cd[0],
+                                                                  p->yd, out, CONV_ALGO_MAX, &count, res,
+                                                                  ws, wsz);
+        cb_free(cb, ws);
+        if (st != CUDNN_STATUS_SUCCESS)
+            return cb_fail_call(cb, "cudnnFindConvolutionForwardAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
+        if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
+        return plan_commit(cb, p, dir, res[i]);
+    }
+    if (dir == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t res[CONV_ALGO_MAX];
+        CUDNN_CHECK(cb, cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->wd, p->yd, p->cd[1], p->xd,
+                                                                    CONV_ALGO_MAX, &count, res));
+        size_t wsz = find_ws_size(res, count);
+        void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
+        if (wsz && !ws) return -1;
+        cudnnStatus_t st = cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->wd, b, p->yd, a, p->cd[1],
+                                                                       p->xd, out, CONV_ALGO_MAX, &count,
+                                                                       res, ws, wsz);
+        cb_free(cb, ws);
+        if (st != CUDNN_STATUS_SUCCESS)
+            return cb_fail_call(cb, "cudnnFindConvolutionBackwardDataAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
+        if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
+        return plan_commit(cb, p, dir, res[i]);
+    }
+    cudnnConvolutionBwdFilterAlgoPerf_t res[CONV_ALGO_MAX];
+    CUDNN_CHECK(cb, cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->xd, p->yd, p->cd[2], p->wd,
+                                                                  CONV_ALGO_MAX, &count, res));
+    size_t wsz = find_ws_size(res, count);
+    void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
+    if (wsz && !ws) return -1;
+    cudnnStatus_t st = cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->xd, a, p->yd, b, p->cd[2],
+                                                                     p->wd, out, CONV_ALGO_MAX, &count,
+                                                                     res, ws, wsz);
+    cb_free(cb, ws);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return cb_fail_call(cb, "cudnnFindConvolutionBackwardFilterAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
+    if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
+    return plan_commit(cb, p, dir, res[i]);
+}
+
+int cu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w,
+                  void *y) {
+    cuda_be_t *cb = cb_of(be);
+    CB_ENTER(cb);
+    struct conv_plan *p = plan_get(cb, s, dt);
+    if (!p) return -1;
+    if (!p->found[DIR_FWD] && plan_find(cb, p, DIR_FWD, x, w, y)) return -1;
+    float alpha = 1.0f, beta = 0.0f;
+    CUDNN_CHECK(cb, cudnnConvolutionForward(cb->cudnn, &alpha, p->xd, x, p->wd, w, p->cd[DIR_FWD],
+                                            (cudnnConvolutionFwdAlgo_t)p->algo[DIR_FWD], cb->ws.p,
+                                            p->ws[DIR_FWD], &beta, p->yd, y));
+    return 0;
+}
+
+int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                       const void *w, void *dx) {
+    cuda_be_t *cb = cb_of(be);
+    CB_ENTER(cb);
+    struct conv_plan *p = plan_get(cb, s, dt);
+    if (!p) return -1;
+    if (!p->found[DIR_BWD_DATA] && plan_find(cb, p, DIR_BWD_DATA, dy, w, dx)) return -1;
+    float alpha = 1.0f, beta = 0.0f;
+    CUDNN_CHECK(cb, cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->wd, w, p->yd, dy, p->cd[DIR_BWD_DATA],
+                                                 (cudnnConvolutionBwdDataAlgo_t)p->algo[DIR_BWD_DATA],
+                                                 cb->ws.p, p->ws[DIR_BWD_DATA], &beta, p->xd, dx));
+    return 0;
+}
+
+int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                         const void *dy, float *dw) {
+    cuda_be_t *cb = cb_of(be);
+    CB_ENTER(cb);
+    struct conv_plan *p = plan_get(cb, s, dt);
+    if (!p) return -1;
+    int64_t nw = (int64_t)s->k * s->r * s->s * s->c;
+    if (cb_grow(cb, &cb->stage, (size_t)nw * dt_size(dt), "conv weight-gradient staging")) return -1;
+    if (!p->found[DIR_BWD_FILTER] && plan_find(cb, p, DIR_BWD_FILTER, x, dy, cb->stage.p)) return -1;
+    float alpha = 1.0f, beta = 0.0f;
+    CUDNN_CHECK(cb, cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->xd, x, p->yd, dy, p->cd[DIR_BWD_FILTER],
+                                                   (cudnnConvolutionBwdFilterAlgo_t)p->algo[DIR_BWD_FILTER],
+                                                   cb->ws.p, p->ws[DIR_BWD_FILTER], &beta, p->wd,
+                                                   cb->stage.p));
+    return cu_accumulate(be, nw, dt, cb->stage.p, dw);
+}

@@ -1,0 +1,21 @@
+/* conv.cuh: 2-D convolutions of the CUDA backend on cuDNN (NHWC activations, KRSC
+ * weights; backend_ops_t.conv2d_fwd / conv2d_bwd_data / conv2d_bwd_filter) and the
+ * per-shape plan cache they keep in the backend. Not here: bias, groups, dilation.
+ */
+#ifndef RUNNER_MODEL_CUDA_CONV_CUH
+#define RUNNER_MODEL_CUDA_CONV_CUH
+
+#include "model/backend.h"
+
+int cu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w,
+                  void *y);
+int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                       const void *w, void *dx);
+int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                         const void *dy, float *dw);
+
+struct cuda_be;
+/* Destroys every cached plan (descriptors and chosen algorithms). */
+void cu_conv_free_plans(struct cuda_be *cb);
+
+#endif

@@ -1,0 +1,68 @@
+/* cuda_backend.h: the CUDA compute backend (cuDNN convolutions, cuBLASLt classifier, own
+ * kernels for batch norm, elementwise ops, loss, optimizers and augmentation).
+ *
+ * It fills every slot of backend_ops_t (model/backend.h) for device memory of one GPU.
+ * Half tensors (DT_F16, DT_BF16) are stored as real 2-byte values, so backend_elem_size
+ * must return 2 for them and 4 for DT_F32 on this backend. All work of one backend runs
+ * in order on one CUDA stream (cuda_backend_stream); nothing allocates inside a training
+ * step once every convolution shape has been seen once (algorithm search and workspace
+ * growth happen on the first use of a shape).
+ *
+ * This header is plain C (model/backend.c includes it under RUNNER_HAVE_CUDA); the
+ * implementation lives in the .cu files beside it. It does not: pick devices for DDP/DP
+ * (the plan does), talk to other ranks (comm/nccl.c), or read datasets (data/).
+ */
+#ifndef RUNNER_MODEL_CUDA_BACKEND_H
+#define RUNNER_MODEL_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/backend.h"
+#include "runner/util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a backend on GPU o->device (after CUDA_VISIBLE_DEVICES). Without a visible GPU
+ * it fails with ERR_INPUT ("device: cuda requested but no CUDA GPU is visible ...");
+ * a device ordinal out of range is ERR_INPUT naming the count. Free with backend_free. */
+backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e);
+
+/* Number of visible CUDA devices; 0 when there is no driver or no GPU. Never fails. */
+int cuda_device_count(void);
+
+/* "NVIDIA H100 80GB HBM3, 81559 MiB, cc 9.0" for device i. Returns 0, or -1 (buf gets
+ * "unknown") when i is not a visible device. */
+int cuda_device_name(int i, char *buf, size_t len);
+
+/* "driver 13.0, runtime 13.0, cuDNN 9.19.0, cuBLASLt 13.0.x" (driver "none" without one). */
+void cuda_versions(char *buf, size_t len);
+
+/* Page-locked host memory for the loader's staging buffers (fast, asynchronous
+ * uploads). Returns NULL with ERR_RUNTIME in e on failure. Free with cuda_host_free. */
+void *cuda_host_alloc(size_t bytes, err_t *e);
+void cuda_host_free(void *p);
+
+/* The backend's CUDA stream as a cudaStream_t cast to void * (for NCCL and the loader).
+ * be must be a cuda backend. */
+void *cuda_backend_stream(backend_t *be);
+
+/* Asynchronous upload on the backend's stream: returns before the copy ran. With pinned
+ * src (cuda_host_alloc) the caller must keep src unchanged until a later sync or event;
+ * ops->upload, in contrast, is safe to reuse its source as soon as it returns. */
+int cuda_upload_async(backend_t *be, void *dst, const void *host_src, size_t bytes);
+
+/* Enqueues dw[i] += (float)src[i] style accumulation of a gradient computed in half; used
+ * by conv and linear internally and exported for tests. */
+int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);
+
+/* Releases cached convolution algorithms and the shared workspace (the next use of a shape
+ * searches again). For benchmarks that switch dtypes. */
+void cuda_backend_clear_caches(backend_t *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,131 @@
+/* loss.cu: softmax cross-entropy with label smoothing (torch.nn.CrossEntropyLoss with
+ * label_smoothing, reduction 'sum') and top-1/top-5 hit counts, one block per row.
+ *
+ * Per row i with label l, C classes, smoothing s, lse = log(sum_j exp(x_j)):
+ *   loss_i = lse - (1 - s) * x_l - (s / C) * sum_j x_j
+ *   dlogits_ij = grad_scale * (softmax_ij - (1 - s) * [j == l] - s / C)
+ * Rank of the label: #{j : x_j > x_l} + #{j < l : x_j == x_l} (ties go to the lower
+ * index, as argmax does); top-1 hit when rank < 1, top-5 when rank < 5. A label out of
+ * [0, C) makes that row's loss NaN and its gradient zero (net_loss checks labels on the
+ * host first). Per-row results go to scratch and one block adds them in row order, so
+ * the sums are deterministic. Not here: averaging (the caller's grad_scale).
+ */
+#include "model/cuda/loss.cuh"
+
+#include "model/cuda/cuda_impl.cuh"
+
+/* Block-wide reduction of v with op (blockDim.x a multiple of 32, <= 1024). Every thread
+ * gets the result. red must hold 32 values. */
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();   /* red may still be read from a previous call */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < nw; w++) v = op(v, red[w]);
+    return v;
+}
+
+struct op_max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct op_addf { __device__ float operator()(float a, float b) const { return a + b; } };
+struct op_addi { __device__ int operator()(int a, int b) const { return a + b; } };
+
+template <typename T>
+__global__ void xent_row_k(int classes, const T *logits, const int32_t *labels, float smoothing,
+                           float grad_scale, T *dlogits, float *row_loss, int32_t *row_hits) {
+    __shared__ float redf[32];
+    __shared__ int redi[32];
+    int row = blockIdx.x;
+    const T *x = logits + (int64_t)row * classes;
+    int l = labels[row];
+    bool ok = l >= 0 && l < classes;
+
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, to_f32(x[j]));
+    mx = block_reduce(mx, op_max(), redf);
+
+    float se = 0.0f, sx = 0.0f;
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+        float v = to_f32(x[j]);
+        se += expf(v - mx);
+        sx += v;
+    }
+    se = block_reduce(se, op_addf(), redf);
+    sx = block_reduce(sx, op_addf(), redf);
+
+    float xl = ok ? to_f32(x[l]) : 0.0f;
+    int above = 0;
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+        float v = to_f32(x[j]);
+        above += (v > xl) || (v == xl && j < l);
+    }
+    above = block_reduce(above, op_addi(), redi);
+
+    float lse = mx + logf(se), inv_se = 1.0f / se, sc = smoothing / (float)classes;
+    if (dlogits) {
+        T *d = dlogits + (int64_t)row * classes;
+        for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+            float p = expf(to_f32(x[j]) - mx) * inv_se;
+            float g = p - sc - (j == l ? 1.0f - smoothing : 0.0f);
+            d[j] = from_f32<T>(ok ? grad_scale * g : 0.0f);
+        }
+    }
+    if (threadIdx.x == 0) {
+        row_loss[row] = ok ? lse - (1.0f - smoothing) * xl - sc * sx : NAN;
+        row_hits[2 * row] = ok && above < 1;
+        row_hits[2 * row + 1] = ok && above < 5;
+    }
+}
+
+/* Adds the n per-row values in a fixed order (thread-strided partials in double, then
+ * the block reduction in warp order). */
+__global__ void xent_sum_k(int n, const float *row_loss, const int32_t *row_hits, float *loss_sum,
+                           int32_t *correct) {
+    __shared__ double red[1024];
+    __shared__ int r1[1024], r5[1024];
+    double s = 0.0;
+    int h1 = 0, h5 = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        s += (double)row_loss[i];
+        h1 += row_hits[2 * i];
+        h5 += row_hits[2 * i + 1];
+    }
+    red[threadIdx.x] = s;
+    r1[threadIdx.x] = h1;
+    r5[threadIdx.x] = h5;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        int a = 0, b = 0;
+        for (int i = 0; i < (int)blockDim.x; i++) {
+            t += red[i];
+            a += r1[i];
+            b += r5[i];
+        }
+        loss_sum[0] = (float)t;
+        correct[0] = a;
+        correct[1] = b;
+    }
+}
+
+int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                    const int32_t *labels, float smoothing, float grad_scale, void *dlogits,
+                    float *loss_sum, int32_t *correct) {
+    cuda_be_t *cb = cb_of(be);
+    if (n <= 0 || classes <= 0)
+        return cb_fail(cb, "softmax_xent: empty batch (n %d, classes %d)", n, classes);
+    CB_ENTER(cb);
+    size_t need = (size_t)n * sizeof(float) + (size_t)2 * n * sizeof(int32_t) + 256;
+    if (cb_grow(cb, &cb->scratch, need, "loss scratch")) return -1;
+    float *row_loss = (float *)cb->scratch.p;
+    int32_t *row_hits = (int32_t *)((char *)cb->scratch.p + (((size_t)n * sizeof(float) + 255) & ~(size_t)255));
+    int threads = classes <= 128 ? 128 : (classes <= 512 ? 256 : 512);
+    DISPATCH_DT(cb, dt, T, xent_row_k<T><<<n, threads, 0, cb->stream>>>(
+        classes, (const T *)logits, labels, smoothing, grad_scale, (T *)dlogits, row_loss, row_hits));
+    KERNEL_CHECK(cb, "xent_row_k");
+    xent_sum_k<<<1, 256, 0, cb->stream>>>(n, row_loss, row_hits, loss_sum, correct);
+    KERNEL_CHECK(cb, "xent_sum_k");
+    return 0;
+}

@@ -1,0 +1,354 @@
+/* norm.cu: batch norm over NHWC activations viewed as m rows of c channels.
+ *
+ * Layout of the work: a block is 32 x 8 threads; threadIdx.x picks V consecutive channels
+ * (V = 4, 2 or 1 so that a warp reads one contiguous run of a row), threadIdx.y and
+ * blockIdx.y pick rows. Reductions (statistics, backward sums) write one partial per
+ * (row split, channel) into the backend's scratch and a second kernel adds the splits in
+ * double, in a fixed order, so results are deterministic run to run.
+ *
+ * Numerics: statistics in fp32 per thread over values shifted by the channel's first
+ * row (no catastrophic cancellation of sum(x^2) - sum(x)^2 when |mean| >> std), combined
+ * in double; biased variance. apply/backward compute in fp32 and round the outputs once.
+ * Not here: cross-rank SyncBN reduction (the net calls its hooks between the phases).
+ */
+#include "model/cuda/norm.cuh"
+
+#include "model/cuda/cuda_impl.cuh"
+
+enum { BN_TX = 32, BN_TY = 8 };
+
+/* Loads V consecutive elements (V-aligned) as floats. */
+template <typename T, int V>
+__device__ __forceinline__ void load_v(const T *p, float (&f)[V]) {
+    if constexpr (V == 1) {
+        f[0] = to_f32(*p);
+    } else {
+        pack_t<T, V> a = *reinterpret_cast<const pack_t<T, V> *>(p);
+#pragma unroll
+        for (int k = 0; k < V; k++) f[k] = to_f32(a.v[k]);
+    }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_v(T *p, const float (&f)[V]) {
+    if constexpr (V == 1) {
+        *p = from_f32<T>(f[0]);
+    } else {
+        pack_t<T, V> a;
+#pragma unroll
+        for (int k = 0; k < V; k++) a.v[k] = from_f32<T>(f[k]);
+        *reinterpret_cast<pack_t<T, V> *>(p) = a;
+    }
+}
+
+/* Sums two per-thread arrays over threadIdx.y and writes them as split blockIdx.y of
+ * part (layout [2][splits][c]). Must be reached by every thread of the block. */
+template <int V>
+__device__ __forceinline__ void block_partials(const float (&a)[V], const float (&b)[V],
+                                               bool active, int ch0, int c, float *part) {
+    __shared__ float sa[BN_TY][BN_TX * V], sb[BN_TY][BN_TX * V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sa[threadIdx.y][threadIdx.x * V + k] = a[k];
+        sb[threadIdx.y][threadIdx.x * V + k] = b[k];
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && active) {
+        int64_t splits = gridDim.y;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float u = 0.0f, w = 0.0f;
+            for (int j = 0; j < BN_TY; j++) {
+                u += sa[j][threadIdx.x * V + k];
+                w += sb[j][threadIdx.x * V + k];
+            }
+            part[(int64_t)blockIdx.y * c + ch0 + k] = u;
+            part[(splits + blockIdx.y) * c + ch0 + k] = w;
+        }
+    }
+}
+
+/* Partial sums of (x - shift) and (x - shift)^2, shift = the channel's value in row 0. */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, const T *x,
+                                                          float *part) {
+    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    bool active = ch0 < c;
+    float s[V], ss[V], shift[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) s[k] = ss[k] = shift[k] = 0.0f;
+    if (active) {
+        load_v<T, V>(x + ch0, shift);
+        for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
+             r += (int64_t)gridDim.y * BN_TY) {
+            float v[V];
+            load_v<T, V>(x + r * c + ch0, v);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                float d = v[k] - shift[k];
+                s[k] += d;
+                ss[k] += d * d;
+            }
+        }
+    }
+    block_partials<V>(s, ss, active, ch0, c, part);
+}
+
+template <typename T>
+__global__ void bn_stats_final_k(int64_t m, int c, int splits, const T *x, const float *part,
+                                 float *mean, float *var) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    double s = 0.0, ss = 0.0;
+    for (int j = 0; j < splits; j++) {
+        s += part[(int64_t)j * c + ch];
+        ss += part[(int64_t)(splits + j) * c + ch];
+    }
+    double ms = s / (double)m, v = ss / (double)m - ms * ms;
+    mean[ch] = (float)((double)to_f32(x[ch]) + ms);
+    var[ch] = (float)(v > 0.0 ? v : 0.0);
+}
+
+/* y = [relu]((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, const float *mean,
+                                                  const float *var, const float *gamma,
+                                                  const float *beta, float eps, const T *z,
+                                                  bool relu, T *y) {
+    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    if (ch0 >= c) return;
+    float mu[V], sc[V], bt[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        mu[k] = mean[ch0 + k];
+        sc[k] = gamma[ch0 + k] / sqrtf(var[ch0 + k] + eps);
+        bt[k] = beta[ch0 + k];
+    }
+    for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m; r += (int64_t)gridDim.y * BN_TY) {
+        float v[V], w[V];
+        load_v<T, V>(x + r * c + ch0, v);
+        if (z) load_v<T, V>(z + r * c + ch0, w);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float o = (v[k] - mu[k]) * sc[k] + bt[k];
+            if (z) o += w[k];
+            if (relu) o = o > 0.0f ? o : 0.0f;
+            v[k] = o;
+        }
+        store_v<T, V>(y + r * c + ch0, v);
+    }
+}
+
+__global__ void bn_running_k(int c, const float *mean, const float *var, float unbias,
+                             float momentum, float *run_mean, float *run_var) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean[ch];
+    run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * var[ch] * unbias;
+}
+
+/* Partial sums of g and g * (x - mean), g = dy masked by y > 0 when y is given. */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
+                                                        const T *dy, const float *mean,
+                                                        float *part) {
+    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    bool active = ch0 < c;
+    float s[V], sx[V], mu[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        s[k] = sx[k] = 0.0f;
+        mu[k] = active ? mean[ch0 + k] : 0.0f;
+    }
+    if (active) {
+        for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
+             r += (int64_t)gridDim.y * BN_TY) {
+            float xv[V], g[V], yv[V];
+            load_v<T, V>(x + r * c + ch0, xv);
+            load_v<T, V>(dy + r * c + ch0, g);
+            if (y) {
+                load_v<T, V>(y + r * c + ch0, yv);
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                s[k] += g[k];
+                sx[k] += g[k] * (xv[k] - mu[k]);
+            }
+        }
+    }
+    block_partials<V>(s, sx, active, ch0, c, part);
+}
+
+__global__ void bn_bwd_final_k(int c, int splits, const float *part, const float *var, float eps,
+                               float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    double s = 0.0, sx = 0.0;
+    for (int j = 0; j < splits; j++) {
+        s += part[(int64_t)j * c + ch];
+        sx += part[(int64_t)(splits + j) * c + ch];
+    }
+    float invstd = 1.0f / sqrtf(var[ch] + eps);
+    float sdy = (float)s, sdyx = (float)(sx * (double)invstd);
+    sum_dy[ch] = sdy;
+    sum_dy_xhat[ch] = sdyx;
+    if (dbeta) dbeta[ch] += sdy;
+    if (dgamma) dgamma[ch] += sdyx;
+}
+
+/* dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count); dz = g. */
+template <typename T, int V>
+__global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T *x, const T *y,
+                                                      const T *dy, const float *mean,
+                                                      const float *var, const float *gamma,
+                                                      float eps, const float *sum_dy,
+                                                      const float *sum_dy_xhat, float inv_count,
+                                                      T *dx, T *dz) {
+    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    if (ch0 >= c) return;
+    float mu[V], is[V], a[V], mdy[V], mdyx[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        mu[k] = mean[ch0 + k];
+        is[k] = 1.0f / sqrtf(var[ch0 + k] + eps);
+        a[k] = gamma[ch0 + k] * is[k];
+        mdy[k] = sum_dy[ch0 + k] * inv_count;
+        mdyx[k] = sum_dy_xhat[ch0 + k] * inv_count;
+    }
+    for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m; r += (int64_t)gridDim.y * BN_TY) {
+        float xv[V], g[V], yv[V];
+        int64_t off = r * c + ch0;
+        load_v<T, V>(x + off, xv);
+        load_v<T, V>(dy + off, g);
+        if (y) {
+            load_v<T, V>(y + off, yv);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+        }
+        if (dz) store_v<T, V>(dz + off, g);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float xhat = (xv[k] - mu[k]) * is[k];
+            xv[k] = a[k] * (g[k] - mdy[k] - xhat * mdyx[k]);
+        }
+        store_v<T, V>(dx + off, xv);
+    }
+}
+
+/* The channel vector width for c channels at these pointers: 4 or 2 when c divides and
+ * every pointer is aligned to the vector, else 1. */
+static int bn_vec(int c, size_t esz, const void *a, const void *b, const void *d, const void *e) {
+    for (int v = 4; v > 1; v /= 2) {
+        size_t al = esz * (size_t)v;
+        if (c % v == 0 && c >= 16 * v && cb_aligned(a, al) && cb_aligned(b, al) &&
+            cb_aligned(d, al) && cb_aligned(e, al))
+            return v;
+    }
+    return 1;
+}
+
+/* Grid for the 32 x 8 blocks: enough row splits for ~4 blocks per SM, at least 16 rows
+ * per thread, at most 1024 splits. */
+static dim3 bn_grid(const cuda_be_t *cb, int64_t m, int c, int v) {
+    int gx = (c + BN_TX * v - 1) / (BN_TX * v);
+    int64_t want = ((int64_t)cb->sm_count * 4 + gx - 1) / gx;
+    int64_t most = (m + BN_TY * 16 - 1) / (BN_TY * 16);
+    int64_t gy = want < most ? want : most;
+    if (gy > 1024) gy = 1024;
+    if (gy < 1) gy = 1;
+    return dim3((unsigned)gx, (unsigned)gy, 1);
+}
+
+#define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
+    case 4: { constexpr int V = 4; __VA_ARGS__; } break; \
+    case 2: { constexpr int V = 2; __VA_ARGS__; } break; \
+    default: { constexpr int V = 1; __VA_ARGS__; } break; } } while (0)
+
+int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                float *var) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
+    CB_ENTER(cb);
+    int v = bn_vec(c, dt_size(dt), x, x, x, x);
+    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
+    if (cb_grow(cb, &cb->scratch, (size_t)2 * grid.y * c * sizeof(float), "bn scratch")) return -1;
+    float *part = (float *)cb->scratch.p;
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
+        bn_stats_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, part)));
+    KERNEL_CHECK(cb, "bn_stats_partial_k");
+    DISPATCH_DT(cb, dt, T, bn_stats_final_k<T><<<(c + 255) / 256, 256, 0, cb->stream>>>(
+        m, c, (int)grid.y, (const T *)x, part, mean, var));
+    KERNEL_CHECK(cb, "bn_stats_final_k");
+    return 0;
+}
+
+int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                const float *var, const float *gamma, const float *beta, float eps,
+                const void *z, bool relu, void *y) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return 0;
+    CB_ENTER(cb);
+    int v = bn_vec(c, dt_size(dt), x, z ? z : x, y, y);
+    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
+        bn_apply_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, mean, var, gamma,
+                                                         beta, eps, (const T *)z, relu, (T *)y)));
+    KERNEL_CHECK(cb, "bn_apply_k");
+    return 0;
+}
+
+int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
+                         int64_t count, float momentum, float *run_mean, float *run_var) {
+    cuda_be_t *cb = cb_of(be);
+    if (c <= 0) return 0;
+    CB_ENTER(cb);
+    float unbias = count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
+    bn_running_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, mean, var, unbias, momentum,
+                                                           run_mean, run_var);
+    KERNEL_CHECK(cb, "bn_running_k");
+    return 0;
+}
+
+int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                     const void *dy, const float *mean, const float *var, float eps,
+                     float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_bwd_reduce: empty input (m %lld, c %d)", (long long)m, c);
+    CB_ENTER(cb);
+    int v = bn_vec(c, dt_size(dt), x, y ? y : x, dy, dy);
+    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
+    if (cb_grow(cb, &cb->scratch, (size_t)2 * grid.y * c * sizeof(float), "bn scratch")) return -1;
+    float *part = (float *)cb->scratch.p;
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
+        bn_bwd_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
+                                                               (const T *)dy, mean, part)));
+    KERNEL_CHECK(cb, "bn_bwd_partial_k");
+    bn_bwd_final_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, (int)grid.y, part, var, eps, sum_dy,
+                                                             sum_dy_xhat, dgamma, dbeta);
+    KERNEL_CHECK(cb, "bn_bwd_final_k");
+    return 0;
+}
+
+int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                    const void *dy, const float *mean, const float *var, const float *gamma,
+                    float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count,
+                    void *dx, void *dz) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return 0;
+    if (count <= 0) return cb_fail(cb, "bn_bwd_apply: count %lld must be positive", (long long)count);
+    CB_ENTER(cb);
+    int v = bn_vec(c, dt_size(dt), x, y ? y : x, dy, dz ? dz : dx);
+    if (!cb_aligned(dx, dt_size(dt) * (size_t)v)) v = 1;
+    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
+    float inv_count = (float)(1.0 / (double)count);
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
+        bn_bwd_apply_k<T, V><<<grid, block, 0, cb->stream>>>(
+            m, c, (const T *)x, (const T *)y, (const T *)dy, mean, var, gamma, eps, sum_dy,
+            sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
+    KERNEL_CHECK(cb, "bn_bwd_apply_k");
+    return 0;
+}
