@@ -21,14 +21,14 @@
     "data_wait_seconds,loss_scale\n"
 
 /* Writes dir/name with text; makes dir first. Returns 0 on success. */
-static int fx_write(const char *dir, const char *name, const char *text) {
+static inline int fx_write(const char *dir, const char *name, const char *text) {
     char path[2048];
     mkdir(dir, 0777);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return test_write_file(path, text);
 }
 
-static void fx_summary(const char *dir, const char *name, const char *status, const char *mode, int world,
+static inline void fx_summary(const char *dir, const char *name, const char *status, const char *mode, int world,
                        const char *precision, double ips, double comm_fraction, double peak) {
     char buf[4096];
     snprintf(buf, sizeof buf,
@@ -47,7 +47,7 @@ static void fx_summary(const char *dir, const char *name, const char *status, co
  * val_top1 0.40, 0.56, 0.52 (final 0.52, best 0.56); final train loss 1.2; peak memory
  * max 2000000. steps.csv: 10 rows, the first (100 images/s) is warm-up; the other nine
  * have median 200. step_seconds 0.5, no exposed comm: 0%. */
-static void fx_run_single(const char *dir) {
+static inline void fx_run_single(const char *dir) {
     fx_summary(dir, "single", "completed", "single", 1, "fp32", 999, 0.5, 5e9);
     fx_write(dir, "metrics.csv", METRICS_HEADER
              "1,100,0.1,2.0,0.3,1.9,0.40,0.8,12.0,1000,1000000\n"
@@ -68,7 +68,7 @@ static void fx_run_single(const char *dir) {
  * (final 0.58, best 0.58); peak memory column empty (summary: 3000000). steps.csv: 20
  * rows, the first two (50, 60) warm-up, then 400 and 420 nine times each: median 410,
  * speed-up 410 / 200 = 2.05. step_seconds 0.25, comm_exposed 0.05: 20%. */
-static void fx_run_ddp(const char *dir) {
+static inline void fx_run_ddp(const char *dir) {
     fx_summary(dir, "ddp", "completed", "ddp", 2, "fp32", 999, 0.5, 3000000);
     fx_write(dir, "metrics.csv", METRICS_HEADER
              "1,50,0.1,2.2,0.3,1.9,0.45,0.8,6,1000,\n"
@@ -88,7 +88,7 @@ static void fx_run_ddp(const char *dir) {
 
 /* Run "dp_amp": no steps.csv and no env.json: images/s 300 and comm 12.5% from
  * summary.json (speed-up 1.5). 2 epochs, epoch_seconds 8 and 9 (median 8.5). */
-static void fx_run_dp_amp(const char *dir) {
+static inline void fx_run_dp_amp(const char *dir) {
     fx_summary(dir, "dp_amp", "completed", "dp", 2, "fp16", 300, 0.125, 4000000);
     fx_write(dir, "metrics.csv", METRICS_HEADER
              "1,100,0.1,2.1,0.3,1.9,0.42,0.8,8,300,4000000\n"
