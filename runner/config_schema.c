@@ -1,0 +1,342 @@
+/* config_schema.c: the schema table of the experiment file (one row per dotted key with
+ * its type, bounds, struct field and meaning), key lookup, the closest-key suggestions
+ * for typos, and the plain-name rule for run names.
+ *
+ * It does not parse YAML or apply values (config_apply.c) and holds no mutable state:
+ * the table is const. Row order is the order of ../shared/EXPERIMENT_SCHEMA.md and of
+ * resolved.yaml; a K_SWITCH row is followed by its F_CHILD rows.
+ */
+#include "runner/config_internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define OFF(f) ((ptrdiff_t)offsetof(experiment_t, f))
+#define SZ(f) sizeof(((experiment_t *)0)->f)
+#define NAMES(a) a, (int)(sizeof a / sizeof a[0])
+#define INF HUGE_VAL
+
+static const char *const DEVICES[] = {"auto", "cpu", "cuda"};
+static const char *const DATASETS[] = {"cifar10", "cifar100", "fashion_mnist", "synthetic"};
+static const char *const ARCHS[] = {"resnet18", "resnet34", "resnet50", "resnet101",
+                                    "resnet152", "resnet20", "resnet32", "resnet44",
+                                    "resnet56", "resnet110"};
+static const char *const OPTIMS[] = {"sgd", "adamw"};
+static const char *const SCHEDS[] = {"constant", "multistep", "cosine"};
+static const char *const AMP_DTYPES[] = {NULL, "fp16", "bf16"};
+static const char *const PRECS[] = {"none", "fp16", "bf16"};
+static const char *const MODES[] = {"single", "dp", "ddp"};
+static const char *const BACKENDS[] = {"auto", "nccl", "shm"};
+static const char *const WANDB[] = {"disabled", "online", "offline"};
+
+/* Shorthands for the common row shapes. */
+#define ROW_INT(k, f, lo, hi, fl, doc) {k, K_INT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
+#define ROW_FLT(k, f, lo, hi, fl, doc) {k, K_FLOAT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
+#define ROW_BOOL(k, f, fl, doc) {k, K_BOOL, OFF(f), 0, 0, 0, fl, 0, 0, -1, NULL, 0, doc}
+#define ROW_STR(k, f, fl, doc) {k, K_STR, OFF(f), SZ(f), 0, 0, (fl) | F_QUOTE, 0, 0, -1, NULL, 0, doc}
+#define ROW_ENUM(k, f, names, fl, doc) {k, K_ENUM, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
+#define ROW_NAME(k, f, names, fl, doc) {k, K_NAME, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
+
+const cfg_row_t cfg_rows[] = {
+    ROW_STR("name", name, F_PLAIN | F_NONEMPTY, "run directory name under output.root"),
+    {"seed", K_UINT64, OFF(seed), 0, 0, 18446744073709551615.0, F_HASH, 0, 0, -1, NULL, 0,
+     "keys every random draw (init, shuffle, augmentation)"},
+    ROW_ENUM("device", device, DEVICES, F_HASH, "auto | cpu | cuda"),
+
+    ROW_NAME("data.dataset", data.dataset, DATASETS, F_HASH,
+             "cifar10 | cifar100 | fashion_mnist | synthetic"),
+    ROW_STR("data.root", data.root, 0, "where the dataset files are"),
+    ROW_BOOL("data.download", data.download, 0, "fetch, verify and extract missing files"),
+    ROW_STR("data.download_url", data.download_url, F_NULLABLE | F_URL,
+            "null: the dataset's official URL"),
+    ROW_STR("data.download_md5", data.download_md5, F_NULLABLE | F_MD5,
+            "null: the official tarball's md5"),
+    ROW_BOOL("data.shuffle", data.shuffle, F_HASH, "reshuffle the training set every epoch"),
+    ROW_INT("data.workers", data.workers, 0, 64, 0, "loader threads per rank"),
+    {"data.augment.random_crop", K_SWITCH, OFF(data.augment.random_crop), 0, 0, 0, F_HASH, 0,
+     0, -1, NULL, 0, "false | {size, padding}: pad, then crop at a random place"},
+    ROW_INT("data.augment.random_crop.size", data.augment.crop_size, 1, 4096, F_CHILD,
+            "crop side in pixels (default: the image side)"),
+    ROW_INT("data.augment.random_crop.padding", data.augment.crop_padding, 0, 1024, F_CHILD,
+            "zero padding on each side before cropping"),
+    ROW_BOOL("data.augment.horizontal_flip", data.augment.horizontal_flip, F_HASH,
+             "flip half of the images left-right"),
+    {"data.augment.rotation", K_ROTATION, OFF(data.augment.rotation), 0, 0, 180, F_HASH, 0, 0,
+     -1, NULL, 0, "degrees: uniform in [-r, r], bilinear; 0 or false: off"},
+    {"data.normalize", K_SWITCH, -1, 0, 0, 0, F_HASH, 0, 0, -1, NULL, 0,
+     "false | {mean: [..], std: [..]} per channel (default: the dataset's)"},
+    {"data.normalize.mean", K_FLOATS, OFF(data.mean), 0, -INF, INF, F_CHILD, 1, 4, -1, NULL, 0,
+     "per-channel mean"},
+    {"data.normalize.std", K_FLOATS, OFF(data.std), 0, 0, INF, F_CHILD | F_LO_OPEN, 1, 4, -1,
+     NULL, 0, "per-channel standard deviation"},
+    ROW_INT("data.synthetic.train_size", data.synthetic.train_size, 1, 100000000, F_HASH,
+            "synthetic training images"),
+    ROW_INT("data.synthetic.val_size", data.synthetic.val_size, 1, 100000000, F_HASH,
+            "synthetic validation images"),
+    {"data.synthetic.image", K_INTS, OFF(data.synthetic.image), 0, 1, 4096, F_HASH, 3, 3, -1,
+     NULL, 0, "[channels, height, width]"},
+    ROW_INT("data.synthetic.classes", data.synthetic.classes, 2, 100000, F_HASH,
+            "synthetic label count"),
+
+    ROW_NAME("model.arch", model.arch, ARCHS, F_HASH,
+             "resnet18|34|50|101|152 (CIFAR stem) | resnet20|32|44|56|110"),
+    ROW_INT("model.num_classes", model.num_classes, 0, 100000, F_HASH,
+            "classifier outputs (0 in the file: the dataset's)"),
+    ROW_BOOL("model.zero_init_residual", model.zero_init_residual, F_HASH,
+             "zero the last BN gamma of each residual branch"),
+    ROW_STR("model.init_from", model.init_from, F_NULLABLE | F_HASH,
+            "null | a .safetensors file with torchvision-style names"),
+
+    ROW_ENUM("optimizer.name", optimizer.name, OPTIMS, F_HASH, "sgd | adamw"),
+    ROW_FLT("optimizer.lr", optimizer.lr, 0, INF, F_LO_OPEN | F_HASH,
+            "learning rate for the global batch"),
+    ROW_FLT("optimizer.momentum", optimizer.momentum, 0, 1, F_HASH, "sgd momentum"),
+    ROW_BOOL("optimizer.nesterov", optimizer.nesterov, F_HASH, "sgd Nesterov momentum"),
+    ROW_FLT("optimizer.weight_decay", optimizer.weight_decay, 0, 1, F_HASH,
+            "L2 (sgd) or decoupled (adamw) weight decay"),
+    ROW_BOOL("optimizer.no_weight_decay_on_bn_and_bias",
+             optimizer.no_weight_decay_on_bn_and_bias, F_HASH,
+             "exempt BN parameters and biases from weight decay"),
+    {"optimizer.betas", K_FLOATS, OFF(optimizer.betas), 0, 0, 1, F_HI_OPEN | F_HASH, 2, 2, -1,
+     NULL, 0, "adamw [beta1, beta2]"},
+    ROW_FLT("optimizer.eps", optimizer.eps, 0, 1, F_LO_OPEN | F_HASH, "adamw epsilon"),
+
+    ROW_ENUM("schedule.name", schedule.name, SCHEDS, F_HASH, "constant | multistep | cosine"),
+    {"schedule.milestones", K_INTS, OFF(schedule.milestones), 0, 1, 1000000,
+     F_INCREASING | F_NULLABLE | F_HASH, 0, CFG_MAX_LIST, OFF(schedule.n_milestones), NULL, 0,
+     "multistep: epochs where lr *= gamma (strictly increasing)"},
+    ROW_FLT("schedule.gamma", schedule.gamma, 0, 1, F_LO_OPEN | F_HASH, "multistep factor"),
+    ROW_FLT("schedule.warmup_epochs", schedule.warmup_epochs, 0, 1000000, F_HASH,
+            "linear warm-up from 0, per step"),
+    ROW_FLT("schedule.min_lr", schedule.min_lr, 0, INF, F_HASH, "cosine floor"),
+
+    ROW_INT("train.epochs", train.epochs, 1, 1000000, F_HASH, "passes over the training set"),
+    ROW_INT("train.batch_size", train.batch_size, 1, 16777216, F_HASH,
+            "GLOBAL batch per optimizer step (all ranks, all micro-batches)"),
+    ROW_INT("train.grad_accum", train.grad_accum, 1, 65536, F_HASH,
+            "micro-batches per step on each rank"),
+    ROW_FLT("train.label_smoothing", train.label_smoothing, 0, 1, F_HI_OPEN | F_HASH,
+            "label smoothing epsilon"),
+    {"train.max_steps", K_INT64, OFF(train.max_steps), 0, 1, 4611686018427387904.0,
+     F_NULLABLE, 0, 0, -1, NULL, 0, "null | stop after this many optimizer steps"},
+    ROW_INT("train.eval_every", train.eval_every, 1, 1000000, 0, "validate every N epochs"),
+    ROW_BOOL("train.deterministic", train.deterministic, F_HASH,
+             "bit-exact on CPU; deterministic algorithms on CUDA"),
+
+    ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
+    ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,
+             "fp16 (dynamic loss scaling) | bf16 (no scaling)"),
+    ROW_FLT("amp.init_scale", amp.init_scale, 0, 1e10, F_LO_OPEN | F_HASH,
+            "fp16 initial loss scale"),
+    ROW_INT("amp.growth_interval", amp.growth_interval, 1, 1000000000, F_HASH,
+            "fp16: clean steps before the scale doubles"),
+    ROW_BOOL("amp.tf32", amp.tf32, F_HASH, "project key: TF32 tensor cores for fp32 on CUDA"),
+
+    ROW_ENUM("parallel.mode", parallel.mode, MODES, F_HASH, "single | dp | ddp"),
+    ROW_INT("parallel.world_size", parallel.world_size, 1, 4096, F_HASH,
+            "processes (ddp) or devices (dp)"),
+    {"parallel.devices", K_INTS, OFF(parallel.devices), 0, 0, 1023, F_NULLABLE | F_UNIQUE, 1,
+     CFG_MAX_LIST, OFF(parallel.n_devices), NULL, 0,
+     "null: the first visible devices | [0, 1, ..] per node"},
+    ROW_ENUM("parallel.backend", parallel.backend, BACKENDS, 0,
+             "auto | nccl | shm (auto: nccl on cuda, shm on cpu)"),
+    ROW_FLT("parallel.bucket_mb", parallel.bucket_mb, 0, 1024, F_LO_OPEN,
+            "gradient bucket size in MiB"),
+    ROW_ENUM("parallel.grad_compression", parallel.grad_compression, PRECS, F_HASH,
+             "none | fp16 | bf16 (all-reduce in half precision)"),
+    ROW_BOOL("parallel.sync_bn", parallel.sync_bn, F_HASH, "batch statistics over all ranks"),
+    ROW_INT("parallel.nnodes", parallel.nnodes, 1, 1024, 0, "hosts"),
+    ROW_STR("parallel.master_addr", parallel.master_addr, F_NONEMPTY, "rendezvous host"),
+    ROW_INT("parallel.master_port", parallel.master_port, 0, 65535, 0,
+            "rendezvous port; 0: pick a free one"),
+    ROW_FLT("parallel.timeout_s", parallel.timeout_s, 0, 604800, F_LO_OPEN,
+            "a collective waiting longer fails"),
+
+    ROW_INT("logging.print_every", logging.print_every, 1, 1000000000, 0, "steps between lines"),
+    ROW_BOOL("logging.csv", logging.csv, 0, "metrics.csv and steps.csv"),
+    ROW_BOOL("logging.tensorboard", logging.tensorboard, 0, "tensorboard/ event files"),
+    ROW_ENUM("logging.wandb.mode", logging.wandb.mode, WANDB, 0,
+             "disabled | online | offline (WANDB_MODE overrides)"),
+    ROW_STR("logging.wandb.project", logging.wandb.project, F_NULLABLE, "null: WANDB_PROJECT"),
+    ROW_STR("logging.wandb.entity", logging.wandb.entity, F_NULLABLE, "null: WANDB_ENTITY"),
+    {"logging.wandb.tags", K_STRS, OFF(logging.wandb.tags), SZ(logging.wandb.tags[0]), 0, 0,
+     F_NULLABLE | F_NONEMPTY, 0, CFG_MAX_LIST, OFF(logging.wandb.n_tags), NULL, 0,
+     "list of strings"},
+    ROW_STR("logging.wandb.group", logging.wandb.group, F_NULLABLE, "null: no group"),
+
+    ROW_INT("checkpoint.every_epochs", checkpoint.every_epochs, 0, 1000000, 0,
+            "epoch_<N>.ckpt every N epochs; 0: only last/best"),
+    ROW_INT("checkpoint.keep_last", checkpoint.keep_last, 0, 1000000, 0,
+            "epoch_<N>.ckpt files kept"),
+    ROW_BOOL("checkpoint.keep_best", checkpoint.keep_best, 0, "best.ckpt by validation top-1"),
+    ROW_STR("checkpoint.resume", checkpoint.resume, F_NONEMPTY,
+            "auto | never | a run directory or .ckpt path"),
+
+    ROW_STR("output.root", output.root, F_NONEMPTY, "run directories go under here"),
+};
+const int cfg_n_rows = (int)(sizeof cfg_rows / sizeof cfg_rows[0]);
+_Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
+
+/* Keys that are not rows but are valid at the top of a file. */
+static const char *const EXTRA_KEYS[] = {"base", "matrix"};
+
+const char *device_name(device_t d) {
+    return (unsigned)d < 3 ? DEVICES[d] : "?";
+}
+const char *par_mode_name(par_mode_t m) {
+    return (unsigned)m < 3 ? MODES[m] : "?";
+}
+const char *comm_backend_name(comm_backend_t b) {
+    return (unsigned)b < 3 ? BACKENDS[b] : "?";
+}
+const char *precision_name(precision_t p) {
+    return (unsigned)p < 3 ? PRECS[p] : "?";
+}
+
+int cfg_row_find(const char *key) {
+    for (int i = 0; i < cfg_n_rows; i++)
+        if (!strcmp(cfg_rows[i].key, key)) return i;
+    return -1;
+}
+
+bool cfg_is_section(const char *key) {
+    size_t n = strlen(key);
+    if (!n) return true;
+    for (int i = 0; i < cfg_n_rows; i++)
+        if (!strncmp(cfg_rows[i].key, key, n) && cfg_rows[i].key[n] == '.') return true;
+    return false;
+}
+
+/* Levenshtein distance, ASCII case-insensitive, on strings of up to 127 bytes (longer
+ * strings are compared on their first 127 bytes; a typo is never that long). */
+size_t cfg_edit_distance(const char *a, const char *b) {
+    size_t la = strnlen(a, 127), lb = strnlen(b, 127);
+    size_t row[128];
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t best = diag + cost;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* A typo is "close" when at most a third of the word (and at least 1, at most 3 edits). */
+static size_t close_enough(const char *s) {
+    size_t n = strlen(s) / 3;
+    return n < 1 ? 1 : n > 3 ? 3 : n;
+}
+
+const char *cfg_closest(const char *s, const char *const *names, int n) {
+    const char *best = NULL;
+    size_t bd = (size_t)-1;
+    for (int i = 0; i < n; i++) {
+        if (!names[i]) continue;
+        size_t d = cfg_edit_distance(s, names[i]);
+        if (d < bd) bd = d, best = names[i];
+    }
+    return best && bd <= close_enough(s) ? best : NULL;
+}
+
+/* The last component of a dotted key. */
+static const char *leaf(const char *key) {
+    const char *d = strrchr(key, '.');
+    return d ? d + 1 : key;
+}
+
+/* Advice for an unknown key: the closest full key or section by edit distance; else the
+ * same leaf name under another section ("lr" at the top -> optimizer.lr); else the valid
+ * keys under the same parent. */
+void cfg_suggest_key(const char *full, char *out, size_t cap) {
+    char best[CFG_STR] = "", cand[CFG_STR];
+    size_t bd = (size_t)-1;
+    for (int i = 0; i < cfg_n_rows + 2; i++) {
+        const char *k = i < cfg_n_rows ? cfg_rows[i].key : EXTRA_KEYS[i - cfg_n_rows];
+        snprintf(cand, sizeof cand, "%s", k);
+        for (;;) { /* the key, then each enclosing section */
+            size_t d = cfg_edit_distance(full, cand);
+            if (d < bd && strcmp(cand, full)) {
+                bd = d;
+                snprintf(best, sizeof best, "%s", cand);
+            }
+            char *dot = strrchr(cand, '.');
+            if (!dot) break;
+            *dot = '\0';
+        }
+    }
+    if (best[0] && bd <= close_enough(leaf(full))) {
+        snprintf(out, cap, "did you mean %s?", best);
+        return;
+    }
+    /* the same leaf under another section */
+    const char *lf = leaf(full);
+    char list[512] = "";
+    int found = 0;
+    for (int i = 0; i < cfg_n_rows; i++)
+        if (!strcmp(leaf(cfg_rows[i].key), lf) && strcmp(cfg_rows[i].key, full) && found < 3) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", found ? " or " : "", cfg_rows[i].key);
+            found++;
+        }
+    if (found) {
+        snprintf(out, cap, "did you mean %s?", list);
+        return;
+    }
+    /* list the valid keys under the parent */
+    char parent[CFG_STR];
+    snprintf(parent, sizeof parent, "%s", full);
+    char *dot = strrchr(parent, '.');
+    if (dot) *dot = '\0'; else parent[0] = '\0';
+    size_t pl = strlen(parent);
+    list[0] = '\0';
+    char last[CFG_STR] = "";
+    for (int i = 0; i < cfg_n_rows; i++) {
+        const char *k = cfg_rows[i].key;
+        if (pl && (strncmp(k, parent, pl) || k[pl] != '.')) continue;
+        const char *rest = pl ? k + pl + 1 : k;
+        char item[CFG_STR];
+        snprintf(item, sizeof item, "%s", rest);
+        char *d = strchr(item, '.');
+        if (d) *d = '\0';
+        if (!strcmp(item, last)) continue;
+        snprintf(last, sizeof last, "%s", item);
+        size_t l = strlen(list);
+        if (l + strlen(item) + 8 >= sizeof list) break;
+        snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", item);
+    }
+    snprintf(out, cap, "valid keys %s%s are: %s", pl ? "under " : "at the top level",
+             pl ? parent : "", list);
+}
+
+const char *cfg_plain_name_problem(const char *s, char *buf, size_t cap) {
+    size_t n = strlen(s);
+    if (!n) return "is empty";
+    if (n > CFG_MAX_NAME) {
+        snprintf(buf, cap, "is %zu characters long; at most %d", n, (int)CFG_MAX_NAME);
+        return buf;
+    }
+    if (!strcmp(s, ".") || !strcmp(s, "..")) return "is a directory reference";
+    if (s[0] == '.') return "starts with a dot (a hidden directory)";
+    if (s[0] == '-') return "starts with '-' (reads as a command-line option)";
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (isalnum(*p) || strchr("._-+=@,", *p)) continue;
+        if (*p == '/') return "contains '/' (names one directory, not a path)";
+        if (*p == ' ') return "contains a space";
+        if (*p < 0x20 || *p == 0x7f) return "contains a control character";
+        snprintf(buf, cap, "contains '%c'", *p >= 0x80 ? '?' : *p);
+        if (*p >= 0x80) snprintf(buf, cap, "contains a non-ASCII character");
+        return buf;
+    }
+    return NULL;
+}
