@@ -119,8 +119,8 @@ static void test_cifar10(void) {
         dataset_free(d);
     }
     /* errors: not a whole number of records, label out of range, missing file */
-    uint8_t bad[3074] = {0};
-    CHECK_INT(tw_write(dir, "test_batch.bin", bad, sizeof bad), 0);
+    uint8_t bad[2 * 3073] = {0};
+    CHECK_INT(tw_write(dir, "test_batch.bin", bad, 3074), 0);
     d = open_ds("cifar10", dir, DATA_SPLIT_VAL, &e);
     CHECK(d == NULL);
     CHECK_INT(e.code, ERR_INPUT);
