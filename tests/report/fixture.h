@@ -22,7 +22,7 @@
 
 /* Writes dir/name with text; makes dir first. Returns 0 on success. */
 static inline int fx_write(const char *dir, const char *name, const char *text) {
-    char path[2048];
+    char path[4200];
     mkdir(dir, 0777);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return test_write_file(path, text);

@@ -82,7 +82,7 @@ static void test_rows(void) {
 }
 
 static char *slurp(const char *dir, const char *name) {
-    char path[2048];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return test_read_file(path, NULL);
 }
