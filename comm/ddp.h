@@ -78,6 +78,8 @@ void ddp_free(ddp_t *d);   /* waits for nothing: call after ddp_finish_step. NUL
 /* Buckets, in the order they are all-reduced: bucket i is grads[begin, end). */
 int ddp_bucket_count(const ddp_t *d);
 void ddp_bucket_range(const ddp_t *d, int i, int64_t *begin, int64_t *end);
+/* Buckets whose all-reduce was started in the current backward (0 after finish). */
+int ddp_buckets_started(const ddp_t *d);
 
 /* Broadcasts params (n_params) and buffers (n_buffers, may be 0/NULL) from rank 0. */
 int ddp_broadcast_initial(ddp_t *d, float *params, int64_t n_params, float *buffers,
@@ -109,7 +111,8 @@ int ddp_bn_sync_stats(void *ctx, int c, float *mean, float *var, int64_t local_c
                       int64_t *global_count);
 /* All-reduce-sums sum_dy and sum_dy_xhat (c channels each, backend memory). */
 int ddp_bn_sync_grads(void *ctx, int c, float *sum_dy, float *sum_dy_xhat);
-/* The last error of a hook (the hooks return -1 without an err_t). */
+/* The last error of a hook (the hooks return -1 without an err_t: after net_forward or
+ * net_backward fails under SyncBN, this says why). */
 const err_t *ddp_last_error(const ddp_t *d);
 
 /* The pure SyncBN combination, exposed for tests: n ranks' (count, mean[c], var[c])

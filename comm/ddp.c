@@ -1,0 +1,427 @@
+/* ddp.c: DistributedDataParallel over a comm_t (ddp.h): bucket assignment, all-reduce
+ * of each bucket as soon as its gradients are final, averaging, optional 16-bit
+ * compression, parameter/buffer broadcasts and the SyncBN hooks.
+ *
+ * Memory: with a host-memory comm (shm) and the CPU backend, buckets are all-reduced in
+ * place in the gradient array. With a host comm and a device backend, each bucket is
+ * downloaded into a host copy when it becomes ready and uploaded after its all-reduce.
+ * With a device comm (nccl), buckets are all-reduced in place in device memory.
+ * Scratch buffers are allocated on first use and kept, so steady-state steps allocate
+ * nothing.
+ *
+ * It does not: detect unused parameters (a bucket whose gradients never become ready is
+ * started by ddp_finish_step), or reorder buckets by observed readiness (PyTorch's
+ * rebuild_buckets) — the flat layout already matches backward order.
+ */
+#include "comm/ddp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/util/half.h"
+
+struct ddp {
+    comm_t *comm;
+    backend_t *be;
+    float *grads;             /* backend memory */
+    int64_t n;
+    ddp_opts_t o;
+    int n_buckets;
+    int64_t *begin, *end;     /* bucket i = grads[begin[i], end[i]) */
+    comm_work_t **work;       /* started, not yet waited */
+    int next;                 /* buckets started this backward */
+    bool sync;
+    bool stage;               /* host comm + device backend: all-reduce a host copy */
+    float *host;              /* n floats: staged gradients (stage) */
+    uint16_t *half;           /* n 16-bit values: compression on a host comm */
+    void *dev_half;           /* compression on a device comm */
+    float *scratch;           /* host scratch for broadcasts / SyncBN */
+    size_t scratch_bytes;
+    void *dev_scratch;        /* device scratch for SyncBN on a device comm */
+    size_t dev_scratch_bytes;
+    err_t err;                /* first error of a hook */
+    bool failed;
+    ddp_timing_t t;
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Copies the backend's error into e and returns -1. */
+static int be_fail(ddp_t *d, err_t *e, const char *what) {
+    if (e) {
+        *e = d->be->err;
+        if (!e->code) e->code = ERR_RUNTIME;
+        err_wrap(e, "ddp: %s", what);
+    }
+    return -1;
+}
+
+/* Assigns buckets PyTorch's way: walk tensors from the last, add each to the open
+ * bucket, close the bucket once it reaches its cap (first_cap for bucket 0). Without
+ * tensor offsets the array is cut at exact cap sizes. */
+static int assign_buckets(ddp_t *d, const int64_t *off, int n_tensors, err_t *e) {
+    int64_t first_cap = (int64_t)(d->o.first_bucket_mb * 1048576.0 / 4.0);
+    int64_t cap = (int64_t)(d->o.bucket_mb * 1048576.0 / 4.0);
+    if (first_cap < 1) first_cap = 1;
+    if (cap < 1) cap = 1;
+    int max = 1;
+    if (off) max = n_tensors;
+    else max = (int)(d->n / cap + 2);
+    d->begin = calloc((size_t)max + 1, sizeof *d->begin);
+    d->end = calloc((size_t)max + 1, sizeof *d->end);
+    if (!d->begin || !d->end) return err_set(e, ERR_RUNTIME, "out of memory");
+    int nb = 0;
+    int64_t hi = d->n, size = 0, limit = first_cap;
+    if (off) {
+        for (int t = n_tensors - 1; t >= 0; t--) {
+            size += off[t + 1] - off[t];
+            if (size >= limit || t == 0) {
+                d->begin[nb] = off[t];
+                d->end[nb] = hi;
+                nb++;
+                hi = off[t];
+                size = 0;
+                limit = cap;
+            }
+        }
+    } else {
+        while (hi > 0) {
+            int64_t lo = hi - limit > 0 ? hi - limit : 0;
+            d->begin[nb] = lo;
+            d->end[nb] = hi;
+            nb++;
+            hi = lo;
+            limit = cap;
+        }
+    }
+    d->n_buckets = nb;
+    return 0;
+}
+
+ddp_t *ddp_create(comm_t *comm, backend_t *be, float *grads, int64_t n_params,
+                  const int64_t *tensor_offsets, int n_tensors, const ddp_opts_t *opts,
+                  err_t *e) {
+    if (n_params <= 0) { err_set(e, ERR_RUNTIME, "ddp: no parameters"); return NULL; }
+    if (comm->device_memory && be->kind == BACKEND_CPU) {
+        err_set(e, ERR_INPUT, "parallel.backend '%s' needs a GPU backend; use shm with the cpu "
+                "device", comm_name(comm));
+        return NULL;
+    }
+    if (tensor_offsets) {
+        if (n_tensors < 1 || tensor_offsets[0] != 0 || tensor_offsets[n_tensors] != n_params) {
+            err_set(e, ERR_RUNTIME, "ddp: tensor offsets must run from 0 to n_params");
+            return NULL;
+        }
+        for (int t = 0; t < n_tensors; t++)
+            if (tensor_offsets[t + 1] <= tensor_offsets[t]) {
+                err_set(e, ERR_RUNTIME, "ddp: tensor offsets must increase (tensor %d)", t);
+                return NULL;
+            }
+    }
+    ddp_t *d = calloc(1, sizeof *d);
+    if (!d) { err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
+    d->comm = comm;
+    d->be = be;
+    d->grads = grads;
+    d->n = n_params;
+    d->o = *opts;
+    if (d->o.bucket_mb <= 0) d->o.bucket_mb = 25;
+    if (d->o.first_bucket_mb <= 0) d->o.first_bucket_mb = 1;
+    if (d->o.compression != DT_F16 && d->o.compression != DT_BF16) d->o.compression = DT_F32;
+    d->sync = true;
+    d->stage = !comm->device_memory && be->kind != BACKEND_CPU;
+    if (assign_buckets(d, tensor_offsets, n_tensors, e) < 0) goto fail;
+    d->work = calloc((size_t)d->n_buckets, sizeof *d->work);
+    if (!d->work) { err_set(e, ERR_RUNTIME, "out of memory"); goto fail; }
+    if (d->stage && !(d->host = malloc((size_t)n_params * 4))) {
+        err_set(e, ERR_RUNTIME, "out of memory (%lld gradient floats)", (long long)n_params);
+        goto fail;
+    }
+    if (d->o.compression != DT_F32) {
+        if (!comm->device_memory) {
+            d->half = malloc((size_t)n_params * 2);
+            if (!d->half) { err_set(e, ERR_RUNTIME, "out of memory"); goto fail; }
+        } else {
+            d->dev_half = be->ops->alloc(be, (size_t)n_params * backend_elem_size(be, d->o.compression));
+            if (!d->dev_half) { be_fail(d, e, "allocating the compression buffer"); goto fail; }
+        }
+    }
+    return d;
+fail:
+    ddp_free(d);
+    return NULL;
+}
+
+void ddp_free(ddp_t *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_buckets && d->work; i++)
+        if (d->work[i]) comm_wait(d->comm, d->work[i], NULL, NULL);
+    if (d->dev_half) d->be->ops->release(d->be, d->dev_half);
+    if (d->dev_scratch) d->be->ops->release(d->be, d->dev_scratch);
+    free(d->begin);
+    free(d->end);
+    free(d->work);
+    free(d->host);
+    free(d->half);
+    free(d->scratch);
+    free(d);
+}
+
+int ddp_bucket_count(const ddp_t *d) { return d->n_buckets; }
+
+void ddp_bucket_range(const ddp_t *d, int i, int64_t *begin, int64_t *end) {
+    *begin = d->begin[i];
+    *end = d->end[i];
+}
+
+int ddp_buckets_started(const ddp_t *d) { return d->next; }
+
+/* Host scratch of at least bytes. */
+static void *host_scratch(ddp_t *d, size_t bytes, err_t *e) {
+    if (d->scratch_bytes < bytes) {
+        float *p = realloc(d->scratch, bytes);
+        if (!p) { err_set(e, ERR_RUNTIME, "out of memory (%zu bytes)", bytes); return NULL; }
+        d->scratch = p;
+        d->scratch_bytes = bytes;
+    }
+    return d->scratch;
+}
+
+/* Device scratch of at least bytes (device comms only). */
+static void *dev_scratch(ddp_t *d, size_t bytes, err_t *e) {
+    if (d->dev_scratch_bytes < bytes) {
+        if (d->dev_scratch) d->be->ops->release(d->be, d->dev_scratch);
+        d->dev_scratch = d->be->ops->alloc(d->be, bytes);
+        d->dev_scratch_bytes = d->dev_scratch ? bytes : 0;
+        if (!d->dev_scratch) { be_fail(d, e, "allocating scratch"); return NULL; }
+    }
+    return d->dev_scratch;
+}
+
+/* Broadcasts n floats of backend memory from rank 0, through the host when the comm
+ * cannot read backend memory directly. */
+static int bcast_floats(ddp_t *d, float *p, int64_t n, err_t *e) {
+    if (n <= 0 || !p) return 0;
+    size_t bytes = (size_t)n * 4;
+    if (d->comm->device_memory || d->be->kind == BACKEND_CPU)
+        return comm_broadcast(d->comm, p, bytes, 0, e);
+    float *h = host_scratch(d, bytes, e);
+    if (!h) return -1;
+    if (d->be->ops->download(d->be, h, p, bytes) < 0) return be_fail(d, e, "download");
+    if (comm_broadcast(d->comm, h, bytes, 0, e) < 0) return -1;
+    if (d->be->ops->upload(d->be, p, h, bytes) < 0) return be_fail(d, e, "upload");
+    return 0;
+}
+
+int ddp_broadcast_initial(ddp_t *d, float *params, int64_t n_params, float *buffers,
+                          int64_t n_buffers, err_t *e) {
+    if (bcast_floats(d, params, n_params, e) < 0) return err_wrap(e, "broadcasting parameters");
+    if (bcast_floats(d, buffers, n_buffers, e) < 0) return err_wrap(e, "broadcasting buffers");
+    return 0;
+}
+
+int ddp_sync_buffers(ddp_t *d, float *buffers, int64_t n_buffers, err_t *e) {
+    if (d->o.sync_bn) return 0;
+    double t0 = now_s();
+    int rc = bcast_floats(d, buffers, n_buffers, e);
+    d->t.exposed_s += now_s() - t0;
+    return rc < 0 ? err_wrap(e, "broadcasting BN buffers") : 0;
+}
+
+void ddp_set_sync(ddp_t *d, bool sync) { d->sync = sync; }
+
+void ddp_begin_backward(ddp_t *d) { d->next = 0; }
+
+/* Starts bucket i's all-reduce: stage / compress it as configured, then start. */
+static int start_bucket(ddp_t *d, int i, err_t *e) {
+    int64_t b = d->begin[i], cnt = d->end[i] - b;
+    float *buf = d->grads + b;
+    if (d->stage) {
+        if (d->be->ops->download(d->be, d->host + b, buf, (size_t)cnt * 4) < 0)
+            return be_fail(d, e, "downloading a gradient bucket");
+        buf = d->host + b;
+    }
+    int rc;
+    float inv = 1.0f / (float)d->comm->world;
+    if (d->o.compression == DT_F32) {
+        rc = comm_start_allreduce(d->comm, buf, (size_t)cnt, DT_F32, COMM_AVG, &d->work[i], e);
+    } else if (!d->comm->device_memory) {
+        /* PyTorch's fp16_compress_hook: divide first (no overflow), then round */
+        uint16_t *h = d->half + b;
+        if (d->o.compression == DT_F16)
+            for (int64_t k = 0; k < cnt; k++) h[k] = f32_to_f16(buf[k] * inv);
+        else
+            for (int64_t k = 0; k < cnt; k++) h[k] = f32_to_bf16(buf[k] * inv);
+        rc = comm_start_allreduce(d->comm, h, (size_t)cnt, d->o.compression, COMM_SUM,
+                                  &d->work[i], e);
+    } else {
+        size_t es = backend_elem_size(d->be, d->o.compression);
+        void *h = (char *)d->dev_half + (size_t)b * es;
+        if (d->be->ops->scale(d->be, cnt, buf, inv) < 0 ||
+            d->be->ops->cast(d->be, cnt, buf, DT_F32, h, d->o.compression) < 0)
+            return be_fail(d, e, "compressing a gradient bucket");
+        rc = comm_start_allreduce(d->comm, h, (size_t)cnt, d->o.compression, COMM_SUM,
+                                  &d->work[i], e);
+    }
+    return rc;
+}
+
+/* Completes bucket i after its all-reduce: widen compressed values, upload staged ones. */
+static int finish_bucket(ddp_t *d, int i, err_t *e) {
+    int64_t b = d->begin[i], cnt = d->end[i] - b;
+    if (d->o.compression != DT_F32 && d->comm->device_memory) {
+        size_t es = backend_elem_size(d->be, d->o.compression);
+        if (d->be->ops->cast(d->be, cnt, (char *)d->dev_half + (size_t)b * es, d->o.compression,
+                             d->grads + b, DT_F32) < 0)
+            return be_fail(d, e, "widening a compressed bucket");
+        return 0;
+    }
+    float *buf = d->stage ? d->host + b : d->grads + b;
+    if (d->o.compression == DT_F16)
+        for (int64_t k = 0; k < cnt; k++) buf[k] = f16_to_f32(d->half[b + k]);
+    else if (d->o.compression == DT_BF16)
+        for (int64_t k = 0; k < cnt; k++) buf[k] = bf16_to_f32(d->half[b + k]);
+    if (d->stage && d->be->ops->upload(d->be, d->grads + b, buf, (size_t)cnt * 4) < 0)
+        return be_fail(d, e, "uploading a gradient bucket");
+    return 0;
+}
+
+void ddp_grads_ready(void *ctx, size_t ready_from) {
+    ddp_t *d = ctx;
+    if (!d->sync || d->failed) return;
+    while (d->next < d->n_buckets && (size_t)d->begin[d->next] >= ready_from) {
+        if (start_bucket(d, d->next, &d->err) < 0) {
+            d->failed = true;
+            return;
+        }
+        d->next++;
+    }
+}
+
+int ddp_finish_step(ddp_t *d, err_t *e) {
+    if (!d->sync) return 0;
+    double t0 = now_s();
+    ddp_grads_ready(d, 0);   /* buckets whose gradients were never reported */
+    int rc = 0;
+    for (int i = 0; i < d->n_buckets; i++) {
+        if (!d->work[i]) continue;
+        double secs = 0;
+        err_t we = {0};
+        if (comm_wait(d->comm, d->work[i], &secs, &we) < 0 && rc == 0) {
+            rc = -1;
+            if (e) *e = we;
+        }
+        d->work[i] = NULL;
+        d->t.allreduce_s += secs;
+        d->t.buckets++;
+        if (rc == 0 && finish_bucket(d, i, e) < 0) rc = -1;
+    }
+    if (d->failed && rc == 0) {
+        if (e) *e = d->err;
+        rc = -1;
+    }
+    d->failed = false;
+    d->next = 0;
+    d->t.exposed_s += now_s() - t0;
+    return rc < 0 ? err_wrap(e, "ddp gradient all-reduce") : 0;
+}
+
+void ddp_take_timing(ddp_t *d, ddp_timing_t *t) {
+    *t = d->t;
+    memset(&d->t, 0, sizeof d->t);
+}
+
+void ddp_abort(ddp_t *d, const char *msg) { comm_abort(d->comm, msg); }
+
+const err_t *ddp_last_error(const ddp_t *d) { return &d->err; }
+
+int64_t ddp_combine_bn_stats(int n, int c, const int64_t *counts, const float *means,
+                             const float *vars, float *mean_out, float *var_out) {
+    int64_t total = 0;
+    for (int j = 0; j < n; j++) total += counts[j];
+    for (int ch = 0; ch < c; ch++) {
+        /* batch_norm_reduce_statistics: running (count, avg, sum of squared deviations) */
+        double cnt = 0, avg = 0, var_n = 0;
+        for (int j = 0; j < n; j++) {
+            double k = (double)counts[j];
+            if (k <= 0) continue;
+            double m = means[(size_t)j * c + ch], v = vars[(size_t)j * c + ch] * k;
+            double f = 1.0 / (cnt + k);
+            var_n += v + (avg - m) * (avg - m) * cnt * k * f;
+            avg = cnt * f * avg + k * f * m;
+            cnt += k;
+        }
+        mean_out[ch] = (float)avg;
+        var_out[ch] = cnt > 0 ? (float)(var_n / cnt) : 0.0f;
+    }
+    return total;
+}
+
+/* Runs an all-gather / all-reduce of host bytes, through device scratch when the comm
+ * only takes device memory. kind 0: allgather(send bytes -> recv world*bytes); 1:
+ * all-reduce-sum of bytes/4 floats in place in send. */
+static int host_collective(ddp_t *d, int kind, void *send, void *recv, size_t bytes, err_t *e) {
+    if (!d->comm->device_memory)
+        return kind == 0 ? comm_allgather(d->comm, send, recv, bytes, e)
+                         : comm_allreduce(d->comm, send, bytes / 4, DT_F32, COMM_SUM, e);
+    size_t w = (size_t)d->comm->world, pad = (bytes + 255) & ~(size_t)255;
+    char *dev = dev_scratch(d, pad * (1 + w), e);
+    if (!dev) return -1;
+    if (d->be->ops->upload(d->be, dev, send, bytes) < 0) return be_fail(d, e, "upload");
+    if (kind == 0) {
+        if (comm_allgather(d->comm, dev, dev + pad, bytes, e) < 0) return -1;
+        if (d->be->ops->download(d->be, recv, dev + pad, bytes * w) < 0) return be_fail(d, e, "download");
+    } else {
+        if (comm_allreduce(d->comm, dev, bytes / 4, DT_F32, COMM_SUM, e) < 0) return -1;
+        if (d->be->ops->download(d->be, send, dev, bytes) < 0) return be_fail(d, e, "download");
+    }
+    return 0;
+}
+
+int ddp_bn_sync_stats(void *ctx, int c, float *mean, float *var, int64_t local_count,
+                      int64_t *global_count) {
+    ddp_t *d = ctx;
+    size_t w = (size_t)d->comm->world, rec = 8 + 8 * (size_t)c;   /* count, mean[c], var[c] */
+    char *buf = host_scratch(d, rec * (w + 1) + 8 * (size_t)c * (w + 1), &d->err);
+    if (!buf) return -1;
+    char *mine = buf, *all = buf + rec;
+    float *means = (float *)(all + rec * w), *vars = means + (size_t)c * w;
+    int64_t *counts = (int64_t *)(vars + (size_t)c * w);
+    memcpy(mine, &local_count, 8);
+    if (d->be->ops->download(d->be, mine + 8, mean, (size_t)c * 4) < 0 ||
+        d->be->ops->download(d->be, mine + 8 + 4 * (size_t)c, var, (size_t)c * 4) < 0)
+        return be_fail(d, &d->err, "SyncBN download");
+    if (host_collective(d, 0, mine, all, rec, &d->err) < 0) return -1;
+    for (size_t j = 0; j < w; j++) {
+        memcpy(&counts[j], all + j * rec, 8);
+        memcpy(means + j * (size_t)c, all + j * rec + 8, (size_t)c * 4);
+        memcpy(vars + j * (size_t)c, all + j * rec + 8 + 4 * (size_t)c, (size_t)c * 4);
+    }
+    /* the combined statistics overwrite this rank's record (no longer needed) */
+    float *gm = (float *)(mine + 8), *gv = gm + c;
+    *global_count = ddp_combine_bn_stats((int)w, c, counts, means, vars, gm, gv);
+    if (d->be->ops->upload(d->be, mean, gm, (size_t)c * 4) < 0 ||
+        d->be->ops->upload(d->be, var, gv, (size_t)c * 4) < 0)
+        return be_fail(d, &d->err, "SyncBN upload");
+    return 0;
+}
+
+int ddp_bn_sync_grads(void *ctx, int c, float *sum_dy, float *sum_dy_xhat) {
+    ddp_t *d = ctx;
+    float *h = host_scratch(d, 8 * (size_t)c, &d->err);
+    if (!h) return -1;
+    if (d->be->ops->download(d->be, h, sum_dy, (size_t)c * 4) < 0 ||
+        d->be->ops->download(d->be, h + c, sum_dy_xhat, (size_t)c * 4) < 0)
+        return be_fail(d, &d->err, "SyncBN download");
+    if (host_collective(d, 1, h, NULL, 8 * (size_t)c, &d->err) < 0) return -1;
+    if (d->be->ops->upload(d->be, sum_dy, h, (size_t)c * 4) < 0 ||
+        d->be->ops->upload(d->be, sum_dy_xhat, h + c, (size_t)c * 4) < 0)
+        return be_fail(d, &d->err, "SyncBN upload");
+    return 0;
+}
