@@ -106,6 +106,16 @@ static cfg_loc_t at(const cfg_state_t *st, const char *key) {
     return (cfg_loc_t){0, 0, 0};
 }
 
+/* Where the first of the given keys that some source set was given (the file if none). */
+static cfg_loc_t at_any(const cfg_state_t *st, const char *k1, const char *k2, const char *k3) {
+    const char *keys[] = {k1, k2, k3};
+    for (int i = 0; i < 3; i++) {
+        int r = keys[i] ? row_of(keys[i]) : -1;
+        if (r >= 0 && st->set[r]) return st->loc[r];
+    }
+    return (cfg_loc_t){0, 0, 0};
+}
+
 /* The file name without directory and extension: the default run name. */
 static void file_stem(const char *path, char *out, size_t cap) {
     const char *b = strrchr(path, '/');
@@ -229,11 +239,11 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     int ways = x->parallel.world_size * x->train.grad_accum;
     if (x->train.batch_size % ways) {
         if (mode == PAR_SINGLE)
-            return cfg_fail(c, at(st, "train.batch_size"),
+            return cfg_fail(c, at_any(st, "train.batch_size", "train.grad_accum", NULL),
                             "train.batch_size %d is not divisible by train.grad_accum %d; use "
                             "a multiple of %d",
                             x->train.batch_size, x->train.grad_accum, ways);
-        return cfg_fail(c, at(st, "train.batch_size"),
+        return cfg_fail(c, at_any(st, "train.batch_size", "parallel.world_size", "train.grad_accum"),
                         "train.batch_size %d is not divisible by parallel.world_size %d x "
                         "train.grad_accum %d = %d; use a multiple of %d",
                         x->train.batch_size, x->parallel.world_size, x->train.grad_accum, ways,

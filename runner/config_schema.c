@@ -42,7 +42,7 @@ static const char *const WANDB[] = {"disabled", "online", "offline"};
 
 const cfg_row_t cfg_rows[] = {
     ROW_STR("name", name, F_PLAIN | F_NONEMPTY, "run directory name under output.root"),
-    {"seed", K_UINT64, OFF(seed), 0, 0, 18446744073709551615.0, F_HASH, 0, 0, -1, NULL, 0,
+    {"seed", K_UINT64, OFF(seed), 0, 0, INF, F_HASH, 0, 0, -1, NULL, 0,
      "keys every random draw (init, shuffle, augmentation)"},
     ROW_ENUM("device", device, DEVICES, F_HASH, "auto | cpu | cuda"),
 
@@ -120,7 +120,7 @@ const cfg_row_t cfg_rows[] = {
             "micro-batches per step on each rank"),
     ROW_FLT("train.label_smoothing", train.label_smoothing, 0, 1, F_HI_OPEN | F_HASH,
             "label smoothing epsilon"),
-    {"train.max_steps", K_INT64, OFF(train.max_steps), 0, 1, 4611686018427387904.0,
+    {"train.max_steps", K_INT64, OFF(train.max_steps), 0, 1, INF,
      F_NULLABLE, 0, 0, -1, NULL, 0, "null | stop after this many optimizer steps"},
     ROW_INT("train.eval_every", train.eval_every, 1, 1000000, 0, "validate every N epochs"),
     ROW_BOOL("train.deterministic", train.deterministic, F_HASH,
@@ -327,6 +327,7 @@ const char *cfg_plain_name_problem(const char *s, char *buf, size_t cap) {
         return buf;
     }
     if (!strcmp(s, ".") || !strcmp(s, "..")) return "is a directory reference";
+    if (strchr(s, '/')) return "contains '/' (names one directory, not a path)";
     if (s[0] == '.') return "starts with a dot (a hidden directory)";
     if (s[0] == '-') return "starts with '-' (reads as a command-line option)";
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
