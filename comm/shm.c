@@ -38,7 +38,7 @@
 
 #include "runner/util/half.h"
 
-enum { SHM_MAX_RANKS = 64, SHM_SLOT_BYTES = 1 << 20, SHM_MSG = 256 };
+enum { SHM_MAX_RANKS = 64, SHM_SLOT_BYTES = 1 << 19, SHM_MSG = 256 };
 #define SHM_MAGIC 0x31534D48434E5552ull /* "RUNCHMS1" */
 
 typedef struct shm_hdr {
