@@ -1,0 +1,386 @@
+/* main.c: the `runner` command line. Parses the verb and its options, turns every
+ * err_t into one message on stderr and an exit code (0 ok, 1 runtime failure, 2 bad
+ * input, 130 interrupted). Everything else lives in the modules.
+ *
+ *   runner EXP.yaml [--set k=v]... [--nnodes N --node-rank R --master-addr A --master-port P]
+ *   runner run EXP.yaml ...            same
+ *   runner plan EXP.yaml [--json] [--set k=v]...
+ *   runner resume RUN_DIR [--set k=v]...
+ *   runner compare MATRIX.yaml [--set k=v]...
+ *   runner report RUN_DIR... [--output DIR]
+ *   runner check RUN_DIR --baseline FILE
+ *   runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "data/dataset.h"
+#include "runner/config.h"
+#include "runner/export.h"
+#include "runner/launch.h"
+#include "runner/plan.h"
+#include "runner/report/check.h"
+#include "runner/report/compare.h"
+#include "runner/report/report.h"
+#include "runner/rundir.h"
+#include "runner/train.h"
+
+static const char usage[] =
+    "runner: reproducible data-parallel training of image classifiers from a YAML file\n"
+    "\n"
+    "usage:\n"
+    "  runner EXPERIMENT.yaml [--set key=value]...      plan, launch, train, write a run directory\n"
+    "  runner plan EXPERIMENT.yaml [--json] [--set ...]  print the resolved plan; starts nothing\n"
+    "  runner resume RUN_DIR                             continue an interrupted run exactly\n"
+    "  runner compare MATRIX.yaml [--set ...]            run a matrix of experiments + a report\n"
+    "  runner report RUN_DIR... [--output DIR]           tables and plots from finished runs\n"
+    "  runner check RUN_DIR --baseline FILE              regression gate (exit 1 on regression)\n"
+    "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]\n"
+    "\n"
+    "multi-host: --nnodes N --node-rank R --master-addr HOST --master-port PORT\n"
+    "docs: README.md, docs/experiment-files.md, docs/architecture.md\n";
+
+typedef struct cli {
+    const char *verb;
+    const char *positional[64];
+    int n_positional;
+    const char *sets[CFG_MAX_SETS];
+    int n_sets;
+    bool json;
+    const char *output, *format, *baseline, *checkpoint;
+    int nnodes, node_rank, master_port;
+    const char *master_addr;
+    bool has_nnodes, has_node_rank, has_master_port;
+} cli_t;
+
+static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *out, err_t *e) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi)
+        return err_set(e, ERR_INPUT, "%s %s: expected an integer in [%d, %d]", flag, v, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
+    memset(c, 0, sizeof *c);
+    static const char *verbs[] = {"run", "plan", "resume", "compare", "report", "check", "export", "_member"};
+    int i = 1;
+    if (argc < 2) return err_set(e, ERR_INPUT, "no experiment given\n\n%s", usage);
+    c->verb = "run";
+    for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
+        if (!strcmp(argv[1], verbs[k])) { c->verb = verbs[k]; i = 2; }
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE() do { if (!v) return err_set(e, ERR_INPUT, "%s needs a value; see runner --help", a); i++; } while (0)
+        if (!strcmp(a, "--set") || !strcmp(a, "-s")) {
+            NEED_VALUE();
+            if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
+            c->sets[c->n_sets++] = v;
+        } else if (!strncmp(a, "--set=", 6)) {
+            if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
+            c->sets[c->n_sets++] = a + 6;
+        } else if (!strcmp(a, "--json")) {
+            c->json = true;
+        } else if (!strcmp(a, "--output") || !strcmp(a, "-o")) {
+            NEED_VALUE(); c->output = v;
+        } else if (!strcmp(a, "--format")) {
+            NEED_VALUE(); c->format = v;
+        } else if (!strcmp(a, "--baseline")) {
+            NEED_VALUE(); c->baseline = v;
+        } else if (!strcmp(a, "--checkpoint")) {
+            NEED_VALUE(); c->checkpoint = v;
+        } else if (!strcmp(a, "--nnodes")) {
+            NEED_VALUE(); if (parse_int_arg(a, v, 1, 4096, &c->nnodes, e)) return -1; c->has_nnodes = true;
+        } else if (!strcmp(a, "--node-rank")) {
+            NEED_VALUE(); if (parse_int_arg(a, v, 0, 4095, &c->node_rank, e)) return -1; c->has_node_rank = true;
+        } else if (!strcmp(a, "--master-addr")) {
+            NEED_VALUE(); c->master_addr = v;
+        } else if (!strcmp(a, "--master-port")) {
+            NEED_VALUE(); if (parse_int_arg(a, v, 0, 65535, &c->master_port, e)) return -1; c->has_master_port = true;
+        } else if (a[0] == '-' && a[1]) {
+            return err_set(e, ERR_INPUT, "unknown option %s; see runner --help", a);
+        } else {
+            if (c->n_positional == 64) return err_set(e, ERR_INPUT, "too many arguments");
+            c->positional[c->n_positional++] = a;
+        }
+#undef NEED_VALUE
+    }
+    return 0;
+}
+
+/* --nnodes and friends become --set overrides so the plan sees them. */
+static void cli_parallel_sets(cli_t *c, char storage[4][300]) {
+    int k = 0;
+    if (c->has_nnodes && c->n_sets < CFG_MAX_SETS) {
+        snprintf(storage[k], 300, "parallel.nnodes=%d", c->nnodes);
+        c->sets[c->n_sets++] = storage[k++];
+    }
+    if (c->master_addr && c->n_sets < CFG_MAX_SETS) {
+        snprintf(storage[k], 300, "parallel.master_addr=%s", c->master_addr);
+        c->sets[c->n_sets++] = storage[k++];
+    }
+    if (c->has_master_port && c->n_sets < CFG_MAX_SETS) {
+        snprintf(storage[k], 300, "parallel.master_port=%d", c->master_port);
+        c->sets[c->n_sets++] = storage[k++];
+    }
+}
+
+static int fail(const err_t *e) {
+    fprintf(stderr, "runner: %s\n", e->msg[0] ? e->msg : "failed");
+    return e->code ? e->code : 1;
+}
+
+/* Loads the experiment a run verb names: EXP.yaml, or RUN_DIR/resolved.yaml (resume). */
+static int load_experiment(const cli_t *c, experiment_t *x, const char **exp_path, char *buf, size_t len,
+                           err_t *e) {
+    if (c->n_positional != 1)
+        return err_set(e, ERR_INPUT, "%s takes exactly one %s; see runner --help", c->verb,
+                       !strcmp(c->verb, "resume") ? "run directory" : "experiment file");
+    if (!strcmp(c->verb, "resume") || !strcmp(c->verb, "_member")) {
+        const char *dir = c->positional[0];
+        if (!strcmp(c->verb, "_member")) snprintf(buf, len, "%s/experiment.yaml", dir);
+        else snprintf(buf, len, "%s/resolved.yaml", dir);
+        if (access(buf, R_OK) != 0)
+            return err_set(e, ERR_INPUT, "%s: not a run directory (no %s); give the directory runner printed "
+                           "when the run started (runs/<name>/<timestamp>-<id>)", dir, strrchr(buf, '/') + 1);
+        *exp_path = buf;
+    } else {
+        *exp_path = c->positional[0];
+    }
+    return config_load(*exp_path, c->sets, c->n_sets, x, e);
+}
+
+/* Where the run goes: resume dir, or a fresh run dir (created). */
+static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err_t *e) {
+    if (!strcmp(c->verb, "_member")) {
+        snprintf(p->run_dir, sizeof p->run_dir, "%s", c->positional[0]);
+        char ck[CFG_PATH + 128];
+        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
+        p->resumes = access(ck, R_OK) == 0;
+        snprintf(p->resume_from, sizeof p->resume_from, "%s", p->resumes ? ck : "");
+        snprintf(ck, sizeof ck, "%s/logs", p->run_dir);
+        if (mkdir_p(ck, e)) return -1;
+        snprintf(ck, sizeof ck, "%s/checkpoints", p->run_dir);
+        return mkdir_p(ck, e);
+    }
+    if (p->resumes) return 0;
+    return rundir_create(x->output.root, x->name, p->run_dir, sizeof p->run_dir, e);
+}
+
+/* Downloads missing dataset files once, before ranks start. */
+static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
+    if (!p->will_download) return 0;
+    for (int split = 0; split < 2; split++) {
+        dataset_opts_t o = {.name = x->data.dataset, .root = p->data_root, .split = (data_split_t)split,
+                            .download = true, .download_url = x->data.download_url,
+                            .download_md5 = x->data.download_md5};
+        dataset_t *d = NULL;
+        if (dataset_open(&o, &d, e)) return -1;
+        dataset_free(d);
+    }
+    return 0;
+}
+
+/* A DDP worker (started by our launcher, torchrun, srun or mpirun). */
+static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
+    experiment_t x;
+    const char *exp_path;
+    char buf[CFG_PATH + 64];
+    if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
+    const char *run_dir = getenv("RUNNER_RUN_DIR");
+    const char *resume_from = getenv("RUNNER_RESUME_FROM");
+    plan_request_t req = {0};
+    req.for_worker = run_dir != NULL || le->rank != 0;
+    if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
+    plan_t p;
+    if (plan_build(&x, &req, &p, e)) return fail(e);
+    if (run_dir) {
+        snprintf(p.run_dir, sizeof p.run_dir, "%s", run_dir);
+        p.resumes = resume_from && resume_from[0];
+        snprintf(p.resume_from, sizeof p.resume_from, "%s", p.resumes ? resume_from : "");
+    } else if (le->rank == 0) {
+        if (prepare_run_dir(c, &x, &p, e)) return fail(e);
+    }
+    if (p.world_size != le->world_size) {
+        err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
+                "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
+                le->world_size);
+        return fail(e);
+    }
+    train_env_t env = {0};
+    env.rank = le->rank;
+    env.world_size = le->world_size;
+    env.local_rank = le->local_rank;
+    env.local_world_size = le->local_world_size;
+    snprintf(env.master_addr, sizeof env.master_addr, "%s", le->master_addr);
+    env.master_port = le->master_port;
+    env.run_dir = p.run_dir[0] && (run_dir || le->rank == 0) ? p.run_dir : NULL;
+    env.config_text_path = exp_path;
+    train_install_signal_handlers();
+    int rc = train_run(&x, &p, &env, e);
+    return rc < 0 ? fail(e) : rc;
+}
+
+/* `runner EXP`, `runner resume DIR`, `runner _member DIR`: plan, then train in this
+ * process (single, dp) or launch one worker per rank (ddp). */
+static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
+    (void)argc;
+    experiment_t x;
+    const char *exp_path;
+    char buf[CFG_PATH + 64];
+    if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
+    plan_request_t req = {0};
+    if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
+    if (!strcmp(c->verb, "_member")) req.for_worker = true;
+    plan_t p;
+    if (plan_build(&x, &req, &p, e) || prepare_run_dir(c, &x, &p, e) || fetch_data(&x, &p, e)) return fail(e);
+    printf("runner: %s %s\n", p.resumes ? "resuming" : "run directory", p.run_dir);
+    fflush(stdout);
+    if (!strcmp(p.mode, "ddp")) {
+        launch_opts_t lo = {0};
+        lo.nproc_per_node = p.local_world_size;
+        lo.nnodes = p.nnodes;
+        lo.node_rank = c->has_node_rank ? c->node_rank : 0;
+        snprintf(lo.master_addr, sizeof lo.master_addr, "%s", x.parallel.master_addr);
+        lo.master_port = x.parallel.master_port;
+        lo.run_dir = p.run_dir;
+        char env_dir[CFG_PATH + 32], env_res[CFG_PATH + 160];
+        snprintf(env_dir, sizeof env_dir, "RUNNER_RUN_DIR=%s", p.run_dir);
+        snprintf(env_res, sizeof env_res, "RUNNER_RESUME_FROM=%s", p.resume_from);
+        const char *extra[] = {env_dir, env_res, NULL};
+        lo.extra_env = extra;
+        int code = launch_run(&lo, argv, e);
+        if (code != 0 && code != 130) return fail(e);
+        return code;
+    }
+    train_env_t env = {0};
+    env.world_size = 1;
+    env.local_world_size = 1;
+    env.run_dir = p.run_dir;
+    env.config_text_path = exp_path;
+    train_install_signal_handlers();
+    int rc = train_run(&x, &p, &env, e);
+    return rc < 0 ? fail(e) : rc;
+}
+
+static int verb_plan(cli_t *c, err_t *e) {
+    experiment_t x;
+    const char *exp_path;
+    char buf[CFG_PATH + 64];
+    if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
+    plan_t p;
+    if (plan_build(&x, NULL, &p, e)) return fail(e);
+    if (c->json) plan_write_json(&p, stdout);
+    else plan_print(&p, &x, stdout);
+    return 0;
+}
+
+/* compare: each member runs as `runner _member MEMBER_DIR` in a child process, so a
+ * member that fails (or crashes) is recorded and the others still run. */
+typedef struct member_ctx { const char *exe; } member_ctx_t;
+
+static int run_member(void *ctx, const experiment_t *x, const char *member_dir, err_t *e) {
+    member_ctx_t *m = ctx;
+    if (mkdir_p(member_dir, e)) return -1;
+    char path[CFG_PATH + 64];
+    snprintf(path, sizeof path, "%s/experiment.yaml", member_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    config_write_yaml(x, f);
+    fclose(f);
+    int rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return err_errno(e, ERR_RUNTIME, "fork");
+    if (pid == 0) {
+        execl(m->exe, "runner", "_member", member_dir, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    return 128 + WTERMSIG(st);
+}
+
+static int verb_compare(cli_t *c, err_t *e) {
+    if (c->n_positional != 1) return err_set(e, ERR_INPUT, "compare takes one matrix file"), fail(e);
+    experiment_matrix_t *m = config_load_matrix(c->positional[0], c->sets, c->n_sets, e);
+    if (!m) return fail(e);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) { free(m); err_errno(e, ERR_RUNTIME, "/proc/self/exe"); return fail(e); }
+    exe[n] = '\0';
+    member_ctx_t ctx = {exe};
+    char parent[CFG_PATH];
+    train_install_signal_handlers();
+    int rc = compare_main(m, run_member, &ctx, stdout, parent, sizeof parent, e);
+    free(m);
+    if (rc < 0) return fail(e);
+    return rc;
+}
+
+static int verb_report(cli_t *c, err_t *e) {
+    if (c->n_positional < 1) return err_set(e, ERR_INPUT, "report needs at least one run directory"), fail(e);
+    if (report_runs(c->positional, c->n_positional, c->output, stdout, e)) return fail(e);
+    return 0;
+}
+
+static int verb_check(cli_t *c, err_t *e) {
+    if (c->n_positional != 1 || !c->baseline)
+        return err_set(e, ERR_INPUT, "usage: runner check RUN_DIR --baseline FILE"), fail(e);
+    int rc = check_run(c->positional[0], c->baseline, stdout, e);
+    if (rc == 2 || (rc != 0 && rc != 1)) return fail(e);
+    return rc;
+}
+
+static int verb_export(cli_t *c, err_t *e) {
+    if (c->n_positional != 1)
+        return err_set(e, ERR_INPUT, "usage: runner export RUN_DIR [--format safetensors] [--output FILE]"), fail(e);
+    if (c->format && strcmp(c->format, "safetensors"))
+        return err_set(e, ERR_INPUT, "--format %s: only safetensors is supported", c->format), fail(e);
+    char out[CFG_PATH + 64];
+    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, e)) return fail(e);
+    printf("runner: wrote %s\n", out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        printf("runner %s (%s)\n", runner_version(), runner_commit());
+        return 0;
+    }
+    err_t e = {0};
+    cli_t c;
+    if (parse_cli(argc, argv, &c, &e)) return fail(&e);
+    char storage[4][300];
+    cli_parallel_sets(&c, storage);
+    const char *v = c.verb;
+    if (!strcmp(v, "plan")) return verb_plan(&c, &e);
+    if (!strcmp(v, "compare")) return verb_compare(&c, &e);
+    if (!strcmp(v, "report")) return verb_report(&c, &e);
+    if (!strcmp(v, "check")) return verb_check(&c, &e);
+    if (!strcmp(v, "export")) return verb_export(&c, &e);
+    launch_env_t le;
+    int w = launch_worker_env(&le, &e);
+    if (w < 0) return fail(&e);
+    if (w == 1) return run_worker(&c, &le, &e);
+    return verb_run(&c, argc, argv, &e);
+}

@@ -1,0 +1,398 @@
+/* plan.c: experiment -> plan (plan.h). Starts, writes and downloads nothing. */
+#include "runner/plan.h"
+
+#include <libgen.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/augment.h"
+#include "data/dataset.h"
+#include "model/net.h"
+#include "model/resnet.h"
+#include "model/schedule.h"
+#include "runner/rundir.h"
+#include "runner/util/json.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Fills the schedule the trainer uses from the experiment. */
+void plan_schedule(const experiment_t *e, schedule_t *s) {
+    memset(s, 0, sizeof *s);
+    s->kind = e->schedule.name == SCHED_CONSTANT ? SCHEDULE_CONSTANT
+            : e->schedule.name == SCHED_COSINE   ? SCHEDULE_COSINE
+                                                 : SCHEDULE_MULTISTEP;
+    s->base_lr = e->optimizer.lr;
+    s->warmup_epochs = e->schedule.warmup_epochs;
+    s->epochs = e->train.epochs;
+    s->n_milestones = e->schedule.n_milestones;
+    for (int i = 0; i < e->schedule.n_milestones && i < SCHEDULE_MAX_MILESTONES; i++)
+        s->milestones[i] = e->schedule.milestones[i];
+    s->gamma = e->schedule.gamma;
+    s->min_lr = e->schedule.min_lr;
+}
+
+/* Picks the device and checks that what the experiment asks for exists. */
+static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
+    p->gpus_visible = backend_cuda_device_count();
+    const char *src = e->source_path[0] ? e->source_path : "experiment";
+    if (e->device == DEVICE_CUDA && p->gpus_visible == 0) {
+        char v[256];
+        backend_cuda_versions(v, sizeof v);
+        return err_set(err, ERR_INPUT,
+                       "%s: device: cuda, but %s; use device: cpu (or auto, which picks the "
+                       "GPU when there is one)", src,
+                       v[0] ? "no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+                            : "this runner was built without CUDA (install the CUDA toolkit and rebuild)");
+    }
+    bool cuda = e->device == DEVICE_CUDA || (e->device == DEVICE_AUTO && p->gpus_visible > 0);
+    snprintf(p->device, sizeof p->device, "%s", cuda ? "cuda" : "cpu");
+
+    p->nnodes = e->parallel.nnodes;
+    if (e->parallel.mode == PAR_SINGLE) {
+        snprintf(p->mode, sizeof p->mode, "single");
+        p->world_size = 1;
+    } else {
+        snprintf(p->mode, sizeof p->mode, "%s", e->parallel.mode == PAR_DP ? "dp" : "ddp");
+        p->world_size = e->parallel.world_size;
+    }
+    if (e->parallel.mode == PAR_DP && p->nnodes > 1)
+        return err_set(err, ERR_INPUT, "%s: parallel.mode: dp runs in one process on one host; "
+                       "use parallel.mode: ddp with parallel.nnodes: %d", src, p->nnodes);
+    if (p->world_size % p->nnodes)
+        return err_set(err, ERR_INPUT, "%s: parallel.world_size %d is not divisible by parallel.nnodes %d; "
+                       "world_size counts all ranks on all hosts", src, p->world_size, p->nnodes);
+    p->local_world_size = p->world_size / p->nnodes;
+
+    if (cuda) {
+        int need = e->parallel.mode == PAR_SINGLE ? 1 : p->local_world_size;
+        if (e->parallel.n_devices) {
+            if (e->parallel.n_devices < need)
+                return err_set(err, ERR_INPUT, "%s: parallel.devices lists %d devices but %d are needed "
+                               "(world_size %d per host); list %d devices", src,
+                               e->parallel.n_devices, need, p->local_world_size, need);
+            for (int i = 0; i < e->parallel.n_devices; i++)
+                if (e->parallel.devices[i] >= p->gpus_visible)
+                    return err_set(err, ERR_INPUT, "%s: parallel.devices contains %d but only %d GPU%s "
+                                   "visible (0..%d)", src, e->parallel.devices[i], p->gpus_visible,
+                                   p->gpus_visible == 1 ? " is" : "s are", p->gpus_visible - 1);
+        } else if (need > p->gpus_visible && e->parallel.backend != COMM_SHM) {
+            return err_set(err, ERR_INPUT, "%s: %d GPUs needed (parallel.world_size %d) but %d visible; "
+                           "set parallel.world_size: %d, or parallel.backend: shm to share one GPU",
+                           src, need, p->local_world_size, p->gpus_visible, p->gpus_visible);
+        }
+        int dev0 = e->parallel.n_devices ? e->parallel.devices[0] : 0;
+        backend_cuda_device_name(dev0, p->gpu_name, sizeof p->gpu_name);
+    }
+
+    if (e->parallel.mode == PAR_DDP) {
+        comm_backend_t b = e->parallel.backend;
+        if (b == COMM_AUTO) b = cuda ? COMM_NCCL : COMM_SHM;
+        if (b == COMM_NCCL && !cuda)
+            return err_set(err, ERR_INPUT, "%s: parallel.backend: nccl needs CUDA GPUs but the run is on "
+                           "the cpu; use parallel.backend: shm (or auto)", src);
+        if (b == COMM_SHM && p->nnodes > 1)
+            return err_set(err, ERR_INPUT, "%s: parallel.backend: shm works within one host; with "
+                           "parallel.nnodes: %d use nccl (GPUs)", src, p->nnodes);
+        snprintf(p->comm_backend, sizeof p->comm_backend, "%s", b == COMM_NCCL ? "nccl" : "shm");
+    } else {
+        snprintf(p->comm_backend, sizeof p->comm_backend, "none");
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = e->parallel.mode == PAR_SINGLE ? 1 : p->local_world_size;
+    p->threads_per_rank = cuda ? 1 : (int)(cores / per > 0 ? cores / per : 1);
+    return 0;
+}
+
+/* Dataset sizes and shapes: from the files when they are there, else the known sizes. */
+static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
+    dataset_info_t info;
+    if (dataset_info(e->data.dataset, &info, err)) return -1;
+    snprintf(p->dataset, sizeof p->dataset, "%s", info.name);
+    snprintf(p->data_root, sizeof p->data_root, "%s", e->data.root[0] ? e->data.root : info.default_root);
+    int c = info.channels, h = info.height, w = info.width, classes = info.num_classes;
+    p->train_size = info.train_size;
+    p->val_size = info.val_size;
+    if (!strcmp(info.name, "synthetic")) {
+        c = e->data.synthetic.image[0];
+        h = e->data.synthetic.image[1];
+        w = e->data.synthetic.image[2];
+        classes = e->data.synthetic.classes;
+        p->train_size = e->data.synthetic.train_size;
+        p->val_size = e->data.synthetic.val_size;
+        p->data_present = true;
+    } else {
+        char missing[CFG_PATH];
+        int tr = dataset_files_present(info.name, p->data_root, DATA_SPLIT_TRAIN, missing, sizeof missing, err);
+        int va = tr == 1 ? dataset_files_present(info.name, p->data_root, DATA_SPLIT_VAL, missing, sizeof missing, err) : tr;
+        if (tr < 0 || va < 0) return -1;
+        p->data_present = tr == 1 && va == 1;
+        if (p->data_present) {
+            /* read the real files: sizes may differ from the official ones, and problems
+             * are best reported before anything starts */
+            for (int split = 0; split < 2; split++) {
+                dataset_opts_t o = {.name = info.name, .root = p->data_root, .split = (data_split_t)split};
+                dataset_t *d = NULL;
+                if (dataset_open(&o, &d, err)) return -1;
+                if (split == 0) p->train_size = dataset_size(d);
+                else p->val_size = dataset_size(d);
+                dataset_shape(d, &c, &h, &w);
+                dataset_free(d);
+            }
+        } else if (!e->data.download) {
+            return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing; set data.download: true "
+                           "to fetch %s, or put the files under data.root (%s)",
+                           e->source_path, info.name, missing, info.url[0] ? info.url : "it", p->data_root);
+        } else {
+            p->will_download = true;
+        }
+    }
+    augment_opts_t ao = {.random_crop = e->data.augment.random_crop,
+                         .crop_size = e->data.augment.crop_size,
+                         .crop_padding = e->data.augment.crop_padding};
+    int oh = h, ow = w;
+    augment_out_shape(&ao, h, w, &oh, &ow);
+    p->channels = c;
+    p->height = oh;
+    p->width = ow;
+    p->num_classes = e->model.num_classes ? e->model.num_classes : classes;
+    if (p->num_classes < classes)
+        return err_set(err, ERR_INPUT, "%s: model.num_classes %d is smaller than the %d classes of %s; "
+                       "remove model.num_classes to use the dataset's", e->source_path,
+                       p->num_classes, classes, info.name);
+    return 0;
+}
+
+/* Batch geometry and step counts. */
+static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
+    int ranks = p->world_size, accum = e->train.grad_accum;
+    p->global_batch = e->train.batch_size;
+    p->grad_accum = accum;
+    int div = (!strcmp(p->mode, "ddp") ? ranks : 1) * accum;
+    if (p->global_batch % div)
+        return err_set(err, ERR_INPUT, "%s: train.batch_size %d is not divisible by %s%d; use a multiple of %d",
+                       e->source_path, p->global_batch,
+                       !strcmp(p->mode, "ddp") ? "parallel.world_size x train.grad_accum = " : "train.grad_accum ",
+                       div, div);
+    p->micro_batch = p->global_batch / div;
+    p->per_device_batch = !strcmp(p->mode, "dp") ? (int)ceil_div(p->micro_batch, ranks) : p->micro_batch;
+    if (!strcmp(p->mode, "dp") && p->micro_batch < ranks)
+        return err_set(err, ERR_INPUT, "%s: parallel.mode dp splits each micro-batch of %d over %d devices; "
+                       "raise train.batch_size to at least %d", e->source_path, p->micro_batch,
+                       ranks, ranks * accum);
+    p->samples_per_rank = !strcmp(p->mode, "ddp") ? ceil_div(p->train_size, ranks) : p->train_size;
+    if (p->samples_per_rank < 1 || p->val_size < 1)
+        return err_set(err, ERR_INPUT, "%s: the dataset has %lld training and %lld validation samples; both "
+                       "must be at least 1", e->source_path, (long long)p->train_size, (long long)p->val_size);
+    p->batches_per_epoch = ceil_div(p->samples_per_rank, p->micro_batch);
+    p->steps_per_epoch = ceil_div(p->batches_per_epoch, accum);
+    p->total_steps = (int64_t)e->train.epochs * p->steps_per_epoch;
+    if (e->train.max_steps > 0 && e->train.max_steps < p->total_steps) p->total_steps = e->train.max_steps;
+    p->epochs = (int)ceil_div(p->total_steps, p->steps_per_epoch);
+
+    schedule_t s;
+    plan_schedule(e, &s);
+    p->lr_base = e->optimizer.lr;
+    p->warmup_steps = schedule_warmup_steps(&s, p->steps_per_epoch);
+    p->lr_warmup_end = schedule_lr(&s, p->warmup_steps > 0 ? p->warmup_steps - 1 : 0, p->steps_per_epoch);
+    p->n_milestones = 0;
+    if (s.kind == SCHEDULE_MULTISTEP)
+        for (int i = 0; i < s.n_milestones && i < PLAN_MAX_MILESTONES; i++) {
+            p->milestone_steps[i] = (int64_t)s.milestones[i] * p->steps_per_epoch;
+            p->lr_after_milestone[i] = schedule_lr(&s, p->milestone_steps[i], p->steps_per_epoch);
+            p->n_milestones++;
+        }
+    p->lr_final = schedule_lr(&s, p->total_steps > 0 ? p->total_steps - 1 : 0, p->steps_per_epoch);
+    return 0;
+}
+
+static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
+    snprintf(p->arch, sizeof p->arch, "%s", e->model.arch);
+    net_t *n = resnet_build(e->model.arch, p->channels, p->num_classes, e->model.zero_init_residual, err);
+    if (!n) return -1;
+    bool cuda = !strcmp(p->device, "cuda");
+    size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
+    p->param_count = (int64_t)net_num_params(n);
+    p->forward_gflops_per_sample = net_forward_flops(n, p->height, p->width) / 1e9;
+    p->activation_bytes = (int64_t)net_activation_bytes(n, p->per_device_batch, p->height, p->width, elem);
+    if (p->activation_bytes == 0) {
+        net_free(n);
+        return err_set(err, ERR_INPUT, "%s: %dx%d inputs are too small for %s; use a larger "
+                       "data.augment.random_crop size or a smaller network", e->source_path,
+                       p->height, p->width, e->model.arch);
+    }
+    int states = e->optimizer.name == OPT_ADAMW ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
+    p->state_bytes = (int64_t)(net_num_params(n) * 4 * (2 + states) + net_num_buffers(n) * 4 +
+                               (e->amp.enabled ? net_num_params(n) * elem : 0));
+    net_free(n);
+    return 0;
+}
+
+/* Which run directory, and whether it resumes. */
+static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
+    p->resumes = false;
+    p->resume_from[0] = '\0';
+    char ck[CFG_PATH + 128];
+    if (req && req->resume_dir) {
+        snprintf(p->run_dir, sizeof p->run_dir, "%s", req->resume_dir);
+        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", req->resume_dir);
+        if (access(ck, R_OK) != 0)
+            return err_set(err, ERR_INPUT, "%s: no checkpoint to resume from (checkpoints/last.ckpt is "
+                           "missing); the run stopped before its first checkpoint: start it again with "
+                           "runner %s", req->resume_dir, e->source_path);
+        p->resumes = true;
+        snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
+        return 0;
+    }
+    const char *r = e->checkpoint.resume;
+    if (!strcmp(r, "auto")) {
+        if (rundir_find_resumable(e->output.root, e->name, p->run_dir, sizeof p->run_dir)) {
+            p->resumes = true;
+            snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
+            snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
+            return 0;
+        }
+    } else if (strcmp(r, "never") != 0) {
+        struct stat st;
+        if (stat(r, &st) != 0)
+            return err_set(err, ERR_INPUT, "%s: checkpoint.resume: %s does not exist; give a run directory, a "
+                           ".ckpt file, auto or never", e->source_path, r);
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(p->run_dir, sizeof p->run_dir, "%s", r);
+            snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", r);
+        } else {
+            char tmp[CFG_PATH];
+            snprintf(tmp, sizeof tmp, "%s", r);
+            snprintf(p->run_dir, sizeof p->run_dir, "%s", dirname(dirname(tmp)));
+            snprintf(ck, sizeof ck, "%s", r);
+        }
+        if (access(ck, R_OK) != 0)
+            return err_set(err, ERR_INPUT, "%s: checkpoint.resume: %s has no checkpoint to resume from",
+                           e->source_path, ck);
+        p->resumes = true;
+        snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
+        return 0;
+    }
+    rundir_propose(e->output.root, e->name, p->run_dir, sizeof p->run_dir);
+    return 0;
+}
+
+int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->precision, sizeof p->precision, "%s",
+             !e->amp.enabled ? "fp32" : e->amp.dtype == PREC_BF16 ? "bf16" : "fp16");
+    if (plan_devices(e, p, err) || plan_data(e, p, err) || plan_steps(e, p, err) ||
+        plan_model(e, p, err))
+        return -1;
+    if (req && req->for_worker) return 0;
+    return plan_rundir(e, req, p, err);
+}
+
+static void human_bytes(double b, char *out, size_t len) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) { b /= 1024; i++; }
+    snprintf(out, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
+    char a[32], s[32];
+    fprintf(f, "experiment   %s (%s)\n", e->name, e->source_path);
+    fprintf(f, "device       %s%s%s%s\n", p->device, p->gpu_name[0] ? " (" : "", p->gpu_name,
+            p->gpu_name[0] ? ")" : "");
+    fprintf(f, "mode         %s, world size %d", p->mode, p->world_size);
+    if (p->nnodes > 1) fprintf(f, " (%d hosts x %d)", p->nnodes, p->local_world_size);
+    fprintf(f, ", comm %s", p->comm_backend);
+    if (!strcmp(p->device, "cpu")) fprintf(f, ", %d thread%s per rank", p->threads_per_rank, p->threads_per_rank == 1 ? "" : "s");
+    fprintf(f, "\nprecision    %s\n", p->precision);
+    fprintf(f, "data         %s from %s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
+            p->dataset, p->data_root[0] ? p->data_root : "(generated)",
+            p->will_download ? " (will download)" : "", (long long)p->train_size,
+            (long long)p->val_size, p->channels, p->height, p->width, p->num_classes);
+    if (!strcmp(p->mode, "ddp"))
+        fprintf(f, "batch        %d ranks x %d", p->world_size, p->micro_batch);
+    else if (!strcmp(p->mode, "dp"))
+        fprintf(f, "batch        %d per step split over %d devices (%d each)", p->micro_batch, p->world_size, p->per_device_batch);
+    else
+        fprintf(f, "batch        %d", p->micro_batch);
+    if (p->grad_accum > 1) fprintf(f, " x %d accumulation", p->grad_accum);
+    fprintf(f, " = %d global\n", p->global_batch);
+    fprintf(f, "steps        %lld per epoch x %d epochs = %lld steps", (long long)p->steps_per_epoch,
+            p->epochs, (long long)p->total_steps);
+    if (e->train.max_steps > 0) fprintf(f, " (train.max_steps %lld)", (long long)e->train.max_steps);
+    fprintf(f, "\n");
+    fprintf(f, "lr           base %g", p->lr_base);
+    if (p->warmup_steps > 0) fprintf(f, ", warm-up %lld steps to %g", (long long)p->warmup_steps, p->lr_warmup_end);
+    for (int i = 0; i < p->n_milestones; i++)
+        fprintf(f, ", %g from step %lld (epoch %d)", p->lr_after_milestone[i],
+                (long long)p->milestone_steps[i], e->schedule.milestones[i]);
+    fprintf(f, ", last step %g\n", p->lr_final);
+    human_bytes((double)p->activation_bytes, a, sizeof a);
+    human_bytes((double)p->state_bytes, s, sizeof s);
+    fprintf(f, "model        %s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch,
+            (long long)p->param_count, p->forward_gflops_per_sample);
+    fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
+    fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
+    if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
+}
+
+void plan_write_json(const plan_t *p, FILE *f) {
+    jw_t w;
+    jw_init(&w, f, true);
+    jw_obj_begin(&w);
+    jw_kstr(&w, "device", p->device);
+    jw_kint(&w, "gpus_visible", p->gpus_visible);
+    jw_kstr(&w, "gpu_name", p->gpu_name);
+    jw_kstr(&w, "mode", p->mode);
+    jw_kint(&w, "world_size", p->world_size);
+    jw_kint(&w, "nnodes", p->nnodes);
+    jw_kint(&w, "local_world_size", p->local_world_size);
+    jw_kstr(&w, "comm_backend", p->comm_backend);
+    jw_kint(&w, "threads_per_rank", p->threads_per_rank);
+    jw_kstr(&w, "precision", p->precision);
+    jw_kstr(&w, "dataset", p->dataset);
+    jw_kstr(&w, "data_root", p->data_root);
+    jw_kbool(&w, "data_present", p->data_present);
+    jw_kbool(&w, "will_download", p->will_download);
+    jw_kint(&w, "train_size", p->train_size);
+    jw_kint(&w, "val_size", p->val_size);
+    jw_key(&w, "input");
+    jw_arr_begin(&w);
+    jw_int(&w, p->channels); jw_int(&w, p->height); jw_int(&w, p->width);
+    jw_arr_end(&w);
+    jw_kint(&w, "num_classes", p->num_classes);
+    jw_kint(&w, "global_batch", p->global_batch);
+    jw_kint(&w, "grad_accum", p->grad_accum);
+    jw_kint(&w, "micro_batch", p->micro_batch);
+    jw_kint(&w, "per_device_batch", p->per_device_batch);
+    jw_kint(&w, "samples_per_rank", p->samples_per_rank);
+    jw_kint(&w, "batches_per_epoch", p->batches_per_epoch);
+    jw_kint(&w, "steps_per_epoch", p->steps_per_epoch);
+    jw_kint(&w, "epochs", p->epochs);
+    jw_kint(&w, "total_steps", p->total_steps);
+    jw_knum(&w, "lr_base", p->lr_base);
+    jw_kint(&w, "warmup_steps", p->warmup_steps);
+    jw_knum(&w, "lr_warmup_end", p->lr_warmup_end);
+    jw_key(&w, "milestones");
+    jw_arr_begin(&w);
+    for (int i = 0; i < p->n_milestones; i++) {
+        jw_obj_begin(&w);
+        jw_kint(&w, "step", p->milestone_steps[i]);
+        jw_knum(&w, "lr", p->lr_after_milestone[i]);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_knum(&w, "lr_final", p->lr_final);
+    jw_kstr(&w, "arch", p->arch);
+    jw_kint(&w, "param_count", p->param_count);
+    jw_knum(&w, "forward_gflops_per_sample", p->forward_gflops_per_sample);
+    jw_kint(&w, "activation_bytes", p->activation_bytes);
+    jw_kint(&w, "state_bytes", p->state_bytes);
+    jw_kstr(&w, "run_dir", p->run_dir);
+    jw_kbool(&w, "resumes", p->resumes);
+    jw_kstr(&w, "resume_from", p->resume_from);
+    jw_obj_end(&w);
+    fputc('\n', f);
+}

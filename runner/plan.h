@@ -1,0 +1,94 @@
+/* plan.h: the resolved plan of a run — everything decided before anything starts.
+ *
+ * plan_build turns an experiment into concrete numbers: the device and how many of them,
+ * the mode and world size, per-rank micro-batch x accumulation x ranks = global batch,
+ * dataset sizes, steps per epoch and in total, the learning rate at the end of warm-up
+ * and after each milestone, parameter count, memory estimates, the run directory and
+ * whether it resumes. `runner plan` prints it; the same object drives the run, and
+ * plan.json in the run directory is it. Building a plan starts, writes and downloads
+ * nothing.
+ */
+#ifndef RUNNER_PLAN_H
+#define RUNNER_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runner/config.h"
+#include "runner/util/err.h"
+
+enum { PLAN_MAX_MILESTONES = CFG_MAX_LIST };
+
+typedef struct plan {
+    /* where */
+    char device[8];            /* "cpu" | "cuda" */
+    int gpus_visible;
+    char gpu_name[256];        /* first GPU used, "" on cpu */
+    char mode[8];              /* "single" | "dp" | "ddp" */
+    int world_size;            /* ranks (ddp) or replicas (dp); 1 for single */
+    int nnodes;
+    int local_world_size;      /* ranks on this host */
+    char comm_backend[8];      /* "nccl" | "shm" | "none" */
+    int threads_per_rank;      /* cpu backend threads per rank / replica */
+    char precision[8];         /* "fp32" | "fp16" | "bf16" */
+    /* data */
+    char dataset[32];
+    char data_root[CFG_PATH];
+    bool data_present;         /* files already there */
+    bool will_download;
+    int64_t train_size, val_size;
+    int channels, height, width; /* network input (after crop) */
+    int num_classes;
+    /* batch */
+    int global_batch;
+    int grad_accum;
+    int micro_batch;           /* per rank (ddp) / per process (single, dp) per micro-step */
+    int per_device_batch;      /* micro_batch / world (dp), micro_batch otherwise */
+    /* steps */
+    int64_t samples_per_rank;  /* per epoch (DistributedSampler padding included) */
+    int64_t batches_per_epoch; /* micro-batches per epoch per rank */
+    int64_t steps_per_epoch;   /* optimizer steps */
+    int epochs;                /* epochs that will run (max_steps may cut the last) */
+    int64_t total_steps;
+    /* learning rate */
+    double lr_base;
+    int64_t warmup_steps;
+    double lr_warmup_end;      /* lr at step warmup_steps (first step after warm-up) */
+    int n_milestones;
+    int64_t milestone_steps[PLAN_MAX_MILESTONES];
+    double lr_after_milestone[PLAN_MAX_MILESTONES];
+    double lr_final;           /* lr of the last step */
+    /* model */
+    char arch[32];
+    int64_t param_count;
+    double forward_gflops_per_sample;
+    int64_t activation_bytes;  /* per rank, for micro_batch */
+    int64_t state_bytes;       /* params + grads + optimizer state + buffers per rank */
+    /* run directory */
+    char run_dir[CFG_PATH];    /* the directory used (proposed name for a new run) */
+    bool resumes;
+    char resume_from[CFG_PATH + 128]; /* checkpoint file resumed from */
+} plan_t;
+
+/* How the CLI asks for the plan. */
+typedef struct plan_request {
+    const char *resume_dir;    /* `runner resume DIR`: resume exactly this run dir */
+    bool for_worker;           /* a DDP worker: no run dir proposal / search of its own */
+} plan_request_t;
+
+/* Builds the plan for e. Errors (ERR_INPUT): a GPU asked for but absent, more devices
+ * than visible, an indivisible batch, a dataset too small for one batch, ... */
+int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err);
+
+/* The schedule_t the trainer uses for this experiment. */
+struct schedule;
+void plan_schedule(const experiment_t *e, struct schedule *s);
+
+/* The human-readable plan (`runner plan`). */
+void plan_print(const plan_t *p, const experiment_t *e, FILE *f);
+
+/* plan.json (`runner plan --json`, and in the run directory). */
+void plan_write_json(const plan_t *p, FILE *f);
+
+#endif

@@ -1,0 +1,646 @@
+/* train.c: one rank's training run (train.h): setup of backend, data, net, optimizer,
+ * communicator and tracking; the step loop; evaluation; teardown.
+ * Checkpoint contents and summary.json are in train_state.c. */
+#include "runner/train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/resnet.h"
+#include "model/safetensors.h"
+#include "runner/rundir.h"
+#include "runner/train_internal.h"
+#include "runner/util/json.h"
+
+#ifdef RUNNER_HAVE_CUDA
+#include "comm/nccl.h"
+#endif
+
+/* Signal state: the only process-wide mutable state, because a signal handler has no
+ * context argument. The loop polls it once per step. */
+static volatile sig_atomic_t stop_signals = 0;
+
+static void on_stop_signal(int sig) {
+    if (stop_signals > 0 && sig == SIGINT) _exit(130);
+    stop_signals++;
+}
+
+void train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+bool train_stop_requested(void) { return stop_signals > 0; }
+
+double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static int setup_backend(trainer_t *t, err_t *e) {
+    bool cuda = !strcmp(t->p->device, "cuda");
+    int replicas = t->dp_mode ? t->p->world_size : 1;
+    if (replicas > TRAIN_MAX_REPLICAS)
+        return err_set(e, ERR_INPUT, "parallel.world_size %d: dp supports at most %d replicas", replicas, TRAIN_MAX_REPLICAS);
+    for (int i = 0; i < replicas; i++) {
+        backend_opts_t o = {0};
+        o.kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
+        int slot = t->dp_mode ? i : t->env->local_rank;
+        o.device = t->e->parallel.n_devices ? t->e->parallel.devices[slot % t->e->parallel.n_devices]
+                                            : (cuda && t->e->parallel.backend == COMM_SHM ? 0 : slot);
+        o.threads = t->p->threads_per_rank;
+        o.deterministic = t->e->train.deterministic;
+        o.allow_tf32 = t->e->amp.tf32;
+        t->replica_be[i] = backend_create(&o, e);
+        if (!t->replica_be[i]) return -1;
+    }
+    t->be = t->replica_be[0];
+    t->act_dt = !t->e->amp.enabled ? DT_F32 : t->e->amp.dtype == PREC_BF16 ? DT_BF16 : DT_F16;
+    return 0;
+}
+
+static void fill_norm(const experiment_t *x, const dataset_t *d, loader_opts_t *lo) {
+    dataset_info_t info;
+    err_t ignore = {0};
+    int c, h, w;
+    dataset_shape(d, &c, &h, &w);
+    if (x->data.norm_set && x->data.n_norm > 0) {
+        lo->n_norm = c;
+        for (int k = 0; k < c && k < DATA_MAX_CHANNELS; k++) {
+            int src = x->data.n_norm == 1 ? 0 : k;
+            lo->mean[k] = (float)x->data.mean[src];
+            lo->std[k] = (float)x->data.std[src];
+        }
+    } else if (dataset_info(dataset_name(d), &info, &ignore) == 0) {
+        lo->n_norm = c;
+        for (int k = 0; k < c && k < DATA_MAX_CHANNELS; k++) {
+            lo->mean[k] = info.mean[k];
+            lo->std[k] = info.std[k];
+        }
+    }
+}
+
+static int open_split(trainer_t *t, data_split_t split, dataset_t **out, err_t *e) {
+    const experiment_t *x = t->e;
+    dataset_opts_t o = {0};
+    o.name = x->data.dataset;
+    o.root = t->p->data_root;
+    o.split = split;
+    o.download = x->data.download;
+    o.download_url = x->data.download_url;
+    o.download_md5 = x->data.download_md5;
+    o.synthetic.train_size = x->data.synthetic.train_size;
+    o.synthetic.val_size = x->data.synthetic.val_size;
+    o.synthetic.channels = x->data.synthetic.image[0];
+    o.synthetic.height = x->data.synthetic.image[1];
+    o.synthetic.width = x->data.synthetic.image[2];
+    o.synthetic.classes = x->data.synthetic.classes;
+    o.seed = x->seed;
+    return dataset_open(&o, out, e);
+}
+
+static int setup_data(trainer_t *t, err_t *e) {
+    const experiment_t *x = t->e;
+    /* With a download pending, local rank 0 fetches first and the others wait. */
+    bool first = t->env->local_rank == 0;
+    if (t->p->will_download && t->store && !first && store_barrier(t->store, "data", e)) return -1;
+    if (open_split(t, DATA_SPLIT_TRAIN, &t->train_ds, e) || open_split(t, DATA_SPLIT_VAL, &t->val_ds, e))
+        return -1;
+    if (t->p->will_download && t->store && first && store_barrier(t->store, "data", e)) return -1;
+
+    loader_opts_t lo = {0};
+    lo.batch_size = t->p->micro_batch;
+    lo.workers = x->data.workers;
+    lo.shuffle = x->data.shuffle;
+    lo.world_size = t->ddp_mode ? t->env->world_size : 1;
+    lo.rank = t->ddp_mode ? t->env->rank : 0;
+    lo.seed = x->seed;
+    lo.augment.random_crop = x->data.augment.random_crop;
+    lo.augment.crop_size = x->data.augment.crop_size;
+    lo.augment.crop_padding = x->data.augment.crop_padding;
+    lo.augment.horizontal_flip = x->data.augment.horizontal_flip;
+    lo.augment.rotation = x->data.augment.rotation;
+    lo.dtype = LOADER_F32;
+    fill_norm(x, t->train_ds, &lo);
+    if (loader_create(t->train_ds, &lo, &t->train_ld, e)) return -1;
+    loader_opts_t vo = lo;
+    vo.eval = true;
+    vo.shuffle = false;
+    vo.batch_size = t->p->per_device_batch;
+    vo.workers = x->data.workers > 1 ? 1 : x->data.workers;
+    fill_norm(x, t->val_ds, &vo);
+    if (loader_create(t->val_ds, &vo, &t->val_ld, e)) return -1;
+    if (loader_num_batches(t->train_ld) != t->p->batches_per_epoch)
+        return err_set(e, ERR_RUNTIME, "internal: loader has %lld batches per epoch, plan says %lld",
+                       (long long)loader_num_batches(t->train_ld), (long long)t->p->batches_per_epoch);
+    return 0;
+}
+
+static int setup_model(trainer_t *t, err_t *e) {
+    const experiment_t *x = t->e;
+    int replicas = t->dp_mode ? t->p->world_size : 1;
+    for (int i = 0; i < replicas; i++) {
+        net_t *n = resnet_build(x->model.arch, t->p->channels, t->p->num_classes, x->model.zero_init_residual, e);
+        if (!n) return -1;
+        t->replica_net[i] = n;
+        if (net_bind(n, t->replica_be[i], t->p->per_device_batch, t->p->height, t->p->width, t->act_dt, e))
+            return -1;
+    }
+    t->net = t->replica_net[0];
+    if (net_init(t->net, x->seed, e)) return -1;
+    if (x->model.init_from[0] && safetensors_load_net(t->net, x->model.init_from, e))
+        return err_wrap(e, "model.init_from");
+    if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, e))) return -1;
+
+    optim_opts_t oo = {0};
+    oo.kind = x->optimizer.name == OPT_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
+    oo.momentum = x->optimizer.momentum;
+    oo.nesterov = x->optimizer.nesterov;
+    oo.weight_decay = x->optimizer.weight_decay;
+    oo.no_weight_decay_on_bn_and_bias = x->optimizer.no_weight_decay_on_bn_and_bias;
+    oo.beta1 = x->optimizer.betas[0];
+    oo.beta2 = x->optimizer.betas[1];
+    oo.eps = x->optimizer.eps;
+    if (!(t->opt = optim_create(t->net, &oo, e))) return -1;
+    if (loss_scaler_init(&t->scaler, t->be, t->act_dt, x->amp.init_scale, x->amp.growth_interval, e))
+        return -1;
+    t->scaler_ready = true;
+    plan_schedule(x, &t->sched);
+    return 0;
+}
+
+/* Store, communicator and DDP state for ddp mode. */
+static int setup_comm(trainer_t *t, err_t *e) {
+    const train_env_t *v = t->env;
+    double timeout = t->e->parallel.timeout_s;
+    if (v->rank == 0 && !(t->srv = store_server_start(v->master_addr, v->master_port, e))) return -1;
+    if (!(t->store = store_connect(v->master_addr, v->master_port, v->rank, v->world_size, timeout, e)))
+        return -1;
+    return store_barrier(t->store, "start", e);
+}
+
+static int setup_ddp(trainer_t *t, err_t *e) {
+    if (!strcmp(t->p->comm_backend, "nccl")) {
+#ifdef RUNNER_HAVE_CUDA
+        t->comm = comm_nccl_create(t->store, t->be, e);
+#else
+        return err_set(e, ERR_INPUT, "parallel.backend nccl: this runner was built without CUDA");
+#endif
+    } else {
+        t->comm = comm_shm_create(t->store, e);
+    }
+    if (!t->comm) return -1;
+    if (!(t->comm_scratch = t->be->ops->alloc(t->be, 64 * sizeof(float)))) {
+        *e = t->be->err;
+        return -1;
+    }
+    int nt = net_num_tensors(t->net), np = 0;
+    int64_t *offs = calloc((size_t)nt + 1, sizeof *offs);
+    if (!offs) return err_set(e, ERR_RUNTIME, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        const net_tensor_t *ti = net_tensor(t->net, i);
+        if (ti->store == NET_STORE_PARAM) offs[np++] = (int64_t)ti->offset;
+    }
+    /* tensor offsets must increase: sort (the table is in state_dict order) */
+    for (int i = 1; i < np; i++)
+        for (int j = i; j > 0 && offs[j - 1] > offs[j]; j--) {
+            int64_t tmp = offs[j]; offs[j] = offs[j - 1]; offs[j - 1] = tmp;
+        }
+    offs[np] = (int64_t)net_num_params(t->net);
+    ddp_opts_t o = {0};
+    o.bucket_mb = t->e->parallel.bucket_mb;
+    o.compression = t->e->parallel.grad_compression == PREC_FP16 ? DT_F16
+                  : t->e->parallel.grad_compression == PREC_BF16 ? DT_BF16 : DT_F32;
+    o.sync_bn = t->e->parallel.sync_bn;
+    t->ddp = ddp_create(t->comm, t->be, net_grads(t->net), (int64_t)net_num_params(t->net), offs, np, &o, e);
+    free(offs);
+    if (!t->ddp) return -1;
+    t->hooks.ctx = t->ddp;
+    t->hooks.grads_ready = ddp_grads_ready;
+    if (t->e->parallel.sync_bn) {
+        t->hooks.bn_sync_stats = ddp_bn_sync_stats;
+        t->hooks.bn_sync_grads = ddp_bn_sync_grads;
+    }
+    return 0;
+}
+
+/* Sums n small values over all ranks (host in/out), through backend memory when the
+ * communicator works on device memory. */
+static int allreduce_small(trainer_t *t, float *vals, int n, err_t *e) {
+    if (!t->comm) return 0;
+    if (!comm_device_memory(t->comm)) return comm_allreduce(t->comm, vals, (size_t)n, DT_F32, COMM_SUM, e);
+    backend_t *be = t->be;
+    if (be->ops->upload(be, t->comm_scratch, vals, (size_t)n * sizeof(float)) ||
+        comm_allreduce(t->comm, t->comm_scratch, (size_t)n, DT_F32, COMM_SUM, e) ||
+        be->ops->download(be, vals, t->comm_scratch, (size_t)n * sizeof(float))) {
+        if (!e->code) *e = be->err;
+        return -1;
+    }
+    return 0;
+}
+
+static char *experiment_json(const trainer_t *t) {
+    /* W&B config: the plan's numbers plus the resolved YAML text, which is the full
+     * experiment (config_write_yaml). */
+    char *buf = NULL, *yaml = NULL;
+    size_t len = 0, ylen = 0;
+    FILE *y = open_memstream(&yaml, &ylen);
+    if (y) { config_write_yaml(t->e, y); fclose(y); }
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) { free(yaml); return NULL; }
+    jw_t w;
+    jw_init(&w, f, false);
+    jw_obj_begin(&w);
+    jw_kstr(&w, "arch", t->e->model.arch);
+    jw_kstr(&w, "dataset", t->e->data.dataset);
+    jw_kstr(&w, "mode", t->p->mode);
+    jw_kint(&w, "world_size", t->p->world_size);
+    jw_kstr(&w, "precision", t->p->precision);
+    jw_kint(&w, "batch_size", t->p->global_batch);
+    jw_kint(&w, "grad_accum", t->p->grad_accum);
+    jw_kint(&w, "epochs", t->e->train.epochs);
+    jw_knum(&w, "lr", t->e->optimizer.lr);
+    jw_kint(&w, "seed", (int64_t)t->e->seed);
+    jw_kstr(&w, "device", t->p->device);
+    jw_kstr(&w, "resolved_yaml", yaml ? yaml : "");
+    jw_obj_end(&w);
+    fclose(f);
+    free(yaml);
+    return buf;
+}
+
+static int setup_tracking(trainer_t *t, err_t *e) {
+    const experiment_t *x = t->e;
+    track_opts_t o;
+    track_opts_init(&o);
+    char *cfg = t->rank0 ? experiment_json(t) : NULL;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    o.run_dir = t->run_dir;
+    o.experiment = x->name;
+    o.config_json = cfg;
+    o.print_every = x->logging.print_every;
+    o.csv = x->logging.csv;
+    o.tensorboard = x->logging.tensorboard;
+    o.wandb_mode = x->logging.wandb.mode == WANDB_ONLINE ? "online"
+                 : x->logging.wandb.mode == WANDB_OFFLINE ? "offline" : "disabled";
+    o.wandb_project = x->logging.wandb.project;
+    o.wandb_entity = x->logging.wandb.entity;
+    for (int i = 0; i < x->logging.wandb.n_tags && i < TRACK_MAX_TAGS; i++) o.wandb_tags[i] = x->logging.wandb.tags[i];
+    o.n_wandb_tags = x->logging.wandb.n_tags < TRACK_MAX_TAGS ? x->logging.wandb.n_tags : TRACK_MAX_TAGS;
+    o.wandb_group = x->logging.wandb.group;
+    o.host = host;
+    o.commit = runner_commit();
+    o.is_resume = t->p->resumes;
+    o.resume_step = t->step;
+    o.wandb_run_id = t->wandb_run_id[0] ? t->wandb_run_id : NULL;
+    o.total_steps = t->p->total_steps;
+    o.total_epochs = t->p->epochs;
+    o.rank = t->env->rank;
+    t->track = track_open(&o, e);
+    free(cfg);
+    if (!t->track) return -1;
+    if (t->rank0) snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", track_wandb_run_id(t->track));
+    return 0;
+}
+
+/* Rank 0: the files that describe the run, written once when it starts. */
+static int write_run_files(trainer_t *t, err_t *e) {
+    char path[CFG_PATH + 64];
+    if (!t->p->resumes) {
+        snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
+        if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    config_write_yaml(t->e, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
+    int rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    plan_t p = *t->p;
+    snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
+    f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    plan_write_json(&p, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/plan.json", t->run_dir);
+    rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    return rundir_write_env(t->run_dir, NULL, 0, e);
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+static int evaluate(trainer_t *t, err_t *e) {
+    if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    if (loader_start_epoch(t->val_ld, 0, 0, e)) return -1;
+    float sums[4] = {0, 0, 0, 0};   /* loss, top1, top5, count */
+    double loss = 0;
+    int64_t c1 = 0, c5 = 0, n = 0;
+    loader_batch_t *b;
+    int r;
+    while ((r = loader_next(t->val_ld, &b, e)) == 1) {
+        net_loss_out_t out;
+        if (net_upload_input(t->net, b->images, b->n, e) ||
+            net_forward(t->net, net_input(t->net), b->n, false, NULL, e) ||
+            net_loss(t->net, b->labels, (float)t->e->train.label_smoothing, 0.0f, &out, e))
+            return -1;
+        loss += out.loss_sum;
+        c1 += out.correct1;
+        c5 += out.correct5;
+        n += b->n;
+    }
+    if (r < 0) return -1;
+    sums[0] = (float)loss; sums[1] = (float)c1; sums[2] = (float)c5; sums[3] = (float)n;
+    if (allreduce_small(t, sums, 4, e)) return -1;
+    if (t->comm) { loss = sums[0]; c1 = (int64_t)sums[1]; c5 = (int64_t)sums[2]; n = (int64_t)sums[3]; }
+    if (n <= 0) return err_set(e, ERR_RUNTIME, "evaluation saw no samples");
+    t->val_loss = loss / (double)n;
+    t->val_top1 = (double)c1 / (double)n;
+    t->val_top5 = (double)c5 / (double)n;
+    t->evaluated = true;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the step */
+
+typedef struct step_stats {
+    double loss_sum;
+    int64_t correct, samples;
+    double data_wait_s, comm_exposed_s;
+    bool skipped;
+} step_stats_t;
+
+/* One optimizer step: n_micro micro-batches, gradient reduction, unscale, optimizer. */
+static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, err_t *e) {
+    memset(st, 0, sizeof *st);
+    if (net_zero_grads(t->net, e)) return -1;
+    if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    double scale = loss_scaler_scale(&t->scaler);
+    float smoothing = (float)t->e->train.label_smoothing;
+    for (int m = 0; m < n_micro; m++) {
+        loader_batch_t *b;
+        int r = loader_next(t->train_ld, &b, e);
+        if (r < 0) return -1;
+        if (r == 0) return err_set(e, ERR_RUNTIME, "internal: the epoch ended %d micro-batches early", n_micro - m);
+        st->data_wait_s += b->data_wait_s;
+        net_loss_out_t out;
+        if (t->dp) {
+            if (dp_forward_backward(t->dp, b->images, b->labels, b->n, b->n * n_micro, smoothing,
+                                    (float)scale, &out, e))
+                return -1;
+        } else {
+            float grad_scale = (float)(scale / ((double)b->n * n_micro));
+            if (t->ddp) {
+                ddp_set_sync(t->ddp, m == n_micro - 1);
+                ddp_begin_backward(t->ddp);
+            }
+            if (net_upload_input(t->net, b->images, b->n, e) ||
+                net_forward(t->net, net_input(t->net), b->n, true, &t->hooks, e) ||
+                net_loss(t->net, b->labels, smoothing, grad_scale, &out, e) ||
+                net_backward(t->net, &t->hooks, e))
+                return -1;
+            if (t->ddp) {
+                double w0 = monotonic_seconds();
+                if (ddp_finish_step(t->ddp, e)) return -1;
+                (void)w0;
+            }
+        }
+        st->loss_sum += out.loss_sum;
+        st->correct += out.correct1;
+        st->samples += b->n;
+    }
+    if (t->ddp) {
+        ddp_timing_t tm;
+        ddp_take_timing(t->ddp, &tm);
+        st->comm_exposed_s = tm.exposed_s;
+    }
+    bool found_inf = false;
+    if (loss_scaler_unscale(&t->scaler, net_grads(t->net), (int64_t)net_num_params(t->net), &found_inf, e))
+        return -1;
+    if (!found_inf && optim_step(t->opt, lr, e)) return -1;
+    loss_scaler_update(&t->scaler, found_inf);
+    st->skipped = found_inf;
+    return 0;
+}
+
+static void record_ips(trainer_t *t, double ips) {
+    if (t->n_ips == t->cap_ips) {
+        int64_t cap = t->cap_ips ? t->cap_ips * 2 : 1024;
+        double *n = realloc(t->ips, (size_t)cap * sizeof *n);
+        if (!n) return;
+        t->ips = n;
+        t->cap_ips = cap;
+    }
+    t->ips[t->n_ips++] = ips;
+}
+
+/* Decides together with the other ranks whether to stop now. */
+static int agree_stop(trainer_t *t, bool *stop, err_t *e) {
+    int local = train_stop_requested() ? 1 : 0;
+    if (!t->comm) { *stop = local; return 0; }
+    int any = 0;
+    if (comm_any(t->comm, t->be, local, &any, e)) return -1;
+    *stop = any != 0;
+    return 0;
+}
+
+/* Runs epochs until total_steps; returns 0 (done) or 130 (interrupted), -1 on error. */
+static int train_loop(trainer_t *t, err_t *e) {
+    const plan_t *p = t->p;
+    int A = p->grad_accum;
+    char line[CFG_PATH + 512];
+    while (t->step < p->total_steps) {
+        t->epoch = (int)(t->step / p->steps_per_epoch);
+        int64_t epoch_first_step = (int64_t)t->epoch * p->steps_per_epoch;
+        if (loader_start_epoch(t->train_ld, t->epoch, t->start_batch, e)) return -1;
+        int64_t batch = t->start_batch;
+        t->start_batch = 0;
+        double ep_t0 = monotonic_seconds() - t->ep_seconds;
+        int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
+        if (epoch_end > p->total_steps) epoch_end = p->total_steps;
+        while (t->step < epoch_end) {
+            int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
+            double lr = schedule_lr(&t->sched, t->step, p->steps_per_epoch);
+            double t0 = monotonic_seconds();
+            step_stats_t st;
+            if (train_step(t, n_micro, lr, &st, e)) return -1;
+            double dt = monotonic_seconds() - t0;
+            batch += n_micro;
+            t->step++;
+            t->ep_loss_sum += st.loss_sum;
+            t->ep_correct += st.correct;
+            t->ep_samples += st.samples;
+            int64_t images = st.samples * (t->ddp_mode ? t->env->world_size : 1);
+            double ips = dt > 0 ? (double)images / dt : 0;
+            record_ips(t, ips);
+            t->sum_step_s += dt;
+            t->sum_comm_exposed_s += st.comm_exposed_s;
+            track_step_t row = {
+                .step = t->step, .epoch = t->epoch + 1, .lr = lr,
+                .loss = st.samples ? st.loss_sum / (double)st.samples : NAN,
+                .top1 = st.samples ? (double)st.correct / (double)st.samples : NAN,
+                .images_per_second = ips, .step_seconds = dt,
+                .compute_seconds = dt - st.data_wait_s - st.comm_exposed_s,
+                .comm_exposed_seconds = t->ddp ? st.comm_exposed_s : NAN,
+                .data_wait_seconds = st.data_wait_s,
+                .loss_scale = t->scaler.enabled ? loss_scaler_scale(&t->scaler) : NAN};
+            if (track_step(t->track, &row, e)) return -1;
+            if (!isfinite(row.loss))
+                return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
+                               "amp loss scaling", (long long)t->step, row.loss);
+            bool stop;
+            if (agree_stop(t, &stop, e)) return -1;
+            if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
+                /* interrupted, or max_steps reached mid-way: save exactly where we are */
+                t->ep_seconds = monotonic_seconds() - ep_t0;
+                t->start_batch = batch < p->batches_per_epoch ? batch : 0;
+                if (t->rank0) {
+                    char path[CFG_PATH + 64];
+                    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
+                    if (trainer_save_checkpoint(t, path, e)) return -1;
+                    snprintf(line, sizeof line, "%s at step %lld: checkpoint written to %s",
+                             stop ? "interrupted" : "train.max_steps reached", (long long)t->step, path);
+                    track_console(t->track, line);
+                }
+                if (stop) return 130;
+            }
+        }
+        /* end of epoch (or of max_steps) */
+        double ep_s = monotonic_seconds() - ep_t0;
+        bool epoch_done = t->step == epoch_end && batch >= p->batches_per_epoch;
+        t->train_loss = t->ep_samples ? t->ep_loss_sum / (double)t->ep_samples : NAN;
+        t->train_top1 = t->ep_samples ? (double)t->ep_correct / (double)t->ep_samples : NAN;
+        bool last = t->step >= p->total_steps;
+        bool eval_now = last || ((t->epoch + 1) % t->e->train.eval_every == 0);
+        double vl = NAN, v1 = NAN, v5 = NAN;
+        if (eval_now) {
+            if (evaluate(t, e)) return -1;
+            vl = t->val_loss; v1 = t->val_top1; v5 = t->val_top5;
+        }
+        bool improved = eval_now && v1 > t->best_val_top1;
+        if (improved) { t->best_val_top1 = v1; t->best_epoch = t->epoch + 1; }
+        if (epoch_done) { t->epoch_seconds_sum += ep_s; t->epochs_timed++; }
+        size_t peak = t->be->ops->peak_memory ? t->be->ops->peak_memory(t->be) : 0;
+        track_epoch_t er = {
+            .epoch = t->epoch + 1, .step = t->step,
+            .lr = schedule_lr(&t->sched, t->step > 0 ? t->step - 1 : 0, p->steps_per_epoch),
+            .train_loss = t->train_loss, .train_top1 = t->train_top1,
+            .val_loss = vl, .val_top1 = v1, .val_top5 = v5, .epoch_seconds = ep_s,
+            .images_per_second = ep_s > 0 ? (double)t->ep_samples * (t->ddp_mode ? t->env->world_size : 1) / ep_s : 0,
+            .peak_memory_bytes = (int64_t)peak};
+        if (track_epoch(t->track, &er, e)) return -1;
+        t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
+        if (t->rank0 && epoch_done && (last || (t->epoch + 1) % t->e->checkpoint.every_epochs == 0 || improved)) {
+            t->start_batch = 0;
+            if (trainer_checkpoint_epoch(t, improved, e)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static void trainer_teardown(trainer_t *t) {
+    loader_free(t->train_ld);
+    loader_free(t->val_ld);
+    dp_free(t->dp);
+    ddp_free(t->ddp);
+    if (t->comm_scratch) t->be->ops->release(t->be, t->comm_scratch);
+    comm_free(t->comm);
+    store_close(t->store);
+    if (t->srv) store_server_stop(t->srv);
+    optim_free(t->opt);
+    if (t->scaler_ready) loss_scaler_deinit(&t->scaler);
+    for (int i = 0; i < TRAIN_MAX_REPLICAS; i++) {
+        net_free(t->replica_net[i]);
+        backend_free(t->replica_be[i]);
+    }
+    dataset_free(t->train_ds);
+    dataset_free(t->val_ds);
+    free(t->ips);
+}
+
+/* Asks rank 0 for the run directory (workers started by another launcher). */
+static int share_run_dir(trainer_t *t, err_t *e) {
+    if (!t->store) return 0;
+    if (t->rank0) return store_set(t->store, "run_dir", t->run_dir, strlen(t->run_dir) + 1, e);
+    if (t->run_dir[0]) return 0;
+    size_t len = 0;
+    if (store_get(t->store, "run_dir", t->run_dir, sizeof t->run_dir, &len, t->e->parallel.timeout_s, e))
+        return -1;
+    t->run_dir[sizeof t->run_dir - 1] = '\0';
+    return 0;
+}
+
+int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, err_t *e) {
+    trainer_t t;
+    memset(&t, 0, sizeof t);
+    t.e = x;
+    t.p = p;
+    t.env = env;
+    t.rank0 = env->rank == 0;
+    t.ddp_mode = !strcmp(p->mode, "ddp");
+    t.dp_mode = !strcmp(p->mode, "dp");
+    t.best_val_top1 = -1;
+    t.val_loss = t.val_top1 = t.val_top5 = NAN;
+    t.wall_start = monotonic_seconds();
+    if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
+
+    int rc = -1;
+    if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, e))) || setup_backend(&t, e) ||
+        setup_data(&t, e) || setup_model(&t, e))
+        goto done;
+    if (p->resumes && trainer_restore(&t, e)) goto done;
+    if (t.ddp_mode && setup_ddp(&t, e)) goto done;
+    if (t.ddp && !p->resumes &&
+        ddp_broadcast_initial(t.ddp, net_params(t.net), (int64_t)net_num_params(t.net), net_buffers(t.net),
+                              (int64_t)net_num_buffers(t.net), e))
+        goto done;
+    if (t.rank0 && write_run_files(&t, e)) goto done;
+    if (setup_tracking(&t, e)) goto done;
+    if (t.rank0) {
+        char line[CFG_PATH + 128];
+        snprintf(line, sizeof line, "%s %s: %s on %s, %lld steps%s", p->resumes ? "resuming" : "run", t.run_dir,
+                 x->model.arch, p->device, (long long)p->total_steps,
+                 p->resumes ? "" : "");
+        track_console(t.track, line);
+        if (p->resumes) {
+            snprintf(line, sizeof line, "continuing at step %lld (epoch %d)", (long long)t.step, (int)(t.step / p->steps_per_epoch) + 1);
+            track_console(t.track, line);
+        }
+    }
+    rc = train_loop(&t, e);
+done:
+    if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
+    if (rc < 0 && t.store) store_set_failed(t.store, e->msg);
+    if (t.rank0 && t.run_dir[0] && t.net) {
+        err_t e2 = {0};
+        const char *status = rc == 0 ? "completed" : rc == 130 ? "interrupted" : "failed";
+        int code = rc >= 0 ? rc : (e->code ? e->code : 1);
+        if (trainer_write_summary(&t, status, code, &e2) && rc == 0) { *e = e2; rc = -1; }
+    }
+    if (t.track) {
+        err_t e3 = {0};
+        if (track_close(t.track, rc >= 0 ? rc : (e->code ? e->code : 1), &e3) && rc == 0) { *e = e3; rc = -1; }
+    }
+    trainer_teardown(&t);
+    return rc;
+}

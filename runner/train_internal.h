@@ -1,0 +1,77 @@
+/* train_internal.h: the trainer's state, shared by train.c (setup and loop) and
+ * train_state.c (checkpoint save/restore, summary). Not a public interface. */
+#ifndef RUNNER_TRAIN_INTERNAL_H
+#define RUNNER_TRAIN_INTERNAL_H
+
+#include "comm/comm.h"
+#include "comm/ddp.h"
+#include "comm/dp.h"
+#include "comm/store.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "model/amp.h"
+#include "model/net.h"
+#include "model/optim.h"
+#include "model/schedule.h"
+#include "runner/track/track.h"
+#include "runner/train.h"
+
+enum { TRAIN_MAX_REPLICAS = 16 };
+
+typedef struct trainer {
+    const experiment_t *e;
+    const plan_t *p;
+    const train_env_t *env;
+    bool rank0;
+    bool ddp_mode, dp_mode;
+    char run_dir[CFG_PATH];
+
+    backend_t *be;                          /* this rank's backend (dp: replica 0's) */
+    backend_t *replica_be[TRAIN_MAX_REPLICAS];
+    net_t *replica_net[TRAIN_MAX_REPLICAS];
+    dataset_t *train_ds, *val_ds;
+    loader_t *train_ld, *val_ld;
+    net_t *net;                             /* dp: replica 0 */
+    dp_t *dp;
+    optim_t *opt;
+    loss_scaler_t scaler;
+    bool scaler_ready;
+    schedule_t sched;
+    dtype_t act_dt;
+
+    store_server_t *srv;
+    store_t *store;
+    comm_t *comm;
+    ddp_t *ddp;
+    float *comm_scratch;                    /* backend memory for small all-reduces */
+    net_hooks_t hooks;
+
+    track_t *track;
+    char wandb_run_id[64];
+
+    /* progress */
+    int64_t step;                           /* optimizer steps done */
+    int epoch;                              /* current epoch (0-based) */
+    int64_t start_batch;                    /* micro-batch to start the epoch at (resume) */
+    double ep_loss_sum, ep_seconds;
+    int64_t ep_correct, ep_samples;
+    double best_val_top1;
+    int best_epoch;
+    double train_loss, train_top1, val_loss, val_top1, val_top5;
+    bool evaluated;
+    double *ips;                            /* images/s of every step (median for summary) */
+    int64_t n_ips, cap_ips;
+    double sum_step_s, sum_comm_exposed_s;
+    double wall_start;
+    double epoch_seconds_sum;
+    int epochs_timed;
+} trainer_t;
+
+/* train_state.c */
+int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e);
+int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e);
+int trainer_restore(trainer_t *t, err_t *e);
+int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e);
+double monotonic_seconds(void);
+
+#endif
