@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runner/report/compare.h"
 #include "runner/report/report_impl.h"
 #include "runner/report/runread.h"
 
@@ -360,24 +361,83 @@ int report_write(const report_t *r, const char *out_dir, err_t *e) {
     return write_atomic(out_dir, "report.html", report_write_html, r, e);
 }
 
+/* One expanded input of report_runs, with storage for the strings it points to. */
+typedef struct expanded {
+    char dir[REPORT_PATH + REPORT_STR];
+    char label[REPORT_STR];
+    char message[1024];
+} expanded_t;
+
+/* True when dir is a comparison directory (compare.json and no summary.json). */
+static bool is_comparison(const char *dir) {
+    char p[REPORT_PATH + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    if (stat(p, &st) == 0) return false;
+    snprintf(p, sizeof p, "%s/compare.json", dir);
+    return stat(p, &st) == 0;
+}
+
+/* Adds the members of comparison dir (state s) to in/ex from index *k on. */
+static void add_members(const char *dir, const compare_state_t *s, report_input_t *in, expanded_t *ex,
+                        int *k) {
+    for (int j = 0; j < s->n; j++, (*k)++) {
+        const compare_member_t *m = &s->members[j];
+        snprintf(ex[*k].dir, sizeof ex[*k].dir, "%s/%s", dir, m->name);
+        snprintf(ex[*k].label, sizeof ex[*k].label, "%s", m->name);
+        snprintf(ex[*k].message, sizeof ex[*k].message, "%s", m->message);
+        in[*k].dir = ex[*k].dir;
+        in[*k].label = ex[*k].label;
+        in[*k].lenient = true;
+        in[*k].exit_code = m->exit_code;
+        if (m->status != MEMBER_COMPLETED) {
+            in[*k].status = compare_member_status_name(m->status);
+            in[*k].message = ex[*k].message;
+        }
+    }
+}
+
 int report_runs(const char *const *dirs, int n, const char *out_dir, FILE *out, err_t *e) {
     if (n <= 0) return err_set(e, ERR_INPUT, "report: no run directories given; usage: runner report "
                                "RUN_DIR... [--output DIR]");
-    report_input_t *in = xcalloc((size_t)n, sizeof *in, e);
-    if (!in) return -1;
-    for (int i = 0; i < n; i++) {
-        in[i].dir = dirs[i];
-        in[i].exit_code = -1;
+    compare_state_t *s = xmalloc(sizeof *s, e);
+    if (!s) return -1;
+    /* First pass: how many rows (a comparison directory stands for its members). */
+    int total = 0, rc = 0;
+    char title[REPORT_STR] = "report";
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!is_comparison(dirs[i])) { total++; continue; }
+        rc = compare_state_load(dirs[i], s, e);
+        total += s->n;
+        if (n == 1) snprintf(title, sizeof title, "%s", s->matrix);
+    }
+    report_input_t *in = rc ? NULL : xcalloc((size_t)(total ? total : 1), sizeof *in, e);
+    expanded_t *ex = in ? xcalloc((size_t)(total ? total : 1), sizeof *ex, e) : NULL;
+    if (!ex) rc = -1;
+    int k = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!is_comparison(dirs[i])) {
+            in[k].dir = dirs[i];
+            in[k++].exit_code = -1;
+            continue;
+        }
+        rc = compare_state_load(dirs[i], s, e);
+        if (rc == 0 && k + s->n > total) rc = err_set(e, ERR_INPUT, "%s/compare.json changed while reading it", dirs[i]);
+        if (rc == 0) add_members(dirs[i], s, in, ex, &k);
     }
     report_t r;
-    int rc = report_build(in, n, "report", &r, e);
-    free(in);
-    if (rc == 0) rc = report_write(&r, out_dir ? out_dir : "report", e);
+    memset(&r, 0, sizeof r);
+    if (rc == 0 && k == 0) rc = err_set(e, ERR_INPUT, "%s: the comparison has no members", dirs[0]);
+    if (rc == 0) rc = report_build(in, k, title, &r, e);
+    const char *d = out_dir ? out_dir : "report";
+    if (rc == 0) rc = report_write(&r, d, e);
     if (rc == 0 && out) {
         report_write_md(&r, out);
-        const char *d = out_dir ? out_dir : "report";
         fprintf(out, "\nwrote %s/report.html, %s/comparison.csv, %s/comparison.md\n", d, d, d);
     }
     report_free(&r);
+    free(in);
+    free(ex);
+    free(s);
     return rc;
 }

@@ -85,7 +85,10 @@ int report_write(const report_t *r, const char *out_dir, err_t *e);
 
 /* The `runner report RUN_DIR... [--output DIR]` verb: builds a strict report of dirs
  * (title "report"), writes it to out_dir (NULL: "report" in the current directory) and
- * prints the Markdown table and the output paths to out (may be NULL). Returns 0 / -1. */
+ * prints the Markdown table and the output paths to out (may be NULL). A comparison
+ * directory (holding compare.json and no summary.json) stands for its members, read as
+ * `runner compare` does (failed members marked); given alone, its matrix name is the
+ * title. Returns 0 / -1. */
 int report_runs(const char *const *dirs, int n, const char *out_dir, FILE *out, err_t *e);
 
 #ifdef __cplusplus

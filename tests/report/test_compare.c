@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "runner/report/compare.h"
+#include "runner/report/report.h"
 #include "tests/report/fixture.h"
 #include "tests/test.h"
 
@@ -173,6 +174,19 @@ static void test_one_fails(void) {
     CHECK_CONTAINS(html, "<tr class=\"failed\">");
     CHECK_CONTAINS(html, "3 runs, 2 completed.");
     free(html);
+
+    /* `runner report PARENT` reads the comparison directory as its members */
+    char out[2100];
+    snprintf(out, sizeof out, "%s/again", parent);
+    const char *dirs[] = {parent};
+    err_clear(&e);
+    CHECK_INT(report_runs(dirs, 1, out, NULL, &e), 0);
+    md = slurp(out, "comparison.md");
+    CHECK_CONTAINS(md, "# cmp_fail\n");
+    /* without the experiment, a member that wrote nothing has only its name and status */
+    CHECK_CONTAINS(md, "| dp |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
+    CHECK_CONTAINS(md, "| ddp | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
+    free(md);
     free(s);
     free(m);
 }
