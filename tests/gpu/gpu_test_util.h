@@ -1,0 +1,161 @@
+/* gpu_test_util.h: helpers for the GPU tests: skip without a GPU, a CPU + CUDA backend
+ * pair, "twin" tensors holding the same values on both (2-byte half on the GPU, rounded
+ * fp32 on the CPU), and a comparison that prints the worst element.
+ *
+ * Not a library: static functions, included by each test in tests/gpu/. Tolerance
+ * policy: |gpu - cpu| <= tol * (|cpu| + rms(cpu)), with tol 1e-3 for fp32/TF32, 1e-2
+ * for fp16, 3e-2 for bf16 (rms keeps cancellation near zero from failing correct code,
+ * while a wrong layout or index is off by O(rms) and still fails).
+ */
+#ifndef RUNNER_TESTS_GPU_TEST_UTIL_H
+#define RUNNER_TESTS_GPU_TEST_UTIL_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/backend.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/cuda/cuda_backend.h"
+#include "runner/util/half.h"
+#include "runner/util/rng.h"
+#include "tests/test.h"
+
+/* Exits 77 (skipped) when no CUDA GPU is visible. */
+static inline void gpu_or_skip(void) {
+    if (cuda_device_count() == 0) test_skip("no CUDA GPU");
+}
+
+static inline double dt_tol(dtype_t dt) { return dt == DT_F32 ? 1e-3 : (dt == DT_F16 ? 1e-2 : 3e-2); }
+
+typedef struct pair {
+    backend_t *cpu, *gpu;
+} pair_t;
+
+static inline pair_t pair_make(bool deterministic, bool tf32) {
+    pair_t p;
+    err_t e = {0};
+    backend_opts_t o = {0};
+    o.kind = BACKEND_CPU;
+    o.threads = 2;
+    p.cpu = cpu_backend_create(&o, &e);
+    if (!p.cpu) { fprintf(stderr, "cpu_backend_create: %s\n", e.msg); exit(1); }
+    o.kind = BACKEND_CUDA;
+    o.device = 0;
+    o.deterministic = deterministic;
+    o.allow_tf32 = tf32;
+    p.gpu = cuda_backend_create(&o, &e);
+    if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
+    return p;
+}
+
+static inline void pair_free(pair_t *p) {
+    backend_free(p->cpu);
+    backend_free(p->gpu);
+}
+
+/* Aborts the test program with the backend's message when an op fails. */
+#define OK(be, call) do { if ((call) != 0) { fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, \
+    __LINE__, #call, (be)->err.msg); exit(1); } } while (0)
+
+static inline float *hbuf(int64_t n) {
+    float *p = (float *)calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return p;
+}
+
+/* Uniform values in [lo, hi) from (tag). */
+static inline float *hrand(int64_t n, uint64_t tag, float lo, float hi) {
+    float *x = hbuf(n);
+    rng_t r = rng_make(1234, RNG_STREAM_MISC, tag, 0);
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&r);
+    return x;
+}
+
+static inline float round_dt(float v, dtype_t dt) {
+    return dt == DT_F16 ? round_f16(v) : (dt == DT_BF16 ? round_bf16(v) : v);
+}
+
+/* One logical tensor of n elements of dt on both backends. */
+typedef struct twin {
+    void *c, *g;
+    int64_t n;
+    dtype_t dt;
+} twin_t;
+
+/* Allocates the twin and fills both sides from host (rounded to dt); host NULL = zeros. */
+static inline twin_t twin_new(pair_t *p, int64_t n, dtype_t dt, const float *host) {
+    twin_t t = {NULL, NULL, n, dt};
+    size_t gsz = dt == DT_F32 ? 4 : 2;
+    t.c = p->cpu->ops->alloc(p->cpu, (size_t)n * 4);
+    t.g = p->gpu->ops->alloc(p->gpu, (size_t)n * gsz);
+    if (!t.c || !t.g) { fprintf(stderr, "twin alloc failed\n"); exit(1); }
+    float *r = hbuf(n);
+    uint16_t *h = (uint16_t *)calloc((size_t)(n > 0 ? n : 1), 2);
+    for (int64_t i = 0; i < n; i++) {
+        float v = host ? host[i] : 0.0f;
+        r[i] = round_dt(v, dt);
+        if (dt == DT_F16) h[i] = f32_to_f16(v);
+        if (dt == DT_BF16) h[i] = f32_to_bf16(v);
+    }
+    OK(p->cpu, p->cpu->ops->upload(p->cpu, t.c, r, (size_t)n * 4));
+    OK(p->gpu, p->gpu->ops->upload(p->gpu, t.g, dt == DT_F32 ? (const void *)r : (const void *)h,
+                                   (size_t)n * gsz));
+    free(r);
+    free(h);
+    return t;
+}
+
+/* Downloads both sides as floats (caller frees *cv and *gv). */
+static inline void twin_get(pair_t *p, const twin_t *t, float **cv, float **gv) {
+    *cv = hbuf(t->n);
+    *gv = hbuf(t->n);
+    OK(p->cpu, p->cpu->ops->download(p->cpu, *cv, t->c, (size_t)t->n * 4));
+    if (t->dt == DT_F32) {
+        OK(p->gpu, p->gpu->ops->download(p->gpu, *gv, t->g, (size_t)t->n * 4));
+    } else {
+        uint16_t *h = (uint16_t *)calloc((size_t)(t->n > 0 ? t->n : 1), 2);
+        OK(p->gpu, p->gpu->ops->download(p->gpu, h, t->g, (size_t)t->n * 2));
+        for (int64_t i = 0; i < t->n; i++) (*gv)[i] = t->dt == DT_F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+        free(h);
+    }
+}
+
+static inline void twin_free(pair_t *p, twin_t *t) {
+    p->cpu->ops->release(p->cpu, t->c);
+    p->gpu->ops->release(p->gpu, t->g);
+}
+
+/* Counts elements with |g - c| > tol * (|c| + rms(c)); prints the worst. Returns the count. */
+static inline int cmp_vals(const char *what, const float *g, const float *c, int64_t n, double tol) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)c[i] * c[i];
+    double rms = n ? sqrt(ss / (double)n) : 0.0;
+    int bad = 0;
+    int64_t worst = -1;
+    double worst_ratio = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)g[i] - c[i]), lim = tol * (fabs(c[i]) + rms);
+        if (!(err <= lim)) {
+            bad++;
+            double ratio = lim > 0 ? err / lim : INFINITY;
+            if (worst < 0 || ratio > worst_ratio) { worst = i; worst_ratio = ratio; }
+        }
+    }
+    if (bad)
+        fprintf(stderr, "  %s: %d of %lld elements off (tol %g, rms %g); worst [%lld] gpu %.9g cpu %.9g\n",
+                what, bad, (long long)n, tol, rms, (long long)worst, (double)g[worst], (double)c[worst]);
+    return bad;
+}
+
+/* Compares the two sides of t; returns the number of elements off. */
+static inline int twin_cmp(const char *what, pair_t *p, const twin_t *t, double tol) {
+    float *cv, *gv;
+    twin_get(p, t, &cv, &gv);
+    int bad = cmp_vals(what, gv, cv, t->n, tol);
+    free(cv);
+    free(gv);
+    return bad;
+}
+
+#endif

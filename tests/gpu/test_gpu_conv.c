@@ -1,0 +1,125 @@
+/* test_gpu_conv.c: cuDNN convolutions of the CUDA backend against the CPU backend on the
+ * same inputs: forward, backward data and backward filter (which must accumulate), for
+ * ResNet-like shapes (3x3 s1, 1x1 s2, 3x3 s2 odd size, the 3-channel stem) in fp32
+ * (FMA and TF32), fp16 and bf16; and that deterministic mode repeats bit for bit.
+ * Skipped (77) without a GPU.
+ */
+#include "tests/gpu/gpu_test_util.h"
+
+static conv_shape_t shape(int n, int h, int w, int c, int k, int r, int stride, int pad) {
+    conv_shape_t s = {n, h, w, c, k, r, r, stride, pad, 0, 0};
+    s.p = (h + 2 * pad - r) / stride + 1;
+    s.q = (w + 2 * pad - r) / stride + 1;
+    return s;
+}
+
+/* Runs all three directions for one shape and dtype on both backends and compares. */
+static int check_conv(pair_t *p, const conv_shape_t *s, dtype_t dt, double tol, const char *label) {
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
+    float *hx = hrand(nx, 1, -1.0f, 1.0f), *hw = hrand(nw, 2, -0.5f, 0.5f);
+    float *hdy = hrand(ny, 3, -1.0f, 1.0f), *hdw = hrand(nw, 4, -0.25f, 0.25f);
+    twin_t x = twin_new(p, nx, dt, hx), w = twin_new(p, nw, dt, hw), dy = twin_new(p, ny, dt, hdy);
+    twin_t y = twin_new(p, ny, dt, NULL), dx = twin_new(p, nx, dt, NULL);
+    twin_t dw = twin_new(p, nw, DT_F32, hdw);
+    backend_t *bes[2] = {p->cpu, p->gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        void *X = i ? x.g : x.c, *W = i ? w.g : w.c, *DY = i ? dy.g : dy.c;
+        OK(be, be->ops->conv2d_fwd(be, s, dt, X, W, i ? y.g : y.c));
+        OK(be, be->ops->conv2d_bwd_data(be, s, dt, DY, W, i ? dx.g : dx.c));
+        OK(be, be->ops->conv2d_bwd_filter(be, s, dt, X, DY, (float *)(i ? dw.g : dw.c)));
+    }
+    char what[160];
+    int bad = 0;
+    snprintf(what, sizeof what, "%s fwd", label);
+    bad += twin_cmp(what, p, &y, tol);
+    snprintf(what, sizeof what, "%s bwd_data", label);
+    bad += twin_cmp(what, p, &dx, tol);
+    snprintf(what, sizeof what, "%s bwd_filter (accumulated onto a random dw)", label);
+    bad += twin_cmp(what, p, &dw, tol);
+    twin_t *all[] = {&x, &w, &dy, &y, &dx, &dw};
+    for (int i = 0; i < 6; i++) twin_free(p, all[i]);
+    free(hx); free(hw); free(hdy); free(hdw);
+    return bad;
+}
+
+static const char *dt_label(dtype_t dt, bool tf32) {
+    return dt == DT_F16 ? "fp16" : dt == DT_BF16 ? "bf16" : tf32 ? "fp32/tf32" : "fp32";
+}
+
+static void run_shapes(bool tf32, dtype_t dt) {
+    pair_t p = pair_make(false, tf32);
+    conv_shape_t shapes[] = {
+        shape(2, 8, 8, 16, 32, 3, 1, 1),
+        shape(2, 8, 8, 32, 16, 1, 2, 0),
+        shape(2, 9, 9, 8, 8, 3, 2, 1),
+        shape(2, 8, 8, 3, 16, 3, 1, 1),
+    };
+    for (int i = 0; i < 4; i++) {
+        char label[96];
+        const conv_shape_t *s = &shapes[i];
+        snprintf(label, sizeof label, "%s c%d k%d r%d stride%d", dt_label(dt, tf32), s->c, s->k, s->r, s->stride);
+        CHECK_INT(check_conv(&p, s, dt, dt_tol(dt), label), 0);
+    }
+    pair_free(&p);
+}
+
+static void test_conv_fp32(void) { run_shapes(false, DT_F32); }
+static void test_conv_tf32(void) { run_shapes(true, DT_F32); }
+static void test_conv_fp16(void) { run_shapes(false, DT_F16); }
+static void test_conv_bf16(void) { run_shapes(false, DT_BF16); }
+
+/* bwd_filter called twice adds twice: dw = 2 * grad when dw starts at zero. */
+static void test_bwd_filter_accumulates(void) {
+    pair_t p = pair_make(true, false);
+    conv_shape_t s = shape(2, 8, 8, 16, 16, 3, 1, 1);
+    int64_t nx = 2 * 8 * 8 * 16, nw = 16 * 9 * 16, ny = nx;
+    float *hx = hrand(nx, 5, -1, 1), *hdy = hrand(ny, 6, -1, 1);
+    twin_t x = twin_new(&p, nx, DT_F32, hx), dy = twin_new(&p, ny, DT_F32, hdy);
+    twin_t once = twin_new(&p, nw, DT_F32, NULL), twice = twin_new(&p, nw, DT_F32, NULL);
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, &s, DT_F32, x.g, dy.g, (float *)once.g));
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, &s, DT_F32, x.g, dy.g, (float *)twice.g));
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, &s, DT_F32, x.g, dy.g, (float *)twice.g));
+    float *a, *b, *ca, *cb;
+    twin_get(&p, &once, &ca, &a);
+    twin_get(&p, &twice, &cb, &b);
+    for (int64_t i = 0; i < nw; i++) a[i] *= 2.0f;
+    CHECK_INT(cmp_vals("2 x bwd_filter", b, a, nw, 1e-5), 0);
+    double norm = 0;
+    for (int64_t i = 0; i < nw; i++) norm += fabs(a[i]);
+    CHECK(norm > 1.0);   /* the gradient is not trivially zero */
+    free(a); free(b); free(ca); free(cb); free(hx); free(hdy);
+    twin_free(&p, &x); twin_free(&p, &dy); twin_free(&p, &once); twin_free(&p, &twice);
+    pair_free(&p);
+}
+
+/* With deterministic algorithms, two backward passes give identical bits. */
+static void test_deterministic_repeat(void) {
+    pair_t p = pair_make(true, true);
+    conv_shape_t s = shape(4, 16, 16, 32, 32, 3, 1, 1);
+    int64_t nx = 4 * 16 * 16 * 32, nw = 32 * 9 * 32;
+    float *hx = hrand(nx, 7, -1, 1), *hdy = hrand(nx, 8, -1, 1);
+    twin_t x = twin_new(&p, nx, DT_F16, hx), dy = twin_new(&p, nx, DT_F16, hdy);
+    twin_t d1 = twin_new(&p, nw, DT_F32, NULL), d2 = twin_new(&p, nw, DT_F32, NULL);
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, &s, DT_F16, x.g, dy.g, (float *)d1.g));
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, &s, DT_F16, x.g, dy.g, (float *)d2.g));
+    float *a, *b, *ca, *cb;
+    twin_get(&p, &d1, &ca, &a);
+    twin_get(&p, &d2, &cb, &b);
+    CHECK(memcmp(a, b, (size_t)nw * sizeof(float)) == 0);
+    free(a); free(b); free(ca); free(cb); free(hx); free(hdy);
+    twin_free(&p, &x); twin_free(&p, &dy); twin_free(&p, &d1); twin_free(&p, &d2);
+    pair_free(&p);
+}
+
+int main(void) {
+    gpu_or_skip();
+    TEST_RUN(test_conv_fp32);
+    TEST_RUN(test_conv_tf32);
+    TEST_RUN(test_conv_fp16);
+    TEST_RUN(test_conv_bf16);
+    TEST_RUN(test_bwd_filter_accumulates);
+    TEST_RUN(test_deterministic_repeat);
+    return test_main_end();
+}

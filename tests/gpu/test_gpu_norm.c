@@ -1,0 +1,114 @@
+/* test_gpu_norm.c: batch-norm ops of the CUDA backend against the CPU backend: statistics
+ * (non-zero mean, to catch cancellation), apply with and without residual and relu,
+ * running-stat update, and both backward phases (relu mask, dz, accumulation into dgamma
+ * and dbeta), for channel counts that take the 4-wide, 2-wide and scalar kernel paths,
+ * in fp32, fp16 and bf16. Skipped (77) without a GPU.
+ */
+#include "tests/gpu/gpu_test_util.h"
+
+/* Uploads the CPU side's values of src into a fresh twin (both sides equal). */
+static twin_t twin_from_cpu(pair_t *p, const twin_t *src) {
+    float *cv, *gv;
+    twin_get(p, src, &cv, &gv);
+    twin_t t = twin_new(p, src->n, src->dt, cv);
+    free(cv);
+    free(gv);
+    return t;
+}
+
+static void check_bn(int64_t m, int c, dtype_t dt) {
+    pair_t p = pair_make(true, false);
+    double tol = dt_tol(dt);
+    char what[128];
+    float *hx = hrand(m * c, 11, -2.0f, 2.0f), *hz = hrand(m * c, 12, -1.0f, 1.0f);
+    float *hdy = hrand(m * c, 13, -1.0f, 1.0f);
+    for (int64_t i = 0; i < m * c; i++) hx[i] += 3.0f + (float)(i % c) * 0.01f;   /* |mean| > std */
+    float *hg = hrand(c, 14, 0.5f, 1.5f), *hb = hrand(c, 15, -0.5f, 0.5f);
+    float *hrm = hrand(c, 16, -0.1f, 0.1f), *hrv = hrand(c, 17, 0.9f, 1.1f);
+    float *hdg = hrand(c, 18, -0.1f, 0.1f), *hdb = hrand(c, 19, -0.1f, 0.1f);
+    twin_t x = twin_new(&p, m * c, dt, hx), z = twin_new(&p, m * c, dt, hz);
+    twin_t y = twin_new(&p, m * c, dt, NULL), y2 = twin_new(&p, m * c, dt, NULL);
+    twin_t mean = twin_new(&p, c, DT_F32, NULL), var = twin_new(&p, c, DT_F32, NULL);
+    twin_t g = twin_new(&p, c, DT_F32, hg), b = twin_new(&p, c, DT_F32, hb);
+    twin_t rm = twin_new(&p, c, DT_F32, hrm), rv = twin_new(&p, c, DT_F32, hrv);
+    const float eps = 1e-5f;
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+#define S(t) (i ? (t).g : (t).c)
+        OK(be, be->ops->bn_stats(be, m, c, dt, S(x), (float *)S(mean), (float *)S(var)));
+        OK(be, be->ops->bn_apply(be, m, c, dt, S(x), (float *)S(mean), (float *)S(var), (float *)S(g),
+                                 (float *)S(b), eps, S(z), true, S(y)));
+        OK(be, be->ops->bn_apply(be, m, c, dt, S(x), (float *)S(mean), (float *)S(var), (float *)S(g),
+                                 (float *)S(b), eps, NULL, false, S(y2)));
+        OK(be, be->ops->bn_update_running(be, c, (float *)S(mean), (float *)S(var), m, 0.1f,
+                                          (float *)S(rm), (float *)S(rv)));
+    }
+    snprintf(what, sizeof what, "m%lld c%d %s bn_stats mean", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &mean, 1e-4), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_stats var", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &var, 1e-4), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_apply +z relu", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &y, tol), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_apply", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &y2, tol), 0);
+    snprintf(what, sizeof what, "m%lld c%d bn_update_running mean", (long long)m, c);
+    CHECK_INT(twin_cmp(what, &p, &rm, 1e-4), 0);
+    snprintf(what, sizeof what, "m%lld c%d bn_update_running var", (long long)m, c);
+    CHECK_INT(twin_cmp(what, &p, &rv, 1e-4), 0);
+
+    /* backward on identical inputs (the CPU's y, mean, var), so relu masks agree */
+    twin_t yc = twin_from_cpu(&p, &y), mc = twin_from_cpu(&p, &mean), vc = twin_from_cpu(&p, &var);
+    twin_t dy = twin_new(&p, m * c, dt, hdy), dx = twin_new(&p, m * c, dt, NULL), dz = twin_new(&p, m * c, dt, NULL);
+    twin_t sdy = twin_new(&p, c, DT_F32, NULL), sdx = twin_new(&p, c, DT_F32, NULL);
+    twin_t dg = twin_new(&p, c, DT_F32, hdg), db = twin_new(&p, c, DT_F32, hdb);
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        OK(be, be->ops->bn_bwd_reduce(be, m, c, dt, S(x), S(yc), S(dy), (float *)S(mc), (float *)S(vc), eps,
+                                      (float *)S(sdy), (float *)S(sdx), (float *)S(dg), (float *)S(db)));
+        OK(be, be->ops->bn_bwd_apply(be, m, c, dt, S(x), S(yc), S(dy), (float *)S(mc), (float *)S(vc),
+                                     (float *)S(g), eps, (float *)S(sdy), (float *)S(sdx), m, S(dx), S(dz)));
+#undef S
+    }
+    snprintf(what, sizeof what, "m%lld c%d %s bn_bwd_reduce sum_dy", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &sdy, 1e-3), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_bwd_reduce sum_dy_xhat", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &sdx, 1e-3), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s dgamma (accumulated)", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &dg, 1e-3), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s dbeta (accumulated)", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &db, 1e-3), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_bwd_apply dx", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &dx, tol), 0);
+    snprintf(what, sizeof what, "m%lld c%d %s bn_bwd_apply dz", (long long)m, c, dtype_names[dt]);
+    CHECK_INT(twin_cmp(what, &p, &dz, 0.0), 0);
+
+    twin_t *all[] = {&x, &z, &y, &y2, &mean, &var, &g, &b, &rm, &rv, &yc, &mc, &vc, &dy, &dx, &dz,
+                     &sdy, &sdx, &dg, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) twin_free(&p, all[i]);
+    free(hx); free(hz); free(hdy); free(hg); free(hb); free(hrm); free(hrv); free(hdg); free(hdb);
+    pair_free(&p);
+}
+
+static void test_bn_fp32(void) {
+    check_bn(4096, 64, DT_F32);
+    check_bn(150, 24, DT_F32);
+    check_bn(1000, 256, DT_F32);
+}
+static void test_bn_fp16(void) {
+    check_bn(4096, 64, DT_F16);
+    check_bn(150, 24, DT_F16);
+    check_bn(1000, 256, DT_F16);
+}
+static void test_bn_bf16(void) {
+    check_bn(4096, 64, DT_BF16);
+    check_bn(1000, 256, DT_BF16);
+}
+
+int main(void) {
+    gpu_or_skip();
+    TEST_RUN(test_bn_fp32);
+    TEST_RUN(test_bn_fp16);
+    TEST_RUN(test_bn_bf16);
+    return test_main_end();
+}

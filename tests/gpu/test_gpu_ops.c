@@ -1,0 +1,309 @@
+/* test_gpu_ops.c: the CUDA backend's elementwise, pooling, linear (cuBLASLt), loss,
+ * optimizer and AMP ops against the CPU backend on the same inputs, plus AMP overflow
+ * detection (found_inf set on the device by an inf or NaN, untouched otherwise), exact
+ * casts, and memory accounting. Skipped (77) without a GPU.
+ */
+#include "tests/gpu/gpu_test_util.h"
+
+#define S(t) (i ? (t).g : (t).c)
+
+static void check_elementwise(dtype_t dt) {
+    pair_t p = pair_make(true, false);
+    const int64_t n = 10007;   /* odd: exercises the scalar tail of the vector kernels */
+    float *ha = hrand(n, 21, -1, 1), *hb = hrand(n, 22, -1, 1);
+    twin_t a = twin_new(&p, n, dt, ha), b = twin_new(&p, n, dt, hb);
+    twin_t r = twin_new(&p, n, dt, NULL), rb = twin_new(&p, n, dt, NULL), s = twin_new(&p, n, dt, NULL);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        OK(be, be->ops->relu_fwd(be, n, dt, S(a), S(r)));
+        OK(be, be->ops->relu_bwd(be, n, dt, S(r), S(b), S(rb)));
+        OK(be, be->ops->add(be, n, dt, S(a), S(b), S(s)));
+    }
+    CHECK_INT(twin_cmp("relu_fwd", &p, &r, 0.0), 0);
+    CHECK_INT(twin_cmp("relu_bwd", &p, &rb, 0.0), 0);
+    CHECK_INT(twin_cmp("add", &p, &s, dt == DT_F32 ? 0.0 : dt_tol(dt)), 0);
+    /* unaligned views take the scalar path */
+    size_t es = dt == DT_F32 ? 4 : 2;
+    twin_t s2 = twin_new(&p, n - 1, dt, NULL);
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        size_t off = i ? es : 4;
+        OK(be, be->ops->add(be, n - 1, dt, (char *)S(a) + off, (char *)S(b) + off, S(s2)));
+    }
+    CHECK_INT(twin_cmp("add (offset views)", &p, &s2, dt == DT_F32 ? 0.0 : dt_tol(dt)), 0);
+    twin_t *all[] = {&a, &b, &r, &rb, &s, &s2};
+    for (int i = 0; i < 6; i++) twin_free(&p, all[i]);
+    free(ha); free(hb);
+    pair_free(&p);
+}
+static void test_elementwise_fp32(void) { check_elementwise(DT_F32); }
+static void test_elementwise_fp16(void) { check_elementwise(DT_F16); }
+static void test_elementwise_bf16(void) { check_elementwise(DT_BF16); }
+
+static void check_pool(dtype_t dt) {
+    pair_t p = pair_make(true, false);
+    int n = 4, hw = 16, c = 96;
+    float *hx = hrand((int64_t)n * hw * c, 31, -1, 1), *hdy = hrand((int64_t)n * c, 32, -1, 1);
+    twin_t x = twin_new(&p, (int64_t)n * hw * c, dt, hx), y = twin_new(&p, (int64_t)n * c, dt, NULL);
+    twin_t dy = twin_new(&p, (int64_t)n * c, dt, hdy), dx = twin_new(&p, (int64_t)n * hw * c, dt, NULL);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        OK(be, be->ops->avgpool_fwd(be, n, hw, c, dt, S(x), S(y)));
+        OK(be, be->ops->avgpool_bwd(be, n, hw, c, dt, S(dy), S(dx)));
+    }
+    CHECK_INT(twin_cmp("avgpool_fwd", &p, &y, dt_tol(dt)), 0);
+    CHECK_INT(twin_cmp("avgpool_bwd", &p, &dx, dt_tol(dt)), 0);
+    twin_free(&p, &x); twin_free(&p, &y); twin_free(&p, &dy); twin_free(&p, &dx);
+    free(hx); free(hdy);
+    pair_free(&p);
+}
+static void test_pool(void) { check_pool(DT_F32); check_pool(DT_F16); check_pool(DT_BF16); }
+
+static void check_linear(dtype_t dt, bool tf32) {
+    pair_t p = pair_make(true, tf32);
+    int n = 24, in = 136, out = 100;
+    float *hx = hrand((int64_t)n * in, 41, -1, 1), *hw = hrand((int64_t)out * in, 42, -0.1f, 0.1f);
+    float *hb = hrand(out, 43, -0.5f, 0.5f), *hdy = hrand((int64_t)n * out, 44, -1, 1);
+    float *hdw = hrand((int64_t)out * in, 45, -0.1f, 0.1f), *hdb = hrand(out, 46, -0.1f, 0.1f);
+    twin_t x = twin_new(&p, (int64_t)n * in, dt, hx), w = twin_new(&p, (int64_t)out * in, dt, hw);
+    twin_t b = twin_new(&p, out, DT_F32, hb), y = twin_new(&p, (int64_t)n * out, dt, NULL);
+    twin_t dy = twin_new(&p, (int64_t)n * out, dt, hdy), dx = twin_new(&p, (int64_t)n * in, dt, NULL);
+    twin_t dw = twin_new(&p, (int64_t)out * in, DT_F32, hdw), db = twin_new(&p, out, DT_F32, hdb);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        OK(be, be->ops->linear_fwd(be, n, in, out, dt, S(x), S(w), (float *)S(b), S(y)));
+        OK(be, be->ops->linear_bwd(be, n, in, out, dt, S(x), S(w), S(dy), S(dx), (float *)S(dw), (float *)S(db)));
+    }
+    double tol = dt_tol(dt);
+    CHECK_INT(twin_cmp("linear_fwd", &p, &y, tol), 0);
+    CHECK_INT(twin_cmp("linear_bwd dx", &p, &dx, tol), 0);
+    CHECK_INT(twin_cmp("linear_bwd dw (accumulated)", &p, &dw, tol), 0);
+    CHECK_INT(twin_cmp("linear_bwd db (accumulated)", &p, &db, tol), 0);
+    twin_t *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    for (int i = 0; i < 8; i++) twin_free(&p, all[i]);
+    free(hx); free(hw); free(hb); free(hdy); free(hdw); free(hdb);
+    pair_free(&p);
+}
+static void test_linear(void) {
+    check_linear(DT_F32, false);
+    check_linear(DT_F32, true);
+    check_linear(DT_F16, false);
+    check_linear(DT_BF16, false);
+}
+
+static void check_xent(dtype_t dt, int classes, float smoothing) {
+    pair_t p = pair_make(true, false);
+    int n = 37;
+    float *hl = hrand((int64_t)n * classes, 51, -4, 4);
+    int32_t labels[37];
+    rng_t r = rng_make(9, RNG_STREAM_MISC, 3, 0);
+    for (int i = 0; i < n; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)classes);
+    /* make a few rows certain hits so top-1 > 0 */
+    for (int i = 0; i < 5; i++) hl[(int64_t)i * classes + labels[i]] = 9.0f;
+    twin_t lg = twin_new(&p, (int64_t)n * classes, dt, hl), dl = twin_new(&p, (int64_t)n * classes, dt, NULL);
+    twin_t loss = twin_new(&p, 1, DT_F32, NULL);
+    void *lab[2], *cor[2];
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    int32_t got[2][2];
+    float lsum[2];
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        lab[i] = be->ops->alloc(be, sizeof labels);
+        cor[i] = be->ops->alloc(be, 2 * sizeof(int32_t));
+        OK(be, be->ops->upload(be, lab[i], labels, sizeof labels));
+        OK(be, be->ops->softmax_xent(be, n, classes, dt, S(lg), (int32_t *)lab[i], smoothing, 0.5f,
+                                     S(dl), (float *)S(loss), (int32_t *)cor[i]));
+        OK(be, be->ops->download(be, got[i], cor[i], sizeof got[i]));
+        OK(be, be->ops->download(be, &lsum[i], S(loss), sizeof(float)));
+    }
+    CHECK_NEAR(lsum[1], lsum[0], 1e-4, 1e-4);
+    CHECK_INT(got[1][0], got[0][0]);
+    CHECK_INT(got[1][1], got[0][1]);
+    CHECK(got[1][0] >= 5 && got[1][1] >= got[1][0]);
+    CHECK_INT(twin_cmp("softmax_xent dlogits", &p, &dl, dt_tol(dt)), 0);
+    /* evaluation: dlogits NULL still gives loss and hits */
+    int32_t ev[2];
+    float el;
+    OK(p.gpu, p.gpu->ops->softmax_xent(p.gpu, n, classes, dt, lg.g, (int32_t *)lab[1], smoothing, 0.5f,
+                                       NULL, (float *)loss.g, (int32_t *)cor[1]));
+    OK(p.gpu, p.gpu->ops->download(p.gpu, ev, cor[1], sizeof ev));
+    OK(p.gpu, p.gpu->ops->download(p.gpu, &el, loss.g, sizeof el));
+    CHECK_INT(ev[0], got[0][0]);
+    CHECK_NEAR(el, lsum[0], 1e-4, 1e-4);
+    for (int i = 0; i < 2; i++) {
+        bes[i]->ops->release(bes[i], lab[i]);
+        bes[i]->ops->release(bes[i], cor[i]);
+    }
+    twin_free(&p, &lg); twin_free(&p, &dl); twin_free(&p, &loss);
+    free(hl);
+    pair_free(&p);
+}
+static void test_softmax_xent(void) {
+    check_xent(DT_F32, 10, 0.0f);
+    check_xent(DT_F32, 100, 0.1f);
+    check_xent(DT_F16, 100, 0.1f);
+    check_xent(DT_BF16, 1000, 0.0f);
+}
+
+static void test_optimizers(void) {
+    pair_t p = pair_make(true, false);
+    const int64_t n = 5003;
+    float *hp = hrand(n, 61, -1, 1), *hg = hrand(n, 62, -1, 1), *hm = hrand(n, 63, -0.1f, 0.1f);
+    float *hv = hrand(n, 64, 0.0f, 0.01f);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int variant = 0; variant < 3; variant++) {
+        twin_t pp = twin_new(&p, n, DT_F32, hp), g = twin_new(&p, n, DT_F32, hg);
+        twin_t m = twin_new(&p, n, DT_F32, hm), v = twin_new(&p, n, DT_F32, hv);
+        for (int i = 0; i < 2; i++) {
+            backend_t *be = bes[i];
+            if (variant == 0) {   /* momentum, first step then a second one */
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1f, 0.9f, 0.0f,
+                                         5e-4f, false, true));
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1f, 0.9f, 0.0f,
+                                         5e-4f, false, false));
+            } else if (variant == 1) {   /* nesterov with dampening 0 */
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.05f, 0.9f, 0.0f,
+                                         1e-4f, true, false));
+            } else {
+                OK(be, be->ops->adamw_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), (float *)S(v),
+                                           1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3));
+            }
+        }
+        CHECK_INT(twin_cmp(variant == 2 ? "adamw p" : "sgd p", &p, &pp, 1e-5), 0);
+        CHECK_INT(twin_cmp(variant == 2 ? "adamw m" : "sgd buf", &p, &m, 1e-5), 0);
+        if (variant == 2) CHECK_INT(twin_cmp("adamw v", &p, &v, 1e-5), 0);
+        twin_free(&p, &pp); twin_free(&p, &g); twin_free(&p, &m); twin_free(&p, &v);
+    }
+    free(hp); free(hg); free(hm); free(hv);
+    pair_free(&p);
+}
+
+/* fp32 -> fp16/bf16 rounds to nearest even exactly like half.h; back is exact. */
+static void test_cast_exact(void) {
+    pair_t p = pair_make(true, false);
+    const int64_t n = 4099;
+    float *h = hrand(n, 71, -70000.0f, 70000.0f);
+    h[0] = 1.0f + 1.0f / 2048.0f;   /* a tie in fp16: rounds to even (1.0) */
+    h[1] = 65520.0f;                /* overflows to inf in fp16 */
+    h[2] = 3e-8f;                   /* fp16 subnormal range */
+    backend_t *g = p.gpu;
+    void *src = g->ops->alloc(g, (size_t)n * 4), *mid = g->ops->alloc(g, (size_t)n * 2);
+    void *back = g->ops->alloc(g, (size_t)n * 4);
+    OK(g, g->ops->upload(g, src, h, (size_t)n * 4));
+    uint16_t *bits = (uint16_t *)calloc((size_t)n, 2);
+    float *out = hbuf(n);
+    for (int d = DT_F16; d <= DT_BF16; d++) {
+        OK(g, g->ops->cast(g, n, src, DT_F32, mid, (dtype_t)d));
+        OK(g, g->ops->cast(g, n, mid, (dtype_t)d, back, DT_F32));
+        OK(g, g->ops->download(g, bits, mid, (size_t)n * 2));
+        OK(g, g->ops->download(g, out, back, (size_t)n * 4));
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = d == DT_F16 ? f32_to_f16(h[i]) : f32_to_bf16(h[i]);
+            float wantf = d == DT_F16 ? f16_to_f32(want) : bf16_to_f32(want);
+            if (bits[i] != want || memcmp(&out[i], &wantf, 4) != 0) {
+                if (bad++ < 3) fprintf(stderr, "  cast %s [%lld] %.9g: got 0x%04x want 0x%04x\n",
+                                       dtype_names[d], (long long)i, h[i], bits[i], want);
+            }
+        }
+        CHECK_INT(bad, 0);
+    }
+    free(bits); free(out); free(h);
+    g->ops->release(g, src); g->ops->release(g, mid); g->ops->release(g, back);
+    pair_free(&p);
+}
+
+/* unscale_check_finite scales, leaves found_inf alone when all is finite, sets it for an
+ * inf or a NaN anywhere (including the scalar tail); scale multiplies. */
+static void test_amp_overflow(void) {
+    pair_t p = pair_make(true, false);
+    backend_t *g = p.gpu;
+    const int64_t n = 1001;
+    float *h = hrand(n, 81, -100, 100), *out = hbuf(n);
+    float *dev = (float *)g->ops->alloc(g, (size_t)n * 4);
+    int32_t *found = (int32_t *)g->ops->alloc(g, 4), f = -1;
+    OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
+    OK(g, g->ops->zero(g, found, 4));
+    OK(g, g->ops->unscale_check_finite(g, n, dev, 1.0f / 1024.0f, found));
+    OK(g, g->ops->download(g, &f, found, 4));
+    OK(g, g->ops->download(g, out, dev, (size_t)n * 4));
+    CHECK_INT(f, 0);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += out[i] != h[i] * (1.0f / 1024.0f);
+    CHECK_INT(bad, 0);
+    int64_t where[3] = {17, 500, 1000};   /* 1000 is in the tail of the 4-wide kernel */
+    for (int k = 0; k < 3; k++) {
+        float bad_v = k == 1 ? NAN : INFINITY;
+        OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
+        OK(g, g->ops->upload(g, dev + where[k], &bad_v, 4));
+        OK(g, g->ops->zero(g, found, 4));
+        OK(g, g->ops->unscale_check_finite(g, n, dev, 0.5f, found));
+        OK(g, g->ops->download(g, &f, found, 4));
+        CHECK_INT(f, 1);
+    }
+    /* found_inf is only ever raised, never cleared */
+    OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
+    OK(g, g->ops->unscale_check_finite(g, n, dev, 1.0f, found));
+    OK(g, g->ops->download(g, &f, found, 4));
+    CHECK_INT(f, 1);
+    OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
+    OK(g, g->ops->scale(g, n, dev, 3.0f));
+    OK(g, g->ops->download(g, out, dev, (size_t)n * 4));
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += out[i] != h[i] * 3.0f;
+    CHECK_INT(bad, 0);
+    g->ops->release(g, dev);
+    g->ops->release(g, found);
+    free(h); free(out);
+    pair_free(&p);
+}
+
+/* peak_memory is a high-water mark of this backend's allocations. */
+static void test_memory_accounting(void) {
+    pair_t p = pair_make(true, false);
+    backend_t *g = p.gpu;
+    size_t base = g->ops->peak_memory(g);
+    void *a = g->ops->alloc(g, 64 << 20);
+    CHECK(a != NULL);
+    CHECK(((uintptr_t)a % 256) == 0);
+    CHECK(g->ops->peak_memory(g) >= base + (64 << 20));
+    g->ops->release(g, a);
+    size_t after = g->ops->peak_memory(g);
+    void *b = g->ops->alloc(g, 1 << 20);
+    CHECK_INT(g->ops->peak_memory(g), after);   /* reuse below the mark does not raise it */
+    g->ops->release(g, b);
+    CHECK_INT(backend_elem_size(g, DT_F16), 2);
+    CHECK_INT(backend_elem_size(g, DT_BF16), 2);
+    CHECK_INT(backend_elem_size(g, DT_F32), 4);
+    pair_free(&p);
+}
+
+/* A bad device ordinal is an input error that names the visible count. */
+static void test_bad_device(void) {
+    backend_opts_t o = {0};
+    o.kind = BACKEND_CUDA;
+    o.device = 999;
+    err_t e = {0};
+    CHECK(cuda_backend_create(&o, &e) == NULL);
+    CHECK_INT(e.code, ERR_INPUT);
+    CHECK_CONTAINS(e.msg, "cuda device 999 requested");
+}
+
+int main(void) {
+    gpu_or_skip();
+    TEST_RUN(test_elementwise_fp32);
+    TEST_RUN(test_elementwise_fp16);
+    TEST_RUN(test_elementwise_bf16);
+    TEST_RUN(test_pool);
+    TEST_RUN(test_linear);
+    TEST_RUN(test_softmax_xent);
+    TEST_RUN(test_optimizers);
+    TEST_RUN(test_cast_exact);
+    TEST_RUN(test_amp_overflow);
+    TEST_RUN(test_memory_accounting);
+    TEST_RUN(test_bad_device);
+    return test_main_end();
+}
