@@ -178,6 +178,7 @@ static int http_post(track_wandb_t *w, const char *url, const char *body, http_r
     curl_easy_reset(c);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     h = curl_slist_append(h, "User-Agent: runner-track/1 (W&B file_stream)");
+    h = curl_slist_append(h, "Expect:");          /* no 100-continue round trip */
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);

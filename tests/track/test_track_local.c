@@ -370,7 +370,7 @@ static void test_wandb_offline_log(void) {
     clear_wandb_env();
     setenv("WANDB_MODE", "dryrun", 1);
     setenv("WANDB_TAGS", "a, b ,c", 1);
-    char dir[512], path[1300], sub[1200], why[128];
+    char dir[512], path[1400], sub[1300], why[128];
     CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
     track_opts_t o;
     track_opts_init(&o);
@@ -406,7 +406,8 @@ static void test_wandb_offline_log(void) {
     free(rid);
     snprintf(sub, sizeof sub, "%s/wandb", dir);
     CHECK_INT(find_file(sub, "offline-run-", path, sizeof path), 0);
-    snprintf(sub, sizeof sub, "%s", path);
+    memcpy(sub, path, sizeof sub - 1);
+    sub[sizeof sub - 1] = 0;
     char name[64];
     snprintf(name, sizeof name, "run-%s.wandb", run_id);
     snprintf(path, sizeof path, "%s/%s", sub, name);
