@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -341,8 +342,18 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
     struct stat st;
     if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
         return err_set(e, ERR_INPUT, "%s: not a directory; create it first (compare_new_parent)", parent);
+    /* One process per comparison: the lock goes away with the process, even a killed one. */
+    char lock_path[CFG_PATH + 32];
+    snprintf(lock_path, sizeof lock_path, "%s/.compare.lock", parent);
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lock < 0) return err_errno(e, ERR_INPUT, "%s: cannot create", lock_path);
+    if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        close(lock);
+        return err_set(e, ERR_INPUT, "%s: another runner compare is running this comparison; wait for it "
+                       "or stop it first", parent);
+    }
     compare_state_t *s = xmalloc(sizeof *s, e);
-    if (!s) return -1;
+    if (!s) { close(lock); return -1; }
     int rc = open_state(m, parent, s, log, e);
     if (rc == 0) {
         snprintf(s->status, sizeof s->status, "running");
@@ -380,6 +391,7 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
         rc = err_set(e, ERR_RUNTIME, "compare: %d of %d runs failed: %s; the report (failed rows marked) "
                      "is in %s/report.html and each run's logs in its directory", failed, s->n, names, parent);
     free(s);
+    close(lock);
     return rc;
 }
 

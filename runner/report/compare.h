@@ -21,8 +21,9 @@
  * (compare_find_unfinished): completed and failed members are skipped; the interrupted (or,
  * after a kill, "running") member is run again with the same member_dir, and the run
  * function continues it from its own checkpoint.
- * This module does not load YAML or train; it does not lock against two concurrent
- * `runner compare` processes on the same matrix.
+ * compare_run holds an flock on <parent>/.compare.lock while it runs, so a second
+ * process on the same comparison fails at once instead of running members twice.
+ * This module does not load YAML or train.
  */
 #ifndef RUNNER_REPORT_COMPARE_H
 #define RUNNER_REPORT_COMPARE_H
@@ -93,7 +94,7 @@ int compare_new_parent(const char *matrix_root, char *out, size_t cap, err_t *e)
  * every member completed. Otherwise -1 with e->code: ERR_INTERRUPT (130) when a member
  * was interrupted (no report yet; run again to resume), ERR_RUNTIME (1) when some
  * members failed (the report is written, failed rows marked), ERR_INPUT (2) when the
- * parent or its compare.json is unusable. */
+ * parent or its compare.json is unusable or another process is running it. */
 int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn run, void *ctx,
                 FILE *log, err_t *e);
 

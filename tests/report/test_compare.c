@@ -5,7 +5,10 @@
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "runner/report/compare.h"
 #include "runner/report/report.h"
@@ -316,6 +319,22 @@ static void test_find_newest_and_bad_state(void) {
     err_clear(&e);
     CHECK_INT(compare_find_unfinished(mroot, m, found, sizeof found, &e), -1);
     CHECK_CONTAINS(e.msg, "compare.json: expected an object with a \"members\" array");
+
+    /* a comparison another process is running is refused (flock on .compare.lock) */
+    snprintf(dir, sizeof dir, "%s/20260102-000000-bbbbbb", mroot);
+    char lock_path[2200];
+    snprintf(lock_path, sizeof lock_path, "%s/.compare.lock", dir);
+    int fd = open(lock_path, O_RDWR | O_CREAT, 0666);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    err_clear(&e);
+    CHECK_INT(compare_run(m, dir, fake_run, &f, NULL, &e), -1);
+    CHECK_INT(e.code, ERR_INPUT);
+    CHECK_CONTAINS(e.msg, "20260102-000000-bbbbbb: another runner compare is running this comparison");
+    CHECK_INT(f.calls, 0);
+    close(fd);   /* released: now it runs (and resumes dp, ddp) */
+    err_clear(&e);
+    CHECK_INT(compare_run(m, dir, fake_run, &f, NULL, &e), 0);
+    CHECK_INT(f.calls, 2);
 
     /* compare_run needs an existing parent */
     err_clear(&e);
