@@ -30,10 +30,11 @@ static int csv_scan(const char *path, FILE *f, const char *header, int step_col,
         if (n >= 2 && line[n - 2] == '\r') line[n - 2] = 0;
         if (lineno == 1) {
             if (strcmp(line, header) != 0) {
+                err_set(e, ERR_INPUT, "%s: line 1: the header is \"%.200s\", expected \"%s\"; "
+                        "move the file away or start a new run instead of resuming", path,
+                        line, header);
                 free(line);
-                return err_set(e, ERR_INPUT, "%s: line 1: the header is \"%.200s\", expected "
-                               "\"%s\"; move the file away or start a new run instead of "
-                               "resuming", path, line, header);
+                return -1;
             }
         } else {
             const char *c = line;
