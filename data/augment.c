@@ -69,20 +69,50 @@ static void crop_flip(const augment_opts_t *o, const augment_params_t *p, const 
     }
 }
 
+/* floor for |v| < 2^31 without a libm call (the x86-64 baseline has no SSE4.1 round). */
+static inline int floor_int(float v) {
+    int i = (int)v;
+    return (v < (float)i) ? i - 1 : i;
+}
+
+/* Round half to even for 0 <= v < 2^23, in the default rounding mode (no libm call). */
+static inline float round_even(float v) { return (v + 8388608.0f) - 8388608.0f; }
+
 /* Rotates src (h x w x c) by angle degrees into dst (see the file comment). */
 static void rotate(const uint8_t *src, int c, int h, int w, double angle, uint8_t *dst) {
     double rad = angle * 3.14159265358979323846 / 180.0;
     float cs = (float)cos(rad), sn = (float)sin(rad);
     float cx = (w - 1) * 0.5f, cy = (h - 1) * 0.5f;
+    size_t row = (size_t)w * c;
     for (int y = 0; y < h; y++) {
         float dy = (float)y - cy;
         for (int x = 0; x < w; x++) {
             float dx = (float)x - cx;
             float sx = cs * dx - sn * dy + cx, sy = sn * dx + cs * dy + cy;
-            float fx0 = floorf(sx), fy0 = floorf(sy);
-            int x0 = (int)fx0, y0 = (int)fy0;
-            float ax = sx - fx0, ay = sy - fy0;
-            float wt[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
+            int x0 = floor_int(sx), y0 = floor_int(sy);
+            float ax = sx - (float)x0, ay = sy - (float)y0;
+            float w00 = (1 - ax) * (1 - ay), w01 = ax * (1 - ay), w10 = (1 - ax) * ay, w11 = ax * ay;
+            uint8_t *d = dst + ((size_t)y * w + x) * c;
+            if (x0 >= 0 && x0 + 1 < w && y0 >= 0 && y0 + 1 < h) {
+                /* all four neighbours inside: the common case */
+                float cover = w00 + w01 + w10 + w11;
+                const uint8_t *s = src + ((size_t)y0 * w + x0) * c;
+                for (int ch = 0; ch < c; ch++) {
+                    float acc = 0;
+                    acc += w00 * s[ch];
+                    acc += w01 * s[c + ch];
+                    acc += w10 * s[row + ch];
+                    acc += w11 * s[row + c + ch];
+                    float v = round_even(acc * cover);
+                    d[ch] = (uint8_t)(v > 255 ? 255 : v);
+                }
+                continue;
+            }
+            if (x0 < -1 || x0 >= w || y0 < -1 || y0 >= h) {
+                for (int ch = 0; ch < c; ch++) d[ch] = 0;
+                continue;
+            }
+            float wt[4] = {w00, w01, w10, w11};
             int xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
             float acc[DATA_MAX_CHANNELS] = {0}, cover = 0;
             for (int k = 0; k < 4; k++) {
@@ -91,9 +121,8 @@ static void rotate(const uint8_t *src, int c, int h, int w, double angle, uint8_
                 const uint8_t *s = src + ((size_t)ys[k] * w + xs[k]) * c;
                 for (int ch = 0; ch < c; ch++) acc[ch] += wt[k] * s[ch];
             }
-            uint8_t *d = dst + ((size_t)y * w + x) * c;
             for (int ch = 0; ch < c; ch++) {
-                float v = rintf(acc[ch] * cover);
+                float v = round_even(acc[ch] * cover);
                 d[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
             }
         }

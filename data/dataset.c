@@ -77,7 +77,7 @@ static int present(const char *name, const char *root, const char *file) {
 
 int dataset_files_present(const char *name, const char *root, data_split_t split,
                           char *missing, size_t missing_len, err_t *e) {
-    dataset_info_t info;
+    dataset_info_t info = {0};
     if (dataset_info(name, &info, e)) return -1;
     if (!root || !*root) root = info.default_root;
     const char *const *files = files_for(info.name, split);
@@ -167,7 +167,7 @@ static int ensure_download(const dataset_opts_t *o, const dataset_info_t *info,
 
 int dataset_open(const dataset_opts_t *o, dataset_t **out, err_t *e) {
     *out = NULL;
-    dataset_info_t info;
+    dataset_info_t info = {0};
     if (dataset_info(o->name, &info, e)) return -1;
     if (o->split != DATA_SPLIT_TRAIN && o->split != DATA_SPLIT_VAL)
         return err_set(e, ERR_INPUT, "dataset %s: split must be train or val", info.name);
