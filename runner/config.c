@@ -543,9 +543,11 @@ experiment_matrix_t *config_load_matrix(const char *path, const char *const *set
     }
     if (!rc) {
         *base = *st;
-        for (int i = 0; i < mx->n && !rc; i++)
+        for (int i = 0; i < mx->n && !rc; i++) {
+            c->doc = &doc; /* apply_sets of the previous entry pointed it elsewhere */
             rc = load_entry(c, st, base, &doc, cfg_node(c, mv->data.sequence.items.start[i]), i,
                             mx, sets, n_sets, path);
+        }
     }
     if (have_doc) yaml_document_delete(&doc);
     free(c);

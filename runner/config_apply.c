@@ -221,7 +221,8 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
     const cfg_row_t *r = &cfg_rows[ri];
     yaml_node_t *items[CFG_MAX_LIST];
     int n = 0;
-    if (cfg_is_null(val)) {
+    bool is_null = cfg_is_null(val);
+    if (is_null) {
         if (!(r->flags & F_NULLABLE)) return want(c, loc, key, "a list like [1, 2]", val);
     } else if (val->type == YAML_SCALAR_NODE) {
         items[n++] = val;
@@ -238,7 +239,7 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
     } else {
         return want(c, loc, key, "a list like [1, 2]", val);
     }
-    if (n < r->min_n || n > r->max_n) {
+    if (!is_null && (n < r->min_n || n > r->max_n)) {
         if (r->min_n == r->max_n)
             return cfg_fail(c, loc, "%s: %d entries; it needs exactly %d", key, n, r->min_n);
         return cfg_fail(c, loc, "%s: %d entries; it needs %d to %d%s", key, n, r->min_n,

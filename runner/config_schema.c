@@ -210,26 +210,30 @@ bool cfg_is_section(const char *key) {
     return false;
 }
 
-/* Levenshtein distance, ASCII case-insensitive, on strings of up to 127 bytes (longer
- * strings are compared on their first 127 bytes; a typo is never that long). */
+/* Edit distance counting a swap of two neighbours as one edit (optimal string alignment),
+ * ASCII case-insensitive, on the first 127 bytes of each string. */
 size_t cfg_edit_distance(const char *a, const char *b) {
     size_t la = strnlen(a, 127), lb = strnlen(b, 127);
-    size_t row[128];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    size_t r0[128], r1[128], r2[128]; /* rows i-2, i-1, i */
+    size_t *pp = r0, *p = r1, *cur = r2;
+    for (size_t j = 0; j <= lb; j++) p[j] = j;
     for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        cur[0] = i;
+        int ca = tolower((unsigned char)a[i - 1]);
         for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            size_t best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            int cb = tolower((unsigned char)b[j - 1]);
+            size_t best = p[j - 1] + (ca != cb);
+            if (p[j] + 1 < best) best = p[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && pp[j - 2] + 1 < best)
+                best = pp[j - 2] + 1;
+            cur[j] = best;
         }
+        size_t *t = pp;
+        pp = p, p = cur, cur = t;
     }
-    return row[lb];
+    return p[lb];
 }
 
 /* A typo is "close" when at most a third of the word (and at least 1, at most 3 edits). */

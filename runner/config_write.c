@@ -9,18 +9,29 @@
 #include "runner/config_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CFIELD(x, r) ((const char *)(x) + (r)->off)
 
-/* Shortest decimal that reads back to v, always with a '.' (PyYAML needs it). */
+/* Shortest decimal that reads back to v, without an exponent for everyday magnitudes,
+ * always with a '.' (PyYAML reads 1e-08 or 300 as a string or an int otherwise). */
 static void fmt_double(double v, char *out, size_t cap) {
     char buf[64];
-    for (int p = 1; p <= 17; p++) {
+    int p = 1;
+    for (; p <= 17; p++) {
         snprintf(buf, sizeof buf, "%.*g", p, v);
         if (strtod(buf, NULL) == v) break;
+    }
+    double a = fabs(v);
+    if (strchr(buf, 'e') && a >= 1e-4 && a < 1e15) {
+        int e10 = (int)floor(log10(a));
+        int decimals = p - 1 - e10;
+        char plain[64];
+        snprintf(plain, sizeof plain, "%.*f", decimals < 0 ? 0 : decimals, v);
+        if (strtod(plain, NULL) == v) snprintf(buf, sizeof buf, "%s", plain);
     }
     char *e = strchr(buf, 'e');
     if (!strchr(buf, '.')) {

@@ -180,6 +180,7 @@ static int load_doc(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_doc
     yaml_parser_t p;
     if (!yaml_parser_initialize(&p))
         return err_set(c->err, ERR_RUNTIME, "libyaml: out of memory");
+    if (len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) buf += 3, len -= 3; /* UTF-8 BOM */
     yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
     yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
     bool cli = c->src[src].cli;
