@@ -242,8 +242,7 @@ static int find_file(const char *dir, const char *prefix, char *out, size_t cap)
     int found = -1;
     while ((de = readdir(d)))
         if (!strncmp(de->d_name, prefix, strlen(prefix))) {
-            snprintf(out, cap, "%s/%s", dir, de->d_name);
-            found = 0;
+            if ((size_t)snprintf(out, cap, "%s/%s", dir, de->d_name) < cap) found = 0;
         }
     closedir(d);
     return found;
