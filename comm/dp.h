@@ -16,7 +16,7 @@
  *
  * Call sequence:
  *     nets[i] = resnet_build(...); net_bind(nets[i], backend_i, ceil(B/world), ...);
- *     net_init(nets[0], seed); dp_t *d = dp_create(nets, world, &e);
+ *     net_init(nets[0], seed); dp_t *d = dp_create(nets, world, H, W, &e);
  *     per optimizer step: net_zero_grads(nets[0]);
  *         for each micro-batch: dp_forward_backward(d, images, labels, n, global_batch,
  *                                                   smoothing, loss_scale, &out, &e);
@@ -45,16 +45,18 @@ typedef struct dp_timing {
 } dp_timing_t;
 
 /* nets[0..world-1]: the same architecture, each bound (net_bind) on its own backend with
- * max_batch >= ceil(batch / world). Borrowed, not owned. Starts world - 1 threads. */
-dp_t *dp_create(net_t *const *nets, int world, err_t *e);
+ * max_batch >= ceil(batch / world) for in_h x in_w inputs. Borrowed, not owned (the
+ * array must outlive d). Starts world - 1 threads. */
+dp_t *dp_create(net_t *const *nets, int world, int in_h, int in_w, err_t *e);
 void dp_free(dp_t *d);
 
 /* The chunk torch's scatter gives replica i of a batch of n: [*start, *start + *count). */
 void dp_chunk(int n, int world, int i, int *start, int *count);
 
 /* One micro-batch: replicate, scatter images (host NHWC fp32, n x H x W x C) and labels,
- * forward, loss (grad_scale = loss_scale / global_batch), backward, gradients ADDED
- * into replica 0's gradient array (the others' are zeroed first). out receives the sums
+ * forward, loss (grad_scale = loss_scale / global_batch), backward on every replica
+ * (each into zeroed gradients), and replica 0's gradient array becomes
+ * previous + ((g0 + g1) + ...) as torch's .grad accumulation does. out receives the sums
  * over the whole micro-batch. */
 int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int n,
                         int global_batch, float smoothing, float loss_scale,
