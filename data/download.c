@@ -190,13 +190,17 @@ static int mkdir_p(const char *path) {
 }
 
 int download_dataset_archive(const download_opts_t *o, err_t *e) {
-    const char *t = o->target;
-    if (!o->url || !*o->url || !t || !*t)
+    if (!o->url || !*o->url || !o->target || !*o->target)
         return err_set(e, ERR_INPUT, "download: no URL or no target directory");
+    char tbuf[4096];
+    if (snprintf(tbuf, sizeof tbuf, "%s", o->target) >= (int)sizeof tbuf)
+        return err_set(e, ERR_INPUT, "download: target path too long");
+    for (size_t n = strlen(tbuf); n > 1 && tbuf[n - 1] == '/'; n--) tbuf[n - 1] = 0;
+    const char *t = tbuf;
     char manual[6000];
     snprintf(manual, sizeof manual, "or download it yourself: `curl -L -o archive.tar.gz "
-             "'%s' && mkdir -p '%s' && tar -xzf archive.tar.gz --strip-components=1 -C '%s'` "
-             "(so that the files are directly in %s)", o->url, t, t, t);
+             "'%.1000s' && mkdir -p '%.1000s' && tar -xzf archive.tar.gz --strip-components=1 "
+             "-C '%.1000s'` (so that the files are directly in %.1000s)", o->url, t, t, t);
     struct stat st;
     if (lstat(t, &st) == 0)
         return err_set(e, ERR_INPUT, "download of %s: the target %s already exists; move it "
@@ -247,6 +251,11 @@ int download_dataset_archive(const download_opts_t *o, err_t *e) {
     }
     if (!single_top_dir(xdir, src, sizeof src)) snprintf(src, sizeof src, "%s", xdir);
     if (rename(src, t) != 0) {
+        /* another process (say, a second rank) finished the same download first: use it */
+        if ((errno == EEXIST || errno == ENOTEMPTY) && lstat(t, &st) == 0 && S_ISDIR(st.st_mode)) {
+            rc = 0;
+            goto done;
+        }
         err_errno(e, ERR_RUNTIME, "cannot rename %s to %s", src, t);
         goto done;
     }

@@ -10,7 +10,9 @@
  * whole extraction. If the archive has a single top-level directory (as the CIFAR tarballs
  * do) its contents become the target; otherwise the archive's top level does. On any
  * failure, nothing is left at the target path or beside it, and the message names the URL,
- * the target and the manual alternative.
+ * the target and the manual alternative. If another process completes the same download
+ * first (the rename finds the target in place), its result is kept and this call succeeds;
+ * still, download once (e.g. in the launcher) before starting several ranks.
  */
 #ifndef RUNNER_DATA_DOWNLOAD_H
 #define RUNNER_DATA_DOWNLOAD_H
