@@ -685,6 +685,59 @@ static void test_no_key_goes_offline(void) {
     unsetenv("NETRC");
 }
 
+/* A wrong key: the service answers 401; one warning naming the status, nothing retried
+ * forever, the run finishes at once. */
+static void test_wrong_key(void) {
+    srv_t s = {0};
+    CHECK_INT(srv_start(&s), 0);
+    set_env(s.port);
+    setenv("WANDB_API_KEY", "not-the-key", 1);
+    run_result_t r;
+    run_steps(&r, 1, 10, false, 0, 10);
+    srv_stop(&s);
+    check_csv(r.dir, 10);
+    CHECK_INT(s.n_bad_auth, 1);                  /* refused once, not retried */
+    CHECK_INT(s.n_hist, 0);
+    CHECK(r.close_seconds < 1.0);
+    CHECK_INT(count_of(r.warn, "warning: W&B"), 1);
+    CHECK_CONTAINS(r.warn, "HTTP 401");
+    CHECK(strstr(r.warn, "not-the-key") == NULL);
+    srv_free(&s);
+}
+
+/* The queue is bounded: with the service down, 5000 rows are accepted without waiting,
+ * at most 4096 are kept, and finish reports every row it could not deliver. */
+static void test_bounded_queue(void) {
+    set_env(dead_port());
+    char *warn = NULL;
+    size_t wl = 0;
+    FILE *wf = open_memstream(&warn, &wl);
+    const char *tags[1] = {"x"};
+    track_wandb_opts_t o = {
+        .run = {.run_id = "abcd1234", .project = "proj", .display_name = "d", .tags = tags,
+                .n_tags = 1},
+        .base_url = getenv("WANDB_BASE_URL"), .api_key = KEY, .timeout_s = 1,
+        .warn_out = wf, .offline_hint = "wandb/offline-run-x",
+    };
+    err_t e = {0};
+    track_wandb_t *w = track_wandb_start(&o, &e);
+    CHECK(w != NULL);
+    if (!w) return;
+    double t0 = track_now_mono();
+    for (int i = 1; i <= 5000; i++) {
+        char row[96];
+        snprintf(row, sizeof row, "{\"_step\":%d,\"_runtime\":0,\"_timestamp\":0}", i);
+        track_wandb_history(w, i, row);
+    }
+    CHECK(track_now_mono() - t0 < 1.0);
+    int64_t lost = track_wandb_finish(w, 0, 0.5);
+    CHECK_INT(lost, 5000);
+    CHECK(track_now_mono() - t0 < 3.0);
+    fclose(wf);
+    CHECK_INT(count_of(warn, "warning: W&B"), 1);
+    free(warn);
+}
+
 int main(void) {
     TEST_RUN(test_api_key_sources);
     TEST_RUN(test_clean_run);
@@ -696,5 +749,7 @@ int main(void) {
     TEST_RUN(test_always_500);
     TEST_RUN(test_resume_same_run);
     TEST_RUN(test_no_key_goes_offline);
+    TEST_RUN(test_wrong_key);
+    TEST_RUN(test_bounded_queue);
     return test_main_end();
 }
