@@ -29,7 +29,11 @@
  *         for each micro-batch m of grad_accum:
  *             ddp_set_sync(d, m == grad_accum - 1);
  *             ddp_begin_backward(d);
- *             forward; backward (calls ddp_grads_ready as gradients become final)
+ *             forward (hooks); net_loss with grad_scale = loss_scale / (global_batch /
+ *                 world): each rank's loss is the mean over ITS share of the batch, and
+ *                 the all-reduce averages over ranks (PyTorch DDP semantics; with
+ *                 1 / global_batch the gradients would come out world times too small);
+ *             backward (hooks: calls ddp_grads_ready as gradients become final)
  *             ddp_finish_step(d, &e);   // waits for all buckets; no-op when not syncing
  *         (AMP: unscale / check finite AFTER ddp_finish_step, so every rank sees the same)
  *         optimizer step
