@@ -1,0 +1,146 @@
+/* gpu_bench.c: training throughput of the runner's CUDA backend on CIFAR-shaped synthetic
+ * data, the runner side of bench/gpu_vs_torch.
+ *
+ * One process runs one configuration: a ResNet (CIFAR stem) built with resnet_build,
+ * bound to a CUDA backend, trained with SGD (momentum 0.9, weight decay 5e-4) on one
+ * fixed random batch, exactly the step the trainer runs: zero grads, forward (train),
+ * loss (+ fp16 loss scaling), backward, unscale/check (fp16), optimizer step. After
+ * --warmup steps (algorithm search, workspace growth) it times --steps steps with the
+ * wall clock and a device sync at the end, and prints one JSON line:
+ *   {"device": ..., "precision": ..., "batch": ..., "runner_img_per_s": ...,
+ *    "step_ms": ..., "peak_memory_bytes": ..., "arch": ...}
+ * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
+ * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
+ * torch.backends.cudnn.benchmark.
+ *
+ * Usage: bench_gpu_bench [--arch resnet50] [--classes 100] [--batch 128]
+ *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
+ *                        [--device 0]
+ * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/amp.h"
+#include "model/backend.h"
+#include "model/net.h"
+#include "model/optim.h"
+#include "model/resnet.h"
+#include "runner/util/rng.h"
+
+typedef struct bench_opts {
+    const char *arch, *precision;
+    int classes, batch, warmup, steps, device;
+} bench_opts_t;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int parse(int argc, char **argv, bench_opts_t *o) {
+    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "gpu_bench: %s needs a value\n", a); return -1; }
+        if (!strcmp(a, "--arch")) o->arch = v;
+        else if (!strcmp(a, "--precision")) o->precision = v;
+        else if (!strcmp(a, "--classes")) o->classes = atoi(v);
+        else if (!strcmp(a, "--batch")) o->batch = atoi(v);
+        else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
+        else if (!strcmp(a, "--steps")) o->steps = atoi(v);
+        else if (!strcmp(a, "--device")) o->device = atoi(v);
+        else { fprintf(stderr, "gpu_bench: unknown option %s\n", a); return -1; }
+        i++;
+    }
+    if (strcmp(o->precision, "fp32") && strcmp(o->precision, "tf32") && strcmp(o->precision, "fp16") &&
+        strcmp(o->precision, "bf16")) {
+        fprintf(stderr, "gpu_bench: --precision must be fp32, tf32, fp16 or bf16\n");
+        return -1;
+    }
+    if (o->batch < 1 || o->steps < 1 || o->warmup < 0 || o->classes < 2) {
+        fprintf(stderr, "gpu_bench: --batch, --steps >= 1, --warmup >= 0, --classes >= 2\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* One training step as the trainer does it. */
+static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, const int32_t *labels, int batch,
+                      err_t *e) {
+    net_loss_out_t out;
+    bool found_inf = false;
+    if (net_zero_grads(n, e) || net_forward(n, net_input(n), batch, true, NULL, e) ||
+        net_loss(n, labels, 0.0f, (float)(loss_scaler_scale(ls) / batch), &out, e) ||
+        net_backward(n, NULL, e) ||
+        loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), &found_inf, e))
+        return -1;
+    if (!found_inf && optim_step(opt, 0.1, e)) return -1;
+    loss_scaler_update(ls, found_inf);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bench_opts_t o;
+    if (parse(argc, argv, &o)) return 2;
+    err_t e = {0};
+    dtype_t dt = !strcmp(o.precision, "fp16") ? DT_F16 : !strcmp(o.precision, "bf16") ? DT_BF16 : DT_F32;
+    backend_opts_t bo = {0};
+    bo.kind = BACKEND_CUDA;
+    bo.device = o.device;
+    bo.deterministic = false;
+    bo.allow_tf32 = strcmp(o.precision, "fp32") != 0;
+    backend_t *be = backend_create(&bo, &e);
+    if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
+    net_t *n = resnet_build(o.arch, 3, o.classes, false, &e);
+    optim_t *opt = NULL;
+    loss_scaler_t ls;
+    memset(&ls, 0, sizeof ls);
+    int rc = 1;
+    if (!n || net_bind(n, be, o.batch, 32, 32, dt, &e) || net_init(n, 0, &e)) goto fail;
+    optim_opts_t oo = {0};
+    oo.kind = OPTIM_SGD;
+    oo.momentum = 0.9;
+    oo.weight_decay = 5e-4;
+    if (!(opt = optim_create(n, &oo, &e))) goto fail;
+    if (loss_scaler_init(&ls, be, dt, 65536.0, 2000, &e)) goto fail;
+
+    size_t npix = (size_t)o.batch * 32 * 32 * 3;
+    float *img = malloc(npix * sizeof(float));
+    int32_t *labels = malloc((size_t)o.batch * sizeof(int32_t));
+    if (!img || !labels) { fprintf(stderr, "gpu_bench: out of memory\n"); goto fail; }
+    rng_t r = rng_make(1, RNG_STREAM_MISC, 0, 0);
+    for (size_t i = 0; i < npix; i++) img[i] = rng_uniform(&r) * 4.0f - 2.0f;
+    for (int i = 0; i < o.batch; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)o.classes);
+    if (net_upload_input(n, img, o.batch, &e)) goto fail_free;
+
+    for (int s = 0; s < o.warmup; s++)
+        if (train_step(n, opt, &ls, labels, o.batch, &e)) goto fail_free;
+    if (be->ops->sync(be)) { e = be->err; goto fail_free; }
+    double t0 = now_s();
+    for (int s = 0; s < o.steps; s++)
+        if (train_step(n, opt, &ls, labels, o.batch, &e)) goto fail_free;
+    if (be->ops->sync(be)) { e = be->err; goto fail_free; }
+    double dt_s = now_s() - t0;
+
+    char dev[256];
+    backend_cuda_device_name(o.device, dev, sizeof dev);
+    printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", "
+           "\"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"peak_memory_bytes\": %zu}\n",
+           dev, o.precision, o.batch, o.arch, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
+           be->ops->peak_memory(be));
+    rc = 0;
+fail_free:
+    free(img);
+    free(labels);
+fail:
+    if (rc) fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : be->err.msg);
+    if (ls.be) loss_scaler_deinit(&ls);
+    optim_free(opt);
+    net_free(n);
+    backend_free(be);
+    return rc;
+}
