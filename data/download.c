@@ -98,7 +98,7 @@ static int fetch_once(const download_opts_t *o, FILE *f, progress_t *pr, char *m
 int download_file(const download_opts_t *o, const char *path, err_t *e) {
     char part[4200];
     snprintf(part, sizeof part, "%s.part", path);
-    int retries = o->retries > 0 ? o->retries : 3;
+    int retries = o->retries > 0 ? o->retries : o->retries < 0 ? 0 : 3;
     double backoff = o->backoff_s == 0 ? 1.0 : o->backoff_s;
     progress_t pr = {o->url, o->progress < 0 ? isatty(2) : o->progress, -2, 0};
     curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -30,7 +30,7 @@ typedef struct download_opts {
     const char *url;          /* http://, https:// (or file:// for tests) */
     const char *md5;          /* 32 hex digits; NULL/"" = do not verify (not recommended) */
     const char *target;       /* directory to create; must not exist or be empty */
-    int retries;              /* extra attempts after the first; default (0 here) -> 3 */
+    int retries;              /* extra attempts after the first; 0 -> 3; < 0 -> none */
     long connect_timeout_s;   /* 0 -> 20 */
     long low_speed_time_s;    /* abort if < 1 KiB/s for this long; 0 -> 60 */
     int progress;             /* -1 auto (stderr isatty), 0 off, 1 on */

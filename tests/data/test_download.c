@@ -125,6 +125,11 @@ static void serve_one(server_t *s, int c) {
             if (w <= 0) break;
             off += (size_t)w;
         }
+    } else if (!strcmp(path, "/hang")) {
+        /* headers, a few bytes, then silence: the client's low-speed timeout must fire */
+        const char *h = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nabc";
+        send(c, h, strlen(h), MSG_NOSIGNAL);
+        sleep(2);
     } else {
         const char *nf = "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found";
         send(c, nf, strlen(nf), MSG_NOSIGNAL);
@@ -302,8 +307,8 @@ static void test_download_success(void) {
 }
 
 /* Runs a failing download into parent/name and checks nothing is left beside it. */
-static void expect_clean_failure(const char *path, const char *md5, int retries,
-                                 const char *want1, const char *want2) {
+static void expect_clean_failure_t(const char *path, const char *md5, int retries,
+                                   long low_speed_s, const char *want1, const char *want2) {
     char parent[600], target[700], url[256];
     static int k = 0;
     snprintf(parent, sizeof parent, "%s/fail%d", tmp, k++);
@@ -319,6 +324,7 @@ static void expect_clean_failure(const char *path, const char *md5, int retries,
     dl.backoff_s = -1;
     dl.progress = 0;
     dl.connect_timeout_s = 5;
+    dl.low_speed_time_s = low_speed_s;
     err_t e = {0};
     CHECK_INT(download_dataset_archive(&dl, &e), -1);
     CHECK_INT(e.code, ERR_INPUT);
@@ -331,6 +337,11 @@ static void expect_clean_failure(const char *path, const char *md5, int retries,
     snprintf(escaped, sizeof escaped, "%s/x", tmp);  /* where ../x would land from the temp dir */
     CHECK(!exists(escaped));
     printf("expected failure: %s\n", e.msg);
+}
+
+static void expect_clean_failure(const char *path, const char *md5, int retries,
+                                 const char *want1, const char *want2) {
+    expect_clean_failure_t(path, md5, retries, 0, want1, want2);
 }
 
 static void test_download_failures(void) {
@@ -377,6 +388,8 @@ static void test_download_failures(void) {
     char dead[128];
     snprintf(dead, sizeof dead, "http://127.0.0.1:%d/cifar.tar.gz", port);
     expect_clean_failure(dead, NULL, 1, "after 2 attempts", "curl -L -o archive.tar.gz");
+    /* a server that stalls mid-transfer: aborted by the low-speed timeout (1 s here) */
+    expect_clean_failure_t("/hang", NULL, -1, 1, "after 1 attempt", "Operation too slow");
     free(gz);
 }
 
