@@ -162,7 +162,7 @@ static int setup_model(trainer_t *t, err_t *e) {
     if (net_init(t->net, x->seed, e)) return -1;
     if (x->model.init_from[0] && safetensors_load_net(t->net, x->model.init_from, e))
         return err_wrap(e, "model.init_from");
-    if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, e))) return -1;
+    if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, t->p->height, t->p->width, e))) return -1;
 
     optim_opts_t oo = {0};
     oo.kind = x->optimizer.name == OPT_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
