@@ -449,8 +449,18 @@ int track_close(track_t *t, int exit_code, err_t *e) {
         if (flush_history(t, e) != 0) rc = -1;
         track_progress_finish(&t->prog);
         double runtime = track_now_mono() - t->t0_mono;
+        if (t->wlog && t->n_summary) {
+            /* the final summary in one record: `wandb sync` takes it as the run's summary */
+            const char *keys[SUMMARY_MAX], *vals[SUMMARY_MAX];
+            for (int i = 0; i < t->n_summary; i++) {
+                keys[i] = t->summary[i].key;
+                vals[i] = t->summary[i].value;
+            }
+            if (track_wlog_summary_items(t->wlog, keys, vals, t->n_summary, rc ? NULL : e) != 0)
+                rc = -1;
+        }
         if (t->wlog) {
-            track_wlog_exit(t->wlog, exit_code, runtime, rc ? NULL : e);
+            if (track_wlog_exit(t->wlog, exit_code, runtime, rc ? NULL : e) != 0) rc = -1;
             track_wlog_close(t->wlog);
         }
         if (t->wb) {

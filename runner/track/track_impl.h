@@ -114,6 +114,8 @@ track_wlog_t *track_wlog_open(const char *wandb_dir, const track_wrun_t *run, er
 int track_wlog_history(track_wlog_t *w, int64_t step, double runtime, double timestamp,
                        const track_kv_t *kv, int n, err_t *e);
 int track_wlog_summary(track_wlog_t *w, const char *key, const char *value_json, err_t *e);
+int track_wlog_summary_items(track_wlog_t *w, const char *const *keys,
+                             const char *const *values, int n, err_t *e);
 int track_wlog_output(track_wlog_t *w, const char *line, double timestamp, err_t *e);
 int track_wlog_exit(track_wlog_t *w, int exit_code, double runtime, err_t *e);
 void track_wlog_close(track_wlog_t *w);

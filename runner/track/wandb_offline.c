@@ -218,14 +218,20 @@ int track_wlog_history(track_wlog_t *w, int64_t step, double runtime, double tim
     return rc;
 }
 
-int track_wlog_summary(track_wlog_t *w, const char *key, const char *value_json, err_t *e) {
+/* Writes one SummaryRecord updating n keys. */
+int track_wlog_summary_items(track_wlog_t *w, const char *const *keys,
+                             const char *const *values, int n, err_t *e) {
     tbuf_t msg = {0}, body = {0};
-    put_item(&msg, 1, key, value_json);
+    for (int i = 0; i < n; i++) put_item(&msg, 1, keys[i], values[i]);
     pb_message(&body, R_SUMMARY, &msg);
     int rc = write_record(w, &body, e);
     tbuf_free(&msg);
     tbuf_free(&body);
     return rc;
+}
+
+int track_wlog_summary(track_wlog_t *w, const char *key, const char *value_json, err_t *e) {
+    return track_wlog_summary_items(w, &key, &value_json, 1, e);
 }
 
 /* Writes an OutputRecord (stdout) with the line and a trailing newline. */

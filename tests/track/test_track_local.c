@@ -418,11 +418,11 @@ static void test_wandb_offline_log(void) {
     rd_rec_t *recs = NULL;
     int count = rd_wandb(data, n, &recs, why);
     /* header, run, config, history(2), summary, output, history(4: held back until a
-     * later step or close, to merge rows of the same step), exit, final */
-    CHECK_INT(count, 9);
-    if (count < 9) { fprintf(stderr, "datastore: %s\n", why); free(data); return; }
-    int kinds[9];
-    for (int i = 0; i < 9; i++) {
+     * later step or close, to merge rows of the same step), final summary, exit, final */
+    CHECK_INT(count, 10);
+    if (count < 10) { fprintf(stderr, "datastore: %s\n", why); free(data); return; }
+    int kinds[10];
+    for (int i = 0; i < 10; i++) {
         pbf_t f;
         CHECK(pb_find(recs[i].data, recs[i].len, 1, &f));
         CHECK_INT(f.v, i + 1);                     /* Record.num counts from 1 */
@@ -431,8 +431,8 @@ static void test_wandb_offline_log(void) {
         while (pb_next(recs[i].data, recs[i].len, &pos, &f) == 1)
             if (f.field != 1) kinds[i] = f.field;
     }
-    int want[9] = {21, 17, 5, 2, 3, 4, 2, 18, 20};
-    for (int i = 0; i < 9; i++) CHECK_INT(kinds[i], want[i]);
+    int want[10] = {21, 17, 5, 2, 3, 4, 2, 3, 18, 20};
+    for (int i = 0; i < 10; i++) CHECK_INT(kinds[i], want[i]);
     char s[256];
     pbf_t f;
     pb_find(recs[1].data, recs[1].len, 17, &f);
@@ -493,7 +493,24 @@ static void test_wandb_offline_log(void) {
     /* output record line, exit code */
     pb_find(recs[5].data, recs[5].len, 4, &f);
     CHECK_STR(pb_str(f.data, f.len, 3, s, sizeof s), "hello wandb\n");
-    pb_find(recs[7].data, recs[7].len, 18, &f);
+    /* the final summary: last value of every history key plus the explicit ones */
+    pb_find(recs[7].data, recs[7].len, 3, &f);
+    const uint8_t *sm = f.data;
+    size_t sml = f.len;
+    pos = 0;
+    int sum_items = 0, sum_seen = 0;
+    while (pb_next(sm, sml, &pos, &f) == 1) {
+        char k[64], val[64];
+        pb_str(f.data, f.len, 1, k, sizeof k);
+        pb_str(f.data, f.len, 16, val, sizeof val);
+        if (!strcmp(k, "train/loss")) { CHECK_STR(val, "0.5"); sum_seen |= 1; }
+        if (!strcmp(k, "best_val_top1")) { CHECK_STR(val, "0.5"); sum_seen |= 2; }
+        if (!strcmp(k, "val/top5")) { CHECK_STR(val, "0.875"); sum_seen |= 4; }
+        sum_items++;
+    }
+    CHECK_INT(sum_seen, 7);
+    CHECK_INT(sum_items, 19);          /* 10 step keys - loss_scale + 10 epoch keys - epoch + best */
+    pb_find(recs[8].data, recs[8].len, 18, &f);
     pbf_t ec;
     CHECK(pb_find(f.data, f.len, 1, &ec) && ec.v == 3);
     for (int i = 0; i < count; i++) free(recs[i].data);
