@@ -3,6 +3,7 @@
  * evaluation mode, the caller's allocator and clean shutdown. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "data/augment.h"
 #include "data/loader.h"
@@ -337,6 +338,40 @@ static void test_allocator_shutdown_errors(void) {
     dataset_free(d);
 }
 
+/* data_wait_s: the synchronous loader waits for every batch (it fills it); a prefetching
+ * loader whose consumer is slower than the workers hands out batches already filled. */
+static void test_data_wait(void) {
+    dataset_t *d = make_ds(64);
+    err_t e = {0};
+    loader_opts_t o = train_opts(8, 0);
+    loader_t *l = NULL;
+    CHECK_INT(loader_create(d, &o, &l, &e), 0);
+    loader_start_epoch(l, 0, 0, &e);
+    loader_batch_t *b;
+    double sync_wait = 0;
+    while (loader_next(l, &b, &e) == 1) sync_wait += b->data_wait_s;
+    loader_free(l);
+    CHECK(sync_wait > 0);
+    o = train_opts(8, 1);
+    o.prefetch = 8;
+    CHECK_INT(loader_create(d, &o, &l, &e), 0);
+    loader_start_epoch(l, 0, 0, &e);
+    struct timespec nap = {0, 100 * 1000 * 1000};
+    nanosleep(&nap, NULL);  /* the worker fills the whole ring meanwhile */
+    int fast = 0, n = 0;
+    while (loader_next(l, &b, &e) == 1) {
+        fast += b->data_wait_s < 0.02;
+        n++;
+        nanosleep(&nap, NULL);
+    }
+    printf("data_wait: synchronous epoch total %.4f s; prefetched batches under 20 ms: %d of %d\n",
+           sync_wait, fast, n);
+    CHECK_INT(n, 8);
+    CHECK(fast >= 6);
+    loader_free(l);
+    dataset_free(d);
+}
+
 int main(void) {
     TEST_RUN(test_crop_flip);
     TEST_RUN(test_rotation_hand);
@@ -345,5 +380,6 @@ int main(void) {
     TEST_RUN(test_loader_determinism);
     TEST_RUN(test_eval_and_dtypes);
     TEST_RUN(test_allocator_shutdown_errors);
+    TEST_RUN(test_data_wait);
     return test_main_end();
 }
