@@ -404,6 +404,16 @@ static void test_tar_direct(void) {
     const char *pax = "20 path=dir/pax.txt\n";
     tar_entry(&t, "PaxHeaders/x", 'x', pax, strlen(pax), NULL);
     tar_entry(&t, "short", '0', "PAX", 3, NULL);
+    /* an old-GNU header (magic "ustar  \0", as in the CIFAR tarballs): bytes 345.. hold
+     * times, not a name prefix */
+    size_t at = t.len;
+    tar_entry(&t, "gnu.bin", '0', "GNU!", 4, NULL);
+    memcpy(t.buf + at + 257, "ustar  ", 8);
+    memcpy(t.buf + at + 345, "00000000001", 11);
+    memset(t.buf + at + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++) sum += (uint8_t)t.buf[at + i];
+    snprintf(t.buf + at + 148, 8, "%06o", sum);
     tar_end(&t);
     char arch[600], dest[600];
     snprintf(arch, sizeof arch, "%s/t.tar", tmp);
@@ -422,6 +432,10 @@ static void test_tar_direct(void) {
     snprintf(p, sizeof p, "%s/dir/pax.txt", dest);
     b = test_read_file(p, &n);
     CHECK(b && n == 3 && !memcmp(b, "PAX", 3));
+    free(b);
+    snprintf(p, sizeof p, "%s/gnu.bin", dest);
+    b = test_read_file(p, &n);
+    CHECK(b && n == 4 && !memcmp(b, "GNU!", 4));
     free(b);
     /* a bad header checksum */
     t.buf[1024 + 3] ^= 1;  /* the 2nd header (after the long name block) name field */
