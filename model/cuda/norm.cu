@@ -94,16 +94,38 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
     block_partials<V>(s, ss, active, ch0, c, part);
 }
 
+/* Adds the row splits of part ([2][splits][c]) per channel in double: a 32 x 8 block
+ * takes 32 channels, threadIdx.y takes every 8th split, and the 8 partial sums are added
+ * in a fixed order, so the result does not depend on timing. s, s2 get the two sums. */
+__device__ __forceinline__ bool sum_splits(int c, int splits, const float *part, double *s, double *s2) {
+    __shared__ double sh[2][BN_TY][BN_TX];
+    int ch = blockIdx.x * BN_TX + threadIdx.x;
+    double a = 0.0, b = 0.0;
+    if (ch < c)
+        for (int j = threadIdx.y; j < splits; j += BN_TY) {
+            a += part[(int64_t)j * c + ch];
+            b += part[(int64_t)(splits + j) * c + ch];
+        }
+    sh[0][threadIdx.y][threadIdx.x] = a;
+    sh[1][threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y != 0 || ch >= c) return false;
+    a = b = 0.0;
+    for (int j = 0; j < BN_TY; j++) {
+        a += sh[0][j][threadIdx.x];
+        b += sh[1][j][threadIdx.x];
+    }
+    *s = a;
+    *s2 = b;
+    return true;
+}
+
 template <typename T>
 __global__ void bn_stats_final_k(int64_t m, int c, int splits, const T *x, const float *part,
                                  float *mean, float *var) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    double s = 0.0, ss = 0.0;
-    for (int j = 0; j < splits; j++) {
-        s += part[(int64_t)j * c + ch];
-        ss += part[(int64_t)(splits + j) * c + ch];
-    }
+    double s, ss;
+    if (!sum_splits(c, splits, part, &s, &ss)) return;
+    int ch = blockIdx.x * BN_TX + threadIdx.x;
     double ms = s / (double)m, v = ss / (double)m - ms * ms;
     mean[ch] = (float)((double)to_f32(x[ch]) + ms);
     var[ch] = (float)(v > 0.0 ? v : 0.0);
@@ -184,13 +206,9 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
 
 __global__ void bn_bwd_final_k(int c, int splits, const float *part, const float *var, float eps,
                                float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
-    int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= c) return;
-    double s = 0.0, sx = 0.0;
-    for (int j = 0; j < splits; j++) {
-        s += part[(int64_t)j * c + ch];
-        sx += part[(int64_t)(splits + j) * c + ch];
-    }
+    double s, sx;
+    if (!sum_splits(c, splits, part, &s, &sx)) return;
+    int ch = blockIdx.x * BN_TX + threadIdx.x;
     float invstd = 1.0f / sqrtf(var[ch] + eps);
     float sdy = (float)s, sdyx = (float)(sx * (double)invstd);
     sum_dy[ch] = sdy;
@@ -244,18 +262,18 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
 static int bn_vec(int c, size_t esz, const void *a, const void *b, const void *d, const void *e) {
     for (int v = 4; v > 1; v /= 2) {
         size_t al = esz * (size_t)v;
-        if (c % v == 0 && c >= 16 * v && cb_aligned(a, al) && cb_aligned(b, al) &&
+        if (c % v == 0 && c >= BN_TX * v && cb_aligned(a, al) && cb_aligned(b, al) &&
             cb_aligned(d, al) && cb_aligned(e, al))
             return v;
     }
     return 1;
 }
 
-/* Grid for the 32 x 8 blocks: enough row splits for ~4 blocks per SM, at least 16 rows
+/* Grid for the 32 x 8 blocks: enough row splits for ~8 blocks per SM, at least 16 rows
  * per thread, at most 1024 splits. */
 static dim3 bn_grid(const cuda_be_t *cb, int64_t m, int c, int v) {
     int gx = (c + BN_TX * v - 1) / (BN_TX * v);
-    int64_t want = ((int64_t)cb->sm_count * 4 + gx - 1) / gx;
+    int64_t want = ((int64_t)cb->sm_count * 8 + gx - 1) / gx;
     int64_t most = (m + BN_TY * 16 - 1) / (BN_TY * 16);
     int64_t gy = want < most ? want : most;
     if (gy > 1024) gy = 1024;
@@ -280,7 +298,8 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
         bn_stats_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, part)));
     KERNEL_CHECK(cb, "bn_stats_partial_k");
-    DISPATCH_DT(cb, dt, T, bn_stats_final_k<T><<<(c + 255) / 256, 256, 0, cb->stream>>>(
+    dim3 fgrid((c + BN_TX - 1) / BN_TX);
+    DISPATCH_DT(cb, dt, T, bn_stats_final_k<T><<<fgrid, block, 0, cb->stream>>>(
         m, c, (int)grid.y, (const T *)x, part, mean, var));
     KERNEL_CHECK(cb, "bn_stats_final_k");
     return 0;
@@ -327,7 +346,7 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
         bn_bwd_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
                                                                (const T *)dy, mean, part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
-    bn_bwd_final_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, (int)grid.y, part, var, eps, sum_dy,
+    bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)grid.y, part, var, eps, sum_dy,
                                                              sum_dy_xhat, dgamma, dbeta);
     KERNEL_CHECK(cb, "bn_bwd_final_k");
     return 0;
