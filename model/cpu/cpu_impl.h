@@ -15,23 +15,30 @@
 #include "runner/util/half.h"
 
 /* ---- thread pool ------------------------------------------------------------------
- * A fixed set of workers that run fn(arg, chunk) for chunk in [0, nchunks). Chunks are
- * handed out statically (worker t takes chunks t, t+T, ...), so which thread computes
- * what never depends on timing; reductions write one partial per chunk and the caller
- * combines them in chunk order, so results do not even depend on the thread count. */
+ * A fixed set of workers that run fn(arg, chunk) for chunk in [0, nchunks). Threads claim
+ * chunks from a shared counter, so a descheduled worker (the machine is shared) delays
+ * nothing it has not started. Results never depend on which thread ran a chunk: every
+ * task writes its own outputs, and reductions write one partial per chunk that the
+ * caller combines in chunk order, so results are the same bits whatever the timing or
+ * the thread count. */
 typedef void (*cpu_task_fn)(void *arg, int chunk);
 
 typedef struct cpu_pool {
     int nthreads;                 /* including the calling thread */
+    /* GNU OpenMP entry points when libgomp is loaded (it is, with oneDNN): the pool then
+     * runs on oneDNN's OpenMP team instead of starting threads of its own. NULL: own
+     * pthread workers (fields below). */
+    void (*gomp_parallel)(void (*fn)(void *), void *data, unsigned nthreads, unsigned flags);
     pthread_t *tids;
     pthread_mutex_t mu;
-    pthread_cond_t start_cv, done_cv;
-    uint64_t generation;          /* bumped per parallel call */
-    int pending;                  /* workers still running the current call */
-    bool quit;
-    cpu_task_fn fn;
+    pthread_cond_t start_cv;
+    bool quit;                    /* under mu */
+    uint32_t generation;          /* bumped per parallel call (under mu, read atomically) */
+    cpu_task_fn fn;               /* the current call, valid while its chunks remain */
     void *arg;
     int nchunks;
+    uint64_t ticket;              /* atomic: generation << 32 | next unclaimed chunk */
+    int done;                     /* atomic: chunks finished in the current call */
 } cpu_pool_t;
 
 int cpu_pool_init(cpu_pool_t *p, int nthreads, err_t *e);

@@ -81,21 +81,37 @@ int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, flo
     return 0;
 }
 
-/* y = [relu](x * scale + shift [+ z]) on one block of rows, rounded once to dt. */
+/* y = [relu](x * scale + shift [+ z]) on one block of rows, rounded once to dt. The
+ * variants are separate branch-free loops so the compiler vectorises them; relu is
+ * written `v < 0 ? 0 : v` so that NaN passes through as in torch. */
 static void apply_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
+    const float *sc = t->scale, *sh = t->shift;
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        const float *xr = t->x + i * c, *zr = t->z ? t->z + i * c : NULL;
+        const float *xr = t->x + i * c;
         float *yr = t->out + i * c;
-        for (int j = 0; j < c; j++) {
-            float v = xr[j] * t->scale[j] + t->shift[j];
-            if (zr) v = v + zr[j];
-            if (t->relu) v = v < 0.0f ? 0.0f : v;
-            yr[j] = t->dt != DT_F32 ? cpu_round(t->dt, v) : v;
+        if (t->z) {
+            const float *zr = t->z + i * c;
+            if (t->relu)
+                for (int j = 0; j < c; j++) {
+                    float v = xr[j] * sc[j] + sh[j] + zr[j];
+                    yr[j] = v < 0.0f ? 0.0f : v;
+                }
+            else
+                for (int j = 0; j < c; j++) yr[j] = xr[j] * sc[j] + sh[j] + zr[j];
+        } else if (t->relu) {
+            for (int j = 0; j < c; j++) {
+                float v = xr[j] * sc[j] + sh[j];
+                yr[j] = v < 0.0f ? 0.0f : v;
+            }
+        } else {
+            for (int j = 0; j < c; j++) yr[j] = xr[j] * sc[j] + sh[j];
         }
+        if (t->dt != DT_F32)
+            for (int j = 0; j < c; j++) yr[j] = cpu_round(t->dt, yr[j]);
     }
 }
 
@@ -127,21 +143,42 @@ int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *
     return 0;
 }
 
-/* Sum of masked dy and of masked dy * x over one block, per channel. */
+#define TILE 64   /* channels per inner loop: local accumulators the compiler can vectorise */
+
+/* Sum of masked dy and of masked dy * (x - mean) over one block, per channel, in double.
+ * Channels are processed in tiles of TILE with accumulators on the stack, so no store can
+ * alias an input and the loops vectorise; the mask loads dy unconditionally and selects. */
 static void reduce_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
-    memset(s, 0, 2 * (size_t)c * sizeof(double));
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        const float *xr = t->x + i * c, *dr = t->dy + i * c, *yr = t->y ? t->y + i * c : NULL;
-        for (int j = 0; j < c; j++) {
-            double d = yr && !(yr[j] > 0.0f) ? 0.0 : (double)dr[j];
-            s[j] += d;
-            q[j] += d * ((double)xr[j] - (double)t->mean[j]);
+    for (int j0 = 0; j0 < c; j0 += TILE) {
+        int nj = c - j0 < TILE ? c - j0 : TILE;
+        double as[TILE] = {0}, aq[TILE] = {0};
+        float mu[TILE];
+        memcpy(mu, t->mean + j0, (size_t)nj * sizeof(float));
+        for (int64_t i = lo; i < hi; i++) {
+            const float *xr = t->x + i * c + j0, *dr = t->dy + i * c + j0;
+            float dm[TILE], xc[TILE];
+            if (t->y) {
+                const float *yr = t->y + i * c + j0;
+                for (int j = 0; j < nj; j++) {
+                    float dv = dr[j], yv = yr[j];
+                    dm[j] = yv > 0.0f ? dv : 0.0f;
+                }
+            } else {
+                memcpy(dm, dr, (size_t)nj * sizeof(float));
+            }
+            for (int j = 0; j < nj; j++) xc[j] = xr[j] - mu[j];
+            for (int j = 0; j < nj; j++) {
+                as[j] += (double)dm[j];
+                aq[j] += (double)dm[j] * (double)xc[j];
+            }
         }
+        memcpy(s + j0, as, (size_t)nj * sizeof(double));
+        memcpy(q + j0, aq, (size_t)nj * sizeof(double));
     }
 }
 
@@ -170,21 +207,38 @@ int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     return 0;
 }
 
-/* dx = scale * (dy - mean_dy - (x - mean) * coef), dz = masked dy, on one block. */
+/* dx = scale * (dy - mean_dy - (x - mean) * coef) and dz = masked dy on one block. Each
+ * tile of a row is computed into stack buffers and then copied out, so dx may alias dy
+ * and the compute loops vectorise (no store can alias an input). */
 static void bwd_apply_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
-    const float *mdy = t->shift;
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        const float *xr = t->x + i * c, *dr = t->dy + i * c, *yr = t->y ? t->y + i * c : NULL;
-        float *dxr = t->out + i * c, *dzr = t->out2 ? t->out2 + i * c : NULL;
-        for (int j = 0; j < c; j++) {
-            float d = yr && !(yr[j] > 0.0f) ? 0.0f : dr[j];
-            float v = t->scale[j] * (d - mdy[j] - (xr[j] - t->mean[j]) * t->coef[j]);
-            if (dzr) dzr[j] = d;
-            dxr[j] = t->dt != DT_F32 ? cpu_round(t->dt, v) : v;
+    for (int j0 = 0; j0 < c; j0 += TILE) {
+        int nj = c - j0 < TILE ? c - j0 : TILE;
+        float sc[TILE], mdy[TILE], coef[TILE], mu[TILE], dxt[TILE], dzt[TILE];
+        memcpy(sc, t->scale + j0, (size_t)nj * sizeof(float));
+        memcpy(mdy, t->shift + j0, (size_t)nj * sizeof(float));
+        memcpy(coef, t->coef + j0, (size_t)nj * sizeof(float));
+        memcpy(mu, t->mean + j0, (size_t)nj * sizeof(float));
+        for (int64_t i = lo; i < hi; i++) {
+            const float *xr = t->x + i * c + j0, *dr = t->dy + i * c + j0;
+            if (t->y) {
+                const float *yr = t->y + i * c + j0;
+                for (int j = 0; j < nj; j++) {
+                    float dv = dr[j], yv = yr[j];
+                    dzt[j] = yv > 0.0f ? dv : 0.0f;
+                }
+            } else {
+                memcpy(dzt, dr, (size_t)nj * sizeof(float));
+            }
+            for (int j = 0; j < nj; j++)
+                dxt[j] = sc[j] * (dzt[j] - mdy[j] - (xr[j] - mu[j]) * coef[j]);
+            if (t->dt != DT_F32)
+                for (int j = 0; j < nj; j++) dxt[j] = cpu_round(t->dt, dxt[j]);
+            if (t->out2) memcpy(t->out2 + i * c + j0, dzt, (size_t)nj * sizeof(float));
+            memcpy(t->out + i * c + j0, dxt, (size_t)nj * sizeof(float));
         }
     }
 }

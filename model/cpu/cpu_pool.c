@@ -1,43 +1,82 @@
 /* cpu_pool.c: the CPU backend's fixed thread pool (see cpu_impl.h for the contract).
  *
- * Worker t of T runs chunks t, t+T, t+2T, ...; the calling thread is worker 0. The static
- * assignment keeps every result independent of timing. Not here: work stealing, nested
- * parallelism (a task must not call cpu_pool_run).
+ * Where the process has GNU OpenMP loaded (libdnnl depends on it), the pool runs its
+ * chunks on OpenMP's thread team through GOMP_parallel, the entry point that
+ * `#pragma omp parallel` compiles to, looked up at run time because libgomp is only an
+ * indirect dependency of rn_model. oneDNN's convolutions and our ops then share one set
+ * of threads; a second set would compete with OpenMP's spinning threads for the same two
+ * cores (measured: BN phases 10-50x slower right after a oneDNN call). Otherwise:
+ *
+ * The calling thread and nthreads-1 workers claim chunks from one atomic ticket that
+ * packs the call's generation with the next chunk index, so a worker that wakes late
+ * can never claim a chunk of a later call with the function of an earlier one. The
+ * caller returns once every chunk has finished; it waits only for chunks already
+ * running, never for a worker that has not woken up yet (on a shared 2-core machine a
+ * wake-up can take a scheduler tick). Workers spin briefly before sleeping, because ops
+ * come back to back during a training step.
+ * Not here: nested parallelism (a task must not call cpu_pool_run).
  */
 #include "model/cpu/cpu_impl.h"
 
+#include <dlfcn.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define SPIN_ROUNDS 20000   /* polls of the generation before a worker sleeps */
+
 typedef struct worker_arg {
     cpu_pool_t *pool;
-    int index;
 } worker_arg_t;
 
-/* Runs this worker's share of the current call's chunks. */
-static void run_share(cpu_pool_t *p, int index) {
-    for (int i = index; i < p->nchunks; i += p->nthreads) p->fn(p->arg, i);
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
 }
 
-/* A worker: waits for a new generation, runs its share, reports done, repeats. */
+/* Claims and runs chunks of generation gen until none is left. */
+static void run_chunks(cpu_pool_t *p, uint32_t gen, cpu_task_fn fn, void *arg, int nchunks) {
+    for (;;) {
+        uint64_t t = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
+        for (;;) {
+            if ((uint32_t)(t >> 32) != gen || (int)(uint32_t)t >= nchunks) return;
+            if (__atomic_compare_exchange_n(&p->ticket, &t, t + 1, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                break;
+        }
+        fn(arg, (int)(uint32_t)t);
+        __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+/* A worker: waits for a new generation (spinning, then sleeping), helps, repeats. */
 static void *worker_main(void *argp) {
     worker_arg_t *wa = argp;
     cpu_pool_t *p = wa->pool;
-    int index = wa->index;
     free(wa);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    uint32_t seen = 0;
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->start_cv, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
-        run_share(p, index);
+        uint32_t gen = seen;
+        for (int i = 0; i < SPIN_ROUNDS; i++) {
+            gen = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
+            if (gen != seen) break;
+            cpu_relax();
+        }
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done_cv);
+        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->start_cv, &p->mu);
+        if (p->quit) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        gen = p->generation;
+        cpu_task_fn fn = p->fn;
+        void *arg = p->arg;
+        int nchunks = p->nchunks;
+        pthread_mutex_unlock(&p->mu);
+        seen = gen;
+        run_chunks(p, gen, fn, arg, nchunks);
     }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
 }
 
 /* Starts nthreads-1 workers (the caller is the last one). Returns 0 or -1 with e set. */
@@ -47,16 +86,19 @@ int cpu_pool_init(cpu_pool_t *p, int nthreads, err_t *e) {
     p->nthreads = nthreads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
-    pthread_cond_init(&p->done_cv, NULL);
     if (nthreads == 1) return 0;
+#ifndef CPU_POOL_NO_GOMP
+    void *sym = dlsym(RTLD_DEFAULT, "GOMP_parallel");
+    if (sym) {
+        memcpy(&p->gomp_parallel, &sym, sizeof p->gomp_parallel);
+        return 0;
+    }
+#endif
     p->tids = calloc((size_t)nthreads, sizeof *p->tids);
     if (!p->tids) return err_set(e, ERR_RUNTIME, "cpu backend: out of memory for thread pool");
     for (int t = 1; t < nthreads; t++) {
         worker_arg_t *wa = malloc(sizeof *wa);
-        if (wa) {
-            wa->pool = p;
-            wa->index = t;
-        }
+        if (wa) wa->pool = p;
         if (!wa || pthread_create(&p->tids[t], NULL, worker_main, wa) != 0) {
             free(wa);
             p->nthreads = t;   /* deinit joins the ones started */
@@ -81,7 +123,23 @@ void cpu_pool_deinit(cpu_pool_t *p) {
     }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->start_cv);
-    pthread_cond_destroy(&p->done_cv);
+}
+
+typedef struct omp_call {
+    cpu_task_fn fn;
+    void *arg;
+    int nchunks;
+    int next;            /* atomic: next unclaimed chunk */
+} omp_call_t;
+
+/* Body of the OpenMP parallel region: claim chunks until none is left. */
+static void omp_body(void *argp) {
+    omp_call_t *c = argp;
+    for (;;) {
+        int i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+        if (i >= c->nchunks) return;
+        c->fn(c->arg, i);
+    }
 }
 
 void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg) {
@@ -90,16 +148,26 @@ void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg) {
         for (int i = 0; i < nchunks; i++) fn(arg, i);
         return;
     }
+    if (p->gomp_parallel) {
+        omp_call_t c = {fn, arg, nchunks, 0};
+        p->gomp_parallel(omp_body, &c, (unsigned)(nchunks < p->nthreads ? nchunks : p->nthreads),
+                         0);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
+    uint32_t gen = p->generation + 1;
     p->fn = fn;
     p->arg = arg;
     p->nchunks = nchunks;
-    p->pending = p->nthreads - 1;
-    p->generation++;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->ticket, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->generation, gen, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->start_cv);
     pthread_mutex_unlock(&p->mu);
-    run_share(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    run_chunks(p, gen, fn, arg, nchunks);
+    /* every chunk is claimed; wait for the ones other threads are still running */
+    for (int spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nchunks; spins++) {
+        if (spins < 1000) cpu_relax();
+        else sched_yield();
+    }
 }
