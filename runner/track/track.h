@@ -29,6 +29,9 @@
  * https://api.wandb.ai), WANDB_DIR, WANDB_API_KEY (else ~/.netrc or $NETRC, machine =
  * the host of WANDB_BASE_URL). The API key is never written to any file or message.
  *
+ * A bus is used from one thread (the training loop's); the W&B sender runs on its own
+ * thread behind it.
+ *
  * Not here: checkpoints (the training loop stores track_wandb_run_id itself if it wants;
  * the bus also remembers it in <run_dir>/wandb/run_id), summary.json (written by runner/).
  */

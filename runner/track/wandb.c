@@ -213,9 +213,13 @@ static int http_post(track_wandb_t *w, const char *url, const char *body, http_r
 static void warn_once(track_wandb_t *w, const char *why) {
     if (w->warned) return;
     w->warned = true;
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s", w->hint);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;                        /* wandb sync takes the run's directory */
     fprintf(w->warn, "warning: W&B: cannot reach %s (%s); training goes on and every metric "
             "is kept in steps.csv, metrics.csv and the offline log %s (upload it later with "
-            "`wandb sync %s`)\n", w->base, why, w->hint, w->hint);
+            "`wandb sync %s`)\n", w->base, why, w->hint, dir);
     fflush(w->warn);
 }
 
