@@ -31,6 +31,7 @@ static const size_t FIND_WS_CAP = (size_t)1 << 30;
 struct conv_plan {
     conv_shape_t s;
     dtype_t dt;
+    int align;                            /* pointer alignment class the algorithms were found for */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd[3];   /* fwd, bwd data, bwd filter: each its math type */
@@ -89,11 +90,18 @@ static int plan_init(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, struct co
     return 0;
 }
 
-/* The cached plan for (s, dt), created on first use; NULL with the error set. */
-static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt) {
+/* The alignment class of three pointers: 16 when all are 16-byte aligned (tensor-core
+ * kernels may need it), else 2. Layers of one shape whose weights sit at offsets of other
+ * alignment get their own plan, found with such pointers. */
+static int align_class(const void *a, const void *b, const void *c) {
+    return (cb_aligned(a, 16) && cb_aligned(b, 16) && cb_aligned(c, 16)) ? 16 : 2;
+}
+
+/* The cached plan for (s, dt, align), created on first use; NULL with the error set. */
+static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, int align) {
     for (int i = 0; i < cb->n_convs; i++) {
         struct conv_plan *p = &cb->convs[i];
-        if (p->dt == dt && !memcmp(&p->s, s, sizeof *s)) return p;
+        if (p->dt == dt && p->align == align && !memcmp(&p->s, s, sizeof *s)) return p;
     }
     if (s->n <= 0 || s->c <= 0 || s->k <= 0 || s->h <= 0 || s->w <= 0 || s->r <= 0 || s->s <= 0 ||
         s->stride <= 0 || s->pad < 0) {
@@ -116,6 +124,7 @@ static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t 
         plan_destroy(&fresh);
         return NULL;
     }
+    fresh.align = align;
     cb->convs[cb->n_convs] = fresh;
     return &cb->convs[cb->n_convs++];
 }
@@ -225,7 +234,7 @@ int cu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *
                   void *y) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
-    struct conv_plan *p = plan_get(cb, s, dt);
+    struct conv_plan *p = plan_get(cb, s, dt, align_class(x, w, y));
     if (!p) return -1;
     if (!p->found[DIR_FWD] && plan_find(cb, p, DIR_FWD, x, w, y)) return -1;
     float alpha = 1.0f, beta = 0.0f;
@@ -239,7 +248,7 @@ int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const v
                        const void *w, void *dx) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
-    struct conv_plan *p = plan_get(cb, s, dt);
+    struct conv_plan *p = plan_get(cb, s, dt, align_class(dy, w, dx));
     if (!p) return -1;
     if (!p->found[DIR_BWD_DATA] && plan_find(cb, p, DIR_BWD_DATA, dy, w, dx)) return -1;
     float alpha = 1.0f, beta = 0.0f;
@@ -253,7 +262,7 @@ int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const
                          const void *dy, float *dw) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
-    struct conv_plan *p = plan_get(cb, s, dt);
+    struct conv_plan *p = plan_get(cb, s, dt, align_class(x, dy, dy));
     if (!p) return -1;
     int64_t nw = (int64_t)s->k * s->r * s->s * s->c;
     if (cb_grow(cb, &cb->stage, (size_t)nw * dt_size(dt), "conv weight-gradient staging")) return -1;

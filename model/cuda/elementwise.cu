@@ -5,7 +5,9 @@
  * their pointers are 16-byte aligned (the usual case: backend_alloc returns 256-byte
  * aligned memory), with a scalar path otherwise. Arithmetic is fp32; half outputs are
  * rounded to nearest even. relu keeps NaN (as torch does), so AMP overflow still shows up
- * in the gradients. Not here: reductions across rows (norm.cu, loss.cu).
+ * in the gradients. Outputs may alias inputs element for element (the net sums gradients
+ * in place with add), so those kernels take no __restrict__. Not here: reductions across
+ * rows (norm.cu, loss.cu).
  */
 #include "model/cuda/elementwise.cuh"
 
@@ -15,7 +17,7 @@
 template <typename T> constexpr int vec_n() { return (int)(16 / sizeof(T)); }
 
 template <typename T, int N>
-__global__ void relu_fwd_k(int64_t n, const T *__restrict__ x, T *__restrict__ y) {
+__global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> a = reinterpret_cast<const pack_t<T, N> *>(x)[i];
@@ -30,8 +32,8 @@ __global__ void relu_fwd_k(int64_t n, const T *__restrict__ x, T *__restrict__ y
 }
 
 template <typename T, int N>
-__global__ void relu_bwd_k(int64_t n, const T *__restrict__ y, const T *__restrict__ dy,
-                           T *__restrict__ dx) {
+__global__ void relu_bwd_k(int64_t n, const T *y, const T *dy,
+                           T *dx) {
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> a = reinterpret_cast<const pack_t<T, N> *>(y)[i];
@@ -47,8 +49,8 @@ __global__ void relu_bwd_k(int64_t n, const T *__restrict__ y, const T *__restri
 }
 
 template <typename T, int N>
-__global__ void add_k(int64_t n, const T *__restrict__ a, const T *__restrict__ b,
-                      T *__restrict__ y) {
+__global__ void add_k(int64_t n, const T *a, const T *b,
+                      T *y) {
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> u = reinterpret_cast<const pack_t<T, N> *>(a)[i];
