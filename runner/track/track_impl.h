@@ -132,6 +132,7 @@ typedef struct track_wandb_opts {
     const char *api_key;      /* kept in memory only */
     bool resume;              /* ask the service where the run stopped */
     double timeout_s;         /* per request */
+    double heartbeat_s;       /* empty file_stream request after this much silence; 0 = 30 s */
     FILE *warn_out;
     const char *offline_hint; /* path of the offline log, for the warning */
 } track_wandb_opts_t;

@@ -52,6 +52,7 @@ struct track_wandb {
     char *config_json;
     bool resume;
     double timeout_s;
+    double heartbeat_s;       /* an empty file_stream request after this much silence */
     FILE *warn;
     /* queues, under mu */
     line_q_t hist, out;
@@ -437,9 +438,17 @@ static void *sender_main(void *arg) {
              w->run_id);
     bool final_sent = false;
     while (ok && !final_sent) {
+        /* wait for data; after heartbeat_s of silence send an empty request, as the SDK
+         * does, so that the service does not take a slow run for a crashed one */
+        bool heartbeat = false;
+        struct timespec hb;
+        clock_gettime(CLOCK_REALTIME, &hb);
+        double hb_at = hb.tv_sec + hb.tv_nsec * 1e-9 + w->heartbeat_s;
+        hb.tv_sec = (time_t)hb_at;
+        hb.tv_nsec = (long)((hb_at - (double)hb.tv_sec) * 1e9);
         pthread_mutex_lock(&w->mu);
-        while (!w->finishing && !w->hist.n && !w->out.n && !w->summary)
-            pthread_cond_wait(&w->cv, &w->mu);
+        while (!w->finishing && !w->hist.n && !w->out.n && !w->summary && !heartbeat)
+            if (pthread_cond_timedwait(&w->cv, &w->mu, &hb) != 0) heartbeat = true;
         size_t nh = q_take(&w->hist, hl, hs, BATCH_MAX);
         size_t no = q_take(&w->out, ol, NULL, BATCH_MAX);
         char *sum = w->summary;
@@ -477,7 +486,7 @@ static void *sender_main(void *arg) {
             fclose(f);
         }
         http_resp_t r;
-        int sent = body && (nh || no || sum || final) ? post_retry(w, url, body, &r) : 0;
+        int sent = body && (nh || no || sum || final || heartbeat) ? post_retry(w, url, body, &r) : 0;
         free(body);
         if (sent == 0) {
             if (body) tbuf_free(&r.body);
@@ -526,6 +535,7 @@ track_wandb_t *track_wandb_start(const track_wandb_opts_t *o, err_t *e) {
     w->config_json = run->config_json ? strdup(run->config_json) : NULL;
     w->resume = o->resume;
     w->timeout_s = o->timeout_s > 0 ? o->timeout_s : 10.0;
+    w->heartbeat_s = o->heartbeat_s > 0 ? o->heartbeat_s : 30.0;
     w->warn = o->warn_out ? o->warn_out : stderr;
     w->skip_through_step = -1;
     w->seed = (unsigned)(track_now_wall() * 1e6) ^ (unsigned)(uintptr_t)w;

@@ -740,6 +740,32 @@ static void test_bounded_queue(void) {
     free(warn);
 }
 
+/* A quiet run still sends heartbeats (empty file_stream requests), then completes. */
+static void test_heartbeat(void) {
+    srv_t s = {0};
+    CHECK_INT(srv_start(&s), 0);
+    set_env(s.port);
+    track_wandb_opts_t o = {
+        .run = {.run_id = "hb123456", .project = "proj", .display_name = "d"},
+        .base_url = getenv("WANDB_BASE_URL"), .api_key = KEY, .timeout_s = 1,
+        .heartbeat_s = 0.2, .warn_out = stderr, .offline_hint = "x",
+    };
+    err_t e = {0};
+    track_wandb_t *w = track_wandb_start(&o, &e);
+    CHECK(w != NULL);
+    if (!w) return;
+    usleep(1100000);
+    CHECK_INT(track_wandb_finish(w, 7, 5), 0);
+    srv_stop(&s);
+    CHECK(s.n_fs_seen >= 4);                     /* ~5 heartbeats and the final request */
+    CHECK(s.n_fs_seen <= 8);
+    CHECK_INT(s.n_hist, 0);
+    CHECK_INT(s.complete, 1);
+    CHECK_INT(s.exitcode, 7);
+    CHECK_INT(s.offset_errors, 0);
+    srv_free(&s);
+}
+
 int main(void) {
     TEST_RUN(test_api_key_sources);
     TEST_RUN(test_clean_run);
@@ -753,5 +779,6 @@ int main(void) {
     TEST_RUN(test_no_key_goes_offline);
     TEST_RUN(test_wrong_key);
     TEST_RUN(test_bounded_queue);
+    TEST_RUN(test_heartbeat);
     return test_main_end();
 }
