@@ -518,6 +518,79 @@ static void test_wandb_offline_log(void) {
     free(data);
 }
 
+/* The SDK's environment variables win over the options. */
+static void test_wandb_env_overrides(void) {
+    clear_wandb_env();
+    char dir[512], wdir[600], path[1400], sub[1300], why[128];
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    snprintf(wdir, sizeof wdir, "%s/elsewhere", dir);
+    mkdir(wdir, 0755);
+    setenv("WANDB_MODE", "offline", 1);
+    setenv("WANDB_DIR", wdir, 1);
+    setenv("WANDB_RUN_ID", "envrun42", 1);
+    setenv("WANDB_NAME", "env-name", 1);
+    setenv("WANDB_PROJECT", "env-proj", 1);
+    setenv("WANDB_ENTITY", "env-ent", 1);
+    setenv("WANDB_RUN_GROUP", "env-grp", 1);
+    track_opts_t o;
+    track_opts_init(&o);
+    o.run_dir = dir;
+    o.progress = TRACK_PROGRESS_OFF;
+    o.wandb_mode = "disabled";                    /* WANDB_MODE wins */
+    o.wandb_project = "file-proj";
+    o.wandb_group = "file-grp";
+    err_t e = {0};
+    track_t *t = track_open(&o, &e);
+    CHECK(t != NULL);
+    if (!t) return;
+    CHECK_STR(track_wandb_run_id(t), "envrun42");
+    CHECK_INT(track_close(t, 0, &e), 0);
+    clear_wandb_env();
+    snprintf(sub, sizeof sub, "%s/wandb", wdir);
+    CHECK_INT(find_file(sub, "offline-run-", path, sizeof path), 0);
+    CHECK_CONTAINS(path, "-envrun42");
+    memcpy(sub, path, sizeof sub - 1);
+    sub[sizeof sub - 1] = 0;
+    snprintf(path, sizeof path, "%s/run-envrun42.wandb", sub);
+    size_t n = 0;
+    uint8_t *data = (uint8_t *)test_read_file(path, &n);
+    CHECK(data != NULL);
+    if (!data) return;
+    rd_rec_t *recs = NULL;
+    int count = rd_wandb(data, n, &recs, why);
+    CHECK(count >= 2);
+    if (count >= 2) {
+        pbf_t f;
+        CHECK(pb_find(recs[1].data, recs[1].len, 17, &f));
+        char s[64];
+        CHECK_STR(pb_str(f.data, f.len, 2, s, sizeof s), "env-ent");
+        CHECK_STR(pb_str(f.data, f.len, 3, s, sizeof s), "env-proj");
+        CHECK_STR(pb_str(f.data, f.len, 6, s, sizeof s), "env-grp");
+        CHECK_STR(pb_str(f.data, f.len, 8, s, sizeof s), "env-name");
+    }
+    for (int i = 0; i < count; i++) free(recs[i].data);
+    free(recs);
+    free(data);
+    snprintf(path, sizeof path, "%s/wandb/run_id", dir);  /* the id is remembered in the run dir */
+    char *rid = test_read_file(path, NULL);
+    CHECK_STR(rid, "envrun42\n");
+    free(rid);
+    /* WANDB_MODE=disabled wins over an online option: nothing W&B is written */
+    char dir2[512];
+    CHECK_INT(test_tmpdir(dir2, sizeof dir2), 0);
+    setenv("WANDB_MODE", "disabled", 1);
+    o.run_dir = dir2;
+    o.wandb_mode = "online";
+    t = track_open(&o, &e);
+    CHECK(t != NULL);
+    CHECK_STR(track_wandb_run_id(t), "");
+    CHECK_INT(track_close(t, 0, &e), 0);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/wandb", dir2);
+    CHECK(stat(path, &st) != 0);
+    clear_wandb_env();
+}
+
 int main(void) {
     TEST_RUN(test_crc32c_vectors);
     TEST_RUN(test_csv_and_progress);
@@ -527,5 +600,6 @@ int main(void) {
     TEST_RUN(test_tensorboard_file);
     TEST_RUN(test_wandb_framing);
     TEST_RUN(test_wandb_offline_log);
+    TEST_RUN(test_wandb_env_overrides);
     return test_main_end();
 }
