@@ -137,7 +137,41 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
                         "it as UTF-8");
     size_t i = len >= 3 && u[0] == 0xEF && u[1] == 0xBB && u[2] == 0xBF ? 3 : 0;
     bool line_start = true, indent_tab = false;
+    /* flow nesting ([ and { outside quotes and comments): libyaml takes quadratic time on
+       deep flow nesting, so it is bounded here, before parsing */
+    enum { PLAIN, DQUOTE, SQUOTE, COMMENT } mode = PLAIN;
+    int flow = 0;
+    unsigned char prev = '\n'; /* last non-blank character outside quotes */
     while (i < len) {
+        unsigned char ch = u[i];
+        if (mode == DQUOTE) {
+            if (ch == '\\' && i + 1 < len && u[i + 1] != '\n') {
+                i++, loc.col++;
+            } else if (ch == '"') {
+                mode = PLAIN, prev = ch;
+            }
+        } else if (mode == SQUOTE) {
+            if (ch == '\'' && i + 1 < len && u[i + 1] == '\'') i++, loc.col++;
+            else if (ch == '\'') mode = PLAIN, prev = ch;
+        } else if (mode == COMMENT) {
+            if (ch == '\n') mode = PLAIN;
+        } else if (ch == '#' && (prev == '\n' || i == 0 || u[i - 1] == ' ' || u[i - 1] == '\t')) {
+            mode = COMMENT;
+        } else if ((ch == '"' || ch == '\'') && strchr("\n:[{,-?", prev)) {
+            mode = ch == '"' ? DQUOTE : SQUOTE;
+        } else if (ch == '[' || ch == '{') {
+            if (++flow > CFG_MAX_DEPTH)
+                return cfg_fail(c, loc,
+                                "brackets nested deeper than %d levels; experiment files need "
+                                "at most 5",
+                                (int)CFG_MAX_DEPTH);
+        } else if ((ch == ']' || ch == '}') && flow > 0) {
+            flow--;
+        } else if (line_start && ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n' &&
+                   ch != ',' && ch != '#' && loc.col == 1) {
+            flow = 0; /* a line starting in column 1 is outside any flow collection */
+        }
+        if (mode == PLAIN && ch != ' ' && ch != '\t' && ch != '\r') prev = ch;
         if (u[i] == 0)
             return cfg_fail(c, loc,
                             "NUL byte in the file (is it a binary or UTF-16 file?); "
