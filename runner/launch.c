@@ -219,10 +219,10 @@ static void append_log_tail(const char *path, char *buf, size_t len) {
 }
 
 /* Builds rank's environment: the launcher's, minus the keys set here, plus them. */
-static char **build_env(const launch_opts_t *o, int local, int port, int global) {
+static char **build_env(const launch_opts_t *o, int local, int port, int global, bool tty) {
     static const char *const keys[] = { "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                         "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "NODE_RANK",
-                                        "ROLE_RANK", "ROLE_WORLD_SIZE" };
+                                        "ROLE_RANK", "ROLE_WORLD_SIZE", "RUNNER_TTY" };
     enum { NK = sizeof keys / sizeof keys[0] };
     size_t n_env = 0, n_extra = 0;
     while (environ[n_env]) n_env++;
@@ -241,11 +241,12 @@ static char **build_env(const launch_opts_t *o, int local, int port, int global)
     int world = o->nproc_per_node * o->nnodes;
     const char *addr = o->master_addr[0] ? o->master_addr : "127.0.0.1";
     int vals[] = { global, local, world, o->nproc_per_node, 0, port, o->node_rank, o->node_rank,
-                   global, world };
+                   global, world, 1 };
     for (int j = 0; j < NK; j++) {
         char buf[512];
         if (j == 4) snprintf(buf, sizeof buf, "%s=%s", keys[j], addr);
-        else snprintf(buf, sizeof buf, "%s=%d", keys[j], vals[j]);
+        else if (j == NK - 1 && !tty) continue;   /* RUNNER_TTY only when teed to a tty */
+        else snprintf(buf, sizeof buf, "%s=%d", keys[j], j == NK - 1 ? 1 : vals[j]);
         env[k++] = strdup(buf);
     }
     for (size_t i = 0; i < n_extra; i++) env[k++] = strdup(o->extra_env[i]);
@@ -371,7 +372,8 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
                  r[i].global_rank);
         r[i].log_fd = open(r[i].log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (r[i].log_fd < 0) { err_errno(e, ERR_INPUT, "cannot open %s", r[i].log_path); rc = ERR_INPUT; goto done; }
-        r[i].env = build_env(&opt, i, port, r[i].global_rank);
+        r[i].env = build_env(&opt, i, port, r[i].global_rank,
+                             r[i].global_rank == 0 && isatty(fileno(tee)));
         if (!r[i].env) { err_set(e, ERR_RUNTIME, "out of memory"); goto done; }
         if (r[i].global_rank == 0) tee_rank = i;
     }

@@ -7,7 +7,9 @@
  * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (global rank =
  * node_rank * nproc_per_node + local_rank). Each worker is the leader of its own process
  * group; its stdout/stderr go to <run_dir>/logs/rank<N>.log, and global rank 0's output is
- * also copied to the launcher's stdout (a pipe the launcher reads).
+ * also copied to the launcher's stdout (a pipe the launcher reads). Because rank 0 then
+ * writes into a pipe, the launcher sets RUNNER_TTY=1 in rank 0's environment when its
+ * own output is a terminal, so rank 0 can still choose a progress bar.
  *
  * Failure: when a rank exits non-zero or dies from a signal, the others get SIGTERM (to
  * their whole process group), then SIGKILL after grace_s; everything is reaped, and

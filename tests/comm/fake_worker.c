@@ -45,9 +45,10 @@ int main(int argc, char **argv) {
     write_pid(dir, "pid", rank, (long)getpid());
     if (!strcmp(mode, "env")) {
         printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s "
-               "MASTER_PORT=%s GROUP_RANK=%s NODE_RANK=%s EXTRA=%s\n", env("RANK"),
+               "MASTER_PORT=%s GROUP_RANK=%s NODE_RANK=%s EXTRA=%s TTY=%s\n", env("RANK"),
                env("LOCAL_RANK"), env("WORLD_SIZE"), env("LOCAL_WORLD_SIZE"), env("MASTER_ADDR"),
-               env("MASTER_PORT"), env("GROUP_RANK"), env("NODE_RANK"), env("FAKE_EXTRA"));
+               env("MASTER_PORT"), env("GROUP_RANK"), env("NODE_RANK"), env("FAKE_EXTRA"),
+               env("RUNNER_TTY"));
         fflush(stdout);
         fprintf(stderr, "stderr line from rank %s\n", rank);
         return 0;

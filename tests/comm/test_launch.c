@@ -7,6 +7,7 @@
 #include "tests/test.h"
 
 #include <errno.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -22,13 +23,15 @@ static double now_s(void) {
 
 /* Forks a process that runs launch_run on the fake worker with argv, world nproc, and
  * writes the error message to DIR/err.txt and rank 0's tee to DIR/tee.txt. */
+static int tee_fd = -1;   /* test-only: when >= 0 the launcher tees into this fd */
+
 static pid_t start_launcher(const char *dir, int nproc, int node_rank, int nnodes, int port,
                             double grace, char *const argv[]) {
     pid_t p = fork();
     if (p != 0) return p;
     char path[4096];
     snprintf(path, sizeof path, "%s/tee.txt", dir);
-    FILE *tee = fopen(path, "w");
+    FILE *tee = tee_fd >= 0 ? fdopen(tee_fd, "w") : fopen(path, "w");
     static const char *const extra[] = { "FAKE_EXTRA=hello", NULL };
     launch_opts_t o = {0};
     o.nproc_per_node = nproc;
@@ -88,7 +91,7 @@ static void test_env_contract_logs_tee(void) {
     char *l0 = read_in(dir, "logs/rank0.log"), *l1 = read_in(dir, "logs/rank1.log");
     char *tee = read_in(dir, "tee.txt");
     CHECK_CONTAINS(l0, "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=");
-    CHECK_CONTAINS(l0, "GROUP_RANK=0 NODE_RANK=0 EXTRA=hello");
+    CHECK_CONTAINS(l0, "GROUP_RANK=0 NODE_RANK=0 EXTRA=hello TTY=(unset)");  /* tee: a file */
     CHECK_CONTAINS(l0, "stderr line from rank 0");
     CHECK_CONTAINS(l1, "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1");
     CHECK_CONTAINS(l1, "stderr line from rank 1");
@@ -104,6 +107,24 @@ static void test_env_contract_logs_tee(void) {
     CHECK_CONTAINS(tee, "stderr line from rank 0");
     CHECK(!strstr(tee, "rank 1"));
     free(l0); free(l1); free(tee);
+}
+
+/* Teed to a terminal (a pty here): rank 0 gets RUNNER_TTY=1, rank 1 does not. */
+static void test_tty_env(void) {
+    char dir[4096];
+    test_tmpdir(dir, sizeof dir);
+    int master, slave;
+    if (openpty(&master, &slave, NULL, NULL, NULL) < 0) { CHECK(!"openpty"); return; }
+    tee_fd = slave;
+    char *argv[] = { "runner", "env", dir, NULL };
+    CHECK_INT(wait_exit(start_launcher(dir, 2, 0, 1, 0, 1, argv)), 0);
+    tee_fd = -1;
+    close(slave);
+    close(master);
+    char *l0 = read_in(dir, "logs/rank0.log"), *l1 = read_in(dir, "logs/rank1.log");
+    CHECK_CONTAINS(l0, "EXTRA=hello TTY=1");
+    CHECK_CONTAINS(l1, "EXTRA=hello TTY=(unset)");
+    free(l0); free(l1);
 }
 
 /* Node 1 of 2 with 2 ranks each: global ranks 2 and 3, nothing teed (rank 0 is remote). */
@@ -339,6 +360,7 @@ int main(void) {
     TEST_RUN(test_worker_env_torchrun);
     TEST_RUN(test_worker_env_slurm);
     TEST_RUN(test_env_contract_logs_tee);
+    TEST_RUN(test_tty_env);
     TEST_RUN(test_second_node_ranks);
     TEST_RUN(test_kill9_ends_run);
     TEST_RUN(test_failing_rank_log_tail);
