@@ -77,8 +77,9 @@ static void check_linear(dtype_t dt, bool tf32) {
         OK(be, be->ops->linear_fwd(be, n, in, out, dt, S(x), S(w), (float *)S(b), S(y)));
         OK(be, be->ops->linear_bwd(be, n, in, out, dt, S(x), S(w), S(dy), S(dx), (float *)S(dw), (float *)S(db)));
     }
-    double tol = dt_tol(dt);
+    double tol = tf32 ? 4e-3 : dt_tol(dt);
     CHECK_INT(twin_cmp("linear_fwd", &p, &y, tol), 0);
+    CHECK(twin_rel_l2(&p, &y) <= (dt == DT_F32 ? 1e-3 : dt_tol(dt)));
     CHECK_INT(twin_cmp("linear_bwd dx", &p, &dx, tol), 0);
     CHECK_INT(twin_cmp("linear_bwd dw (accumulated)", &p, &dw, tol), 0);
     CHECK_INT(twin_cmp("linear_bwd db (accumulated)", &p, &db, tol), 0);
