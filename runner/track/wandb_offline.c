@@ -12,6 +12,7 @@
  *
  * Not here: artifacts, files, system stats, telemetry.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -118,16 +119,21 @@ static void encode_config(tbuf_t *cfg, const char *config_json) {
 track_wlog_t *track_wlog_open(const char *wandb_dir, const track_wrun_t *run, err_t *e) {
     track_wlog_t *w = xcalloc(1, sizeof *w, e);
     if (!w) return NULL;
+    /* a log is never overwritten: a second process of the same run within the same
+     * second (a quick resume) takes the next free second in its directory name */
     time_t now = (time_t)run->start_time;
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    char ts[32];
-    strftime(ts, sizeof ts, "%Y%m%d_%H%M%S", &tm);
-    char dir[1300];
-    snprintf(dir, sizeof dir, "%s/offline-run-%s-%s", wandb_dir, ts, run->run_id);
-    mkdir(dir, 0755);
-    snprintf(w->path, sizeof w->path, "%s/run-%s.wandb", dir, run->run_id);
-    w->f = fopen(w->path, "wb");
+    for (int tries = 0; tries < 100; tries++, now++) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        char ts[32];
+        strftime(ts, sizeof ts, "%Y%m%d_%H%M%S", &tm);
+        char dir[1300];
+        snprintf(dir, sizeof dir, "%s/offline-run-%s-%s", wandb_dir, ts, run->run_id);
+        mkdir(dir, 0755);
+        snprintf(w->path, sizeof w->path, "%s/run-%s.wandb", dir, run->run_id);
+        w->f = fopen(w->path, "wbx");
+        if (w->f || errno != EEXIST) break;
+    }
     if (!w->f) {
         err_errno(e, ERR_RUNTIME, "%s: cannot create the W&B offline log", w->path);
         free(w);

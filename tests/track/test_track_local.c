@@ -591,6 +591,78 @@ static void test_wandb_env_overrides(void) {
     clear_wandb_env();
 }
 
+/* Resuming an offline run: same run id from <run dir>/wandb/run_id, a new offline log
+ * whose run record says resumed and the starting step, history only after that step. */
+static void test_wandb_offline_resume(void) {
+    clear_wandb_env();
+    char dir[512], path[1400], sub[1300], why[128];
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    track_opts_t o;
+    track_opts_init(&o);
+    o.run_dir = dir;
+    o.progress = TRACK_PROGRESS_OFF;
+    o.wandb_mode = "offline";
+    o.print_every = 1;
+    err_t e = {0};
+    track_t *t = track_open(&o, &e);
+    CHECK(t != NULL);
+    if (!t) return;
+    char first[16];
+    snprintf(first, sizeof first, "%s", track_wandb_run_id(t));
+    CHECK_INT(track_close(t, 0, &e), 0);
+    snprintf(sub, sizeof sub, "%s/wandb", dir);
+    CHECK_INT(find_file(sub, "offline-run-", path, sizeof path), 0);
+    char first_dir[1400];
+    snprintf(first_dir, sizeof first_dir, "%s", path);
+    /* resumed within the same second: still its own offline directory */
+    o.is_resume = true;
+    o.resume_step = 7;
+    t = track_open(&o, &e);
+    CHECK(t != NULL);
+    if (!t) return;
+    CHECK_STR(track_wandb_run_id(t), first);
+    for (int s = 7; s <= 9; s++) { track_step_t r = step_row(s, 1); track_step(t, &r, &e); }
+    CHECK_INT(track_close(t, 0, &e), 0);
+    DIR *d = opendir(sub);
+    struct dirent *de;
+    int dirs = 0;
+    char second[1400] = "";
+    while (d && (de = readdir(d)))
+        if (!strncmp(de->d_name, "offline-run-", 12)) {
+            dirs++;
+            snprintf(path, sizeof path, "%s/%s", sub, de->d_name);
+            if (strcmp(path, first_dir)) snprintf(second, sizeof second, "%s", path);
+        }
+    if (d) closedir(d);
+    CHECK_INT(dirs, 2);
+    snprintf(path, sizeof path, "%s/run-%s.wandb", second, first);
+    size_t n = 0;
+    uint8_t *data = (uint8_t *)test_read_file(path, &n);
+    CHECK(data != NULL);
+    if (!data) return;
+    rd_rec_t *recs = NULL;
+    int count = rd_wandb(data, n, &recs, why);
+    CHECK(count >= 4);
+    int hist = 0;
+    for (int i = 0; i < count; i++) {
+        pbf_t f, g;
+        if (pb_find(recs[i].data, recs[i].len, 17, &f)) {
+            CHECK(pb_find(f.data, f.len, 18, &g) && g.v == 1);      /* resumed */
+            CHECK(pb_find(f.data, f.len, 14, &g) && g.v == 7);      /* starting_step */
+        }
+        if (pb_find(recs[i].data, recs[i].len, 2, &f)) {
+            CHECK(pb_find(f.data, f.len, 2, &g));
+            pbf_t num;
+            CHECK(pb_find(g.data, g.len, 1, &num) && num.v == (uint64_t)(8 + hist));
+            hist++;
+        }
+        free(recs[i].data);
+    }
+    CHECK_INT(hist, 2);                           /* steps 8 and 9; step 7 was checkpointed */
+    free(recs);
+    free(data);
+}
+
 int main(void) {
     TEST_RUN(test_crc32c_vectors);
     TEST_RUN(test_csv_and_progress);
@@ -601,5 +673,6 @@ int main(void) {
     TEST_RUN(test_wandb_framing);
     TEST_RUN(test_wandb_offline_log);
     TEST_RUN(test_wandb_env_overrides);
+    TEST_RUN(test_wandb_offline_resume);
     return test_main_end();
 }
