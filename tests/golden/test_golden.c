@@ -8,8 +8,9 @@
  *   3. 3 steps of SGD (lr 0.1, momentum 0.9, wd 5e-4) and, from the same init, 3 steps of
  *      AdamW (lr 1e-3, wd 5e-2, eps 1e-6): every parameter, running stat and num_batches_tracked.
  *
- * Tolerances, as relative L2 error per tensor (||ours - torch|| / ||torch||) and stated
- * per check below. Both sides are fp32 but sum in different orders (OpenBLAS/oneDNN vs
+ * The reference is PyTorch in float64; tolerances are relative L2 errors per tensor
+ * (||ours - ref|| / ||ref||): max(the base stated per check below, 10 x PyTorch's own
+ * fp32 error on that tensor, which the fixture records as err.<name>). Both sides are fp32 but sum in different orders (OpenBLAS/oneDNN vs
  * PyTorch's mkldnn/ATen kernels), so single-rounding agreement (1e-7) is impossible;
  * the forward agrees to ~1e-6, gradients through 20-50 BN layers to ~1e-5..1e-4
  * (the BN backward subtracts nearly equal sums), and after optimizer steps the small
@@ -44,6 +45,19 @@ static void tensor_host(const net_t *n, const net_tensor_t *t, const float *hp, 
                     out[((o * I + i) * H + h) * W + w] = src[((o * H + h) * W + w) * I + i];
 }
 
+/* The tolerance for gold tensor `name`: max(base, 10 x PyTorch's own fp32 error on it,
+ * err.<name> in the fixture), so ill-conditioned tensors get the slack PyTorch needs. */
+static double tol_for(const safetensors_t *gold, const char *name, double base, double *torch_err) {
+    char en[200];
+    snprintf(en, sizeof en, "err.%s", name);
+    const st_tensor_t *t = safetensors_find(gold, en);
+    float v = 0;
+    err_t e = {0};
+    if (t && t->numel == 1) safetensors_read_f32(gold, t, &v, &e);
+    *torch_err = v;
+    return 10.0 * v > base ? 10.0 * v : base;
+}
+
 /* Relative L2 error of ours against gold. */
 static double rel_err(const float *ours, const float *gold, size_t n, double *maxabs) {
     double d2 = 0, g2 = 0;
@@ -70,7 +84,7 @@ typedef struct ctx {
 /* Compares every tensor of `which` (params "grad", or params+buffers) against the gold
  * tensors named prefix + name; returns the worst relative error and checks it. */
 static double compare(ctx_t *c, const char *prefix, bool grads, bool params, bool buffers, double tol) {
-    double worst = 0;
+    double worst = 0, worst_err = 0, worst_torch = 0;  /* worst: error / tolerance */
     const char *worst_name = "";
     for (int i = 0; i < net_num_tensors(c->net); i++) {
         const net_tensor_t *t = net_tensor(c->net, i);
@@ -100,16 +114,20 @@ static double compare(ctx_t *c, const char *prefix, bool grads, bool params, boo
         err_t e = {0};
         CHECK_INT(safetensors_read_f32(c->gold, g, c->ref, &e), 0);
         tensor_host(c->net, t, grads ? c->tmp : c->hp, c->hb, c->tmp + net_num_params(c->net));
-        double mx, r = rel_err(c->tmp + net_num_params(c->net), c->ref, t->numel, &mx);
-        if (r > worst) {
-            worst = r;
+        double mx, r = rel_err(c->tmp + net_num_params(c->net), c->ref, t->numel, &mx), terr;
+        double tol_t = tol_for(c->gold, name, tol, &terr);
+        if (r / tol_t > worst) {
+            worst = r / tol_t;
             worst_name = t->name;
+            worst_err = r;
+            worst_torch = terr;
         }
-        if (r > tol) fprintf(stderr, "  %s%s: rel %.3g max abs %.3g\n", prefix, t->name, r, mx);
+        if (r > tol_t) fprintf(stderr, "  %s%s: rel %.3g (PyTorch fp32 %.3g) max abs %.3g\n", prefix, t->name, r, terr, mx);
     }
-    printf("%s %s: worst relative L2 error %.3g (%s), tolerance %.1g\n", g_model, prefix, worst,
-           worst_name, tol);
-    CHECK(worst <= tol);
+    printf("%s %s: worst relative L2 error vs the fp64 reference %.3g (%s; PyTorch fp32: %.3g), "
+           "%.2f of its tolerance max(%.1g, 10 x PyTorch's)\n", g_model, prefix, worst_err, worst_name,
+           worst_torch, worst, tol);
+    CHECK(worst <= 1.0);
     return worst;
 }
 
@@ -186,10 +204,11 @@ static void test_forward_backward(void) {
     CHECK_INT(safetensors_read_f32(c.gold, ls, &gloss, &e), 0);
     CHECK_INT(c.be->ops->download(c.be, logits, net_logits(c.net), lg->numel * 4), 0);
     double mx, r = rel_err(logits, gl, lg->numel, &mx);
-    printf("%s logits: relative L2 error %.3g, max abs %.3g; loss %.7f vs torch %.7f\n", g_model, r,
-           mx, loss, gloss);
-    CHECK(r <= 2e-5);
-    CHECK_NEAR(loss, gloss, 0, 1e-5);
+    double terr, ltol = tol_for(c.gold, "logits", 2e-5, &terr);
+    printf("%s logits: relative L2 error %.3g (PyTorch fp32 %.3g), max abs %.3g; loss %.7f vs %.7f\n",
+           g_model, r, terr, mx, loss, gloss);
+    CHECK(r <= ltol);
+    CHECK_NEAR(loss, gloss, 0, tol_for(c.gold, "loss", 1e-5, &terr));
     /* BN running stats after one forward and counters == 1 */
     CHECK_INT(net_download_buffers(c.net, c.hb, &e), 0);
     compare(&c, "fwd.", false, false, true, 2e-5);
@@ -236,12 +255,12 @@ static void run_optimizer(optim_kind_t kind, int steps, const char *prefix, doub
 }
 
 static void test_sgd_steps(void) { run_optimizer(OPTIM_SGD, 3, "sgd.", 3e-5); }
-/* AdamW after one step must agree as tightly as the gradients; after three steps the
- * first moment can be a difference of nearly equal terms (a gradient that changed sign)
- * and amplifies the ~3e-6 gradient differences ~1000x in the BN biases: measured 6e-3
- * for resnet20, and PyTorch NCHW vs PyTorch channels_last differ by 3e-2 themselves. */
+/* AdamW after three steps: the first moment can be a difference of nearly equal terms
+ * (a gradient that changed sign), which amplifies last-bit gradient differences ~1000x
+ * in the BN biases; PyTorch's own fp32 run is 3e-3 off its fp64 run there (resnet20),
+ * so the 10 x PyTorch rule, not the base, sets the tolerance for those tensors. */
 static void test_adamw_one_step(void) { run_optimizer(OPTIM_ADAMW, 1, "adamw1.", 2e-4); }
-static void test_adamw_steps(void) { run_optimizer(OPTIM_ADAMW, 3, "adamw.", 3e-2); }
+static void test_adamw_steps(void) { run_optimizer(OPTIM_ADAMW, 3, "adamw.", 1e-3); }
 
 int main(int argc, char **argv) {
     if (argc < 3) {
