@@ -65,7 +65,7 @@ typedef struct ddp ddp_t;
 
 /* Timing of the last step(s) since the previous ddp_take_timing. */
 typedef struct ddp_timing {
-    double exposed_s;     /* time spent waiting inside ddp_finish_step (not hidden) */
+    double exposed_s;     /* time spent inside ddp_finish_step and ddp_sync_buffers (not hidden) */
     double allreduce_s;   /* total time the bucket all-reduces ran (overlapped or not) */
     int buckets;          /* buckets all-reduced */
 } ddp_timing_t;

@@ -15,8 +15,11 @@
  * is computed once, so results are bit-identical on every rank and in every run.
  *
  * Waiting: a short spin, then futex waits in slices of at most 50 ms, checking the
- * failure flag and the deadline (the comm's timeout). A timeout names the ranks whose
- * arrival counter is behind, raises the failure flag and fails.
+ * failure flag and the deadline (the comm's timeout), and every few slices whether the
+ * process of a rank that has not arrived is still alive (pids are recorded in the header
+ * with their pid namespace; a dead or zombie peer fails the collective at once, naming
+ * it). A timeout names the ranks whose arrival counter is behind, raises the failure
+ * flag and fails.
  *
  * It does not: work across hosts, or on device memory (use nccl there).
  */
@@ -26,6 +29,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +55,8 @@ typedef struct shm_hdr {
     char pad0[40];
     _Atomic uint64_t arrive[SHM_MAX_RANKS];  /* barriers each rank has reached */
     char fail_msg[SHM_MAX_RANKS][SHM_MSG];
+    int32_t pid[SHM_MAX_RANKS];              /* each rank's process id ... */
+    uint64_t pid_ns[SHM_MAX_RANKS];          /* ... valid in this pid namespace (inode) */
 } shm_hdr_t;
 
 typedef struct shm_comm {
@@ -81,6 +88,43 @@ static void shm_fail(shm_comm_t *s, const char *msg) {
 }
 
 static void shm_abort(comm_t *c, const char *msg) { shm_fail((shm_comm_t *)c, msg); }
+
+/* The inode of this process's pid namespace (0 if unknown). */
+static uint64_t pid_namespace(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* True if process pid is gone or a zombie (exited, not yet reaped). */
+static bool process_dead(pid_t pid) {
+    if (kill(pid, 0) < 0) return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');   /* the state follows the command name */
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* Checks the ranks that have not reached barrier k: if one's process has died (and shares
+ * our pid namespace, so its pid means something here), fails naming it. */
+static int check_peers_alive(shm_comm_t *s, uint64_t k, const char *what, err_t *e) {
+    shm_hdr_t *h = s->hdr;
+    uint64_t ns = h->pid_ns[s->base.rank];
+    for (int r = 0; r < s->base.world; r++) {
+        if (atomic_load(&h->arrive[r]) >= k || !ns || h->pid_ns[r] != ns || h->pid[r] <= 0) continue;
+        if (!process_dead((pid_t)h->pid[r])) continue;
+        err_set(e, ERR_RUNTIME, "shm %s on rank %d: rank %d (pid %d) exited without joining it "
+                "(see its log)", what, s->base.rank, r, (int)h->pid[r]);
+        shm_fail(s, e ? e->msg : "a rank exited");
+        return -1;
+    }
+    return 0;
+}
 
 /* Error for a raised failure flag. */
 static int failed_error(shm_comm_t *s, const char *what, err_t *e) {
@@ -114,6 +158,7 @@ static int shm_barrier_wait(shm_comm_t *s, const char *what, err_t *e) {
         if (deadline == 0) deadline = now_s() + s->base.timeout_s;
         double left = deadline - now_s();
         if (left <= 0) break;
+        if (spin % 8 == 0 && check_peers_alive(s, k, what, e) < 0) return -1;
         struct timespec ts = { 0, (long)((left < 0.05 ? left : 0.05) * 1e9) };
         syscall(SYS_futex, &h->bar, FUTEX_WAIT, v, &ts, NULL, 0);
     }
@@ -288,6 +333,8 @@ comm_t *comm_shm_create(store_t *st, err_t *e) {
     s->hdr = m;
     s->data = (unsigned char *)m + hdr_bytes;
     s->map_bytes = bytes;
+    s->hdr->pid[rank] = (int32_t)getpid();
+    s->hdr->pid_ns[rank] = pid_namespace();
     if (rank == 0) {
         s->hdr->world = world;
         s->hdr->slot_bytes = SHM_SLOT_BYTES;

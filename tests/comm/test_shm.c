@@ -248,6 +248,32 @@ static void test_missing_rank_times_out(void) {
     CHECK(now_s() - t0 < 8.0);
 }
 
+/* Rank 1 attaches and exits (a zombie until the test reaps it): rank 0's all-reduce fails
+ * within seconds, long before its 30 s timeout, naming rank 1 and its pid. */
+static int rank_exits(comm_t *c, store_t *st) {
+    (void)st;
+    if (comm_rank(c) == 1) _exit(0);
+    float x = 1;
+    err_t e = {0};
+    double t0 = now_s();
+    int rc = comm_allreduce(c, &x, 1, DT_F32, COMM_SUM, &e);
+    if (rc != -1 || now_s() - t0 > 5) return 1;
+    if (!strstr(e.msg, "rank 1 (pid ") || !strstr(e.msg, "exited without joining")) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 2;
+    }
+    return 0;
+}
+
+static void test_dead_rank_detected(void) {
+    int codes[2] = { -1, -1 };
+    double t0 = now_s();
+    run_ranks(2, 30, rank_exits, codes);
+    CHECK_INT(codes[0], 0);
+    CHECK_INT(codes[1], 0);
+    CHECK(now_s() - t0 < 10);
+}
+
 /* comm_abort on one rank makes the other's pending collective fail at once. */
 static int rank_abort(comm_t *c, store_t *st) {
     (void)st;
@@ -280,5 +306,6 @@ int main(void) {
     TEST_RUN(test_async_allreduce);
     TEST_RUN(test_missing_rank_times_out);
     TEST_RUN(test_abort_wakes_others);
+    TEST_RUN(test_dead_rank_detected);
     return test_main_end();
 }
