@@ -425,6 +425,11 @@ int cfg_apply_map(cfg_ctx_t *c, cfg_state_t *st, const char *prefix, yaml_node_t
                   int depth, bool weak, bool (*skip)(const char *key)) {
     if (cfg_visit(c, m, depth)) return -1;
     yaml_node_pair_t *p0 = m->data.mapping.pairs.start, *pe = m->data.mapping.pairs.top;
+    if (pe - p0 > CFG_MAX_KEYS) /* bounds the duplicate check below, which is quadratic */
+        return cfg_fail(c, cfg_node_loc(c, m),
+                        "a mapping with %ld keys; experiment files have a few dozen (is this "
+                        "the right file?)",
+                        (long)(pe - p0));
     /* keys: scalars, trimmed, unique (checked before anything is applied) */
     for (yaml_node_pair_t *p = p0; p < pe; p++) {
         yaml_node_t *k = cfg_node(c, p->key);

@@ -25,6 +25,8 @@ enum {
     CFG_MAX_DEPTH = 64,          /* YAML nesting depth */
     CFG_NODE_BUDGET = 10000,     /* nodes visited per document, aliases expanded */
     CFG_MAX_FILE = 1 << 20,      /* bytes */
+    CFG_MAX_ANCHORS = 1000,      /* & and * in one file */
+    CFG_MAX_KEYS = 1000,         /* keys in one mapping */
     CFG_MAX_NAME = 100           /* run and matrix entry names */
 };
 

@@ -90,8 +90,8 @@ int cfg_visit(cfg_ctx_t *c, const yaml_node_t *n, int depth) {
                         (int)CFG_MAX_DEPTH);
     if (--c->budget < 0)
         return cfg_fail(c, cfg_node_loc(c, n),
-                        "anchors and aliases expand this document to more than %d values (an "
-                        "alias bomb?); use fewer or smaller aliases",
+                        "this document has more than %d values, counting what aliases expand "
+                        "to (an alias bomb?); an experiment needs about 100",
                         (int)CFG_NODE_BUDGET);
     return 0;
 }
@@ -140,7 +140,7 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
     /* flow nesting ([ and { outside quotes and comments): libyaml takes quadratic time on
        deep flow nesting, so it is bounded here, before parsing */
     enum { PLAIN, DQUOTE, SQUOTE, COMMENT } mode = PLAIN;
-    int flow = 0;
+    int flow = 0, anchors = 0;
     unsigned char prev = '\n'; /* last non-blank character outside quotes */
     while (i < len) {
         unsigned char ch = u[i];
@@ -159,6 +159,13 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
             mode = COMMENT;
         } else if ((ch == '"' || ch == '\'') && strchr("\n:[{,-?", prev)) {
             mode = ch == '"' ? DQUOTE : SQUOTE;
+        } else if ((ch == '&' || ch == '*') && strchr("\n:[{,-?", prev)) {
+            /* libyaml looks anchors up linearly: many anchors x many aliases is slow */
+            if (++anchors > CFG_MAX_ANCHORS)
+                return cfg_fail(c, loc,
+                                "more than %d anchors and aliases (& and *); an experiment "
+                                "needs a handful",
+                                (int)CFG_MAX_ANCHORS);
         } else if (ch == '[' || ch == '{') {
             if (++flow > CFG_MAX_DEPTH)
                 return cfg_fail(c, loc,
