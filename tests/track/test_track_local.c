@@ -595,7 +595,7 @@ static void test_wandb_env_overrides(void) {
  * whose run record says resumed and the starting step, history only after that step. */
 static void test_wandb_offline_resume(void) {
     clear_wandb_env();
-    char dir[512], path[1400], sub[1300], why[128];
+    char dir[512], path[2048], sub[600], why[128];
     CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
     track_opts_t o;
     track_opts_init(&o);
@@ -612,7 +612,7 @@ static void test_wandb_offline_resume(void) {
     CHECK_INT(track_close(t, 0, &e), 0);
     snprintf(sub, sizeof sub, "%s/wandb", dir);
     CHECK_INT(find_file(sub, "offline-run-", path, sizeof path), 0);
-    char first_dir[1400];
+    char first_dir[2048];
     snprintf(first_dir, sizeof first_dir, "%s", path);
     /* resumed within the same second: still its own offline directory */
     o.is_resume = true;
@@ -626,7 +626,7 @@ static void test_wandb_offline_resume(void) {
     DIR *d = opendir(sub);
     struct dirent *de;
     int dirs = 0;
-    char second[1400] = "";
+    char second[2048] = "";
     while (d && (de = readdir(d)))
         if (!strncmp(de->d_name, "offline-run-", 12)) {
             dirs++;
@@ -635,7 +635,7 @@ static void test_wandb_offline_resume(void) {
         }
     if (d) closedir(d);
     CHECK_INT(dirs, 2);
-    snprintf(path, sizeof path, "%s/run-%s.wandb", second, first);
+    if ((size_t)snprintf(path, sizeof path, "%s/run-%s.wandb", second, first) >= sizeof path) path[0] = 0;
     size_t n = 0;
     uint8_t *data = (uint8_t *)test_read_file(path, &n);
     CHECK(data != NULL);
