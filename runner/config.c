@@ -471,6 +471,7 @@ static int load_entry(cfg_ctx_t *c, cfg_state_t *st, const cfg_state_t *base, ya
     c->scope[0] = '\0';
     if (apply_sets(c, st, sets, n_sets)) return -1;
     memcpy(c->scope, scope, sizeof scope);
+
     if (finalize(c, st) || set_source_path(c, &st->x, path)) return -1;
     c->scope[0] = '\0';
     mx->runs[i] = st->x;
@@ -540,6 +541,15 @@ experiment_matrix_t *config_load_matrix(const char *path, const char *const *set
             else
                 snprintf(mx->name, sizeof mx->name, "%.200s", stem);
         }
+    }
+    for (int i = 0; !rc && i < n_sets; i++) {
+        const char *k = sets[i];
+        while (*k == ' ') k++;
+        if (!strncmp(k, "name", 4) && strspn(k + 4, " ") + k + 4 == strchr(k, '='))
+            rc = err_set(e, ERR_INPUT,
+                         "--set %.200s: name cannot be set for a matrix, whose entries name "
+                         "their runs; put the matrix's own name in the file (name: ...)",
+                         sets[i]);
     }
     if (!rc) {
         *base = *st;

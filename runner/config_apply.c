@@ -101,7 +101,12 @@ static int get_double(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_ro
     if (nonfinite_syntax(s))
         return cfg_fail(c, loc, "%s: '%s' is not a finite number; give a number such as 0.1",
                         key, s);
-    if (!number_syntax(s)) return want(c, loc, key, "a number", n);
+    if (!number_syntax(s)) {
+        if (strchr(s, ',') && !strchr(s, ' '))
+            return cfg_fail(c, loc, "%s: expected a number, found '%s'; use a dot as the decimal "
+                            "separator", key, s);
+        return want(c, loc, key, "a number", n);
+    }
     errno = 0;
     double v = strtod(s, NULL);
     if (!isfinite(v)) return out_of_range(c, loc, key, r, s);
@@ -225,6 +230,9 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
     if (is_null) {
         if (!(r->flags & F_NULLABLE)) return want(c, loc, key, "a list like [1, 2]", val);
     } else if (val->type == YAML_SCALAR_NODE) {
+        if (strchr(cfg_scalar(val), ','))
+            return cfg_fail(c, loc, "%s: expected a list, found '%s'; put the entries in brackets: "
+                            "[%.100s]", key, cfg_scalar(val), cfg_scalar(val));
         items[n++] = val;
     } else if (val->type == YAML_SEQUENCE_NODE) {
         long total = val->data.sequence.items.top - val->data.sequence.items.start;
@@ -372,6 +380,26 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
     return cfg_fail(c, loc, "%s: internal error: unknown row kind", key);
 }
 
+/* For `data: cifar10`, `model: resnet18`, `amp: true`, `optimizer: sgd`: the key directly
+ * under section that this scalar most likely belongs to, or NULL. */
+static const char *scalar_home(const char *section, const yaml_node_t *val) {
+    size_t n = strlen(section);
+    bool b;
+    const char *fallback = NULL;
+    for (int i = 0; i < cfg_n_rows; i++) {
+        const cfg_row_t *r = &cfg_rows[i];
+        if (strncmp(r->key, section, n) || r->key[n] != '.' || strchr(r->key + n + 1, '.'))
+            continue;
+        const char *leafname = r->key + n + 1;
+        for (int j = 0; j < r->n_names; j++)
+            if (r->names[j] && !strcasecmp(r->names[j], cfg_scalar(val))) return leafname;
+        if (r->kind == K_BOOL && !strcmp(leafname, "enabled") && !bool_text(val, &b))
+            return leafname;
+        if (!strcmp(leafname, "name") && r->kind == K_ENUM) fallback = leafname;
+    }
+    return fallback;
+}
+
 int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t *key,
                     yaml_node_t *val, int depth, bool weak) {
     cfg_loc_t kloc = cfg_node_loc(c, key ? key : val), vloc = cfg_node_loc(c, val);
@@ -394,11 +422,12 @@ int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t
     if (cfg_is_section(full)) {
         if (cfg_is_null(val)) return 0; /* "logging:" with every sub-key commented out */
         if (val->type == YAML_MAPPING_NODE) return cfg_apply_map(c, st, full, val, depth, weak, NULL);
-        char name_key[CFG_STR + 8], what[CFG_STR + 32], hint[CFG_STR + 96] = "";
-        snprintf(name_key, sizeof name_key, "%s.name", full);
+        char what[CFG_STR + 32], hint[CFG_STR + 96] = "";
         snprintf(what, sizeof what, "a mapping of %s keys", full);
-        if (val->type == YAML_SCALAR_NODE && cfg_row_find(name_key) >= 0)
-            snprintf(hint, sizeof hint, "; did you mean `%s: {name: %s}`?", full, cfg_scalar(val));
+        const char *inner = val->type == YAML_SCALAR_NODE ? scalar_home(full, val) : NULL;
+        if (inner)
+            snprintf(hint, sizeof hint, "; did you mean `%s: {%s: %.60s}`?", full, inner,
+                     cfg_scalar(val));
         if (hint[0]) {
             char buf[96];
             return cfg_fail(c, vloc, "%s: expected %s, found %s%s", full, what,

@@ -84,6 +84,21 @@ static void test_wrong_types(void) {
     CHECK_STR(fail(MIN "optimizer: sgd\n"),
               "exp.yaml:3:12: optimizer: expected a mapping of optimizer keys, found 'sgd'; "
               "did you mean `optimizer: {name: sgd}`?");
+    CHECK_STR(fail("data: cifar10\nmodel: {arch: resnet18}\n"),
+              "exp.yaml:1:7: data: expected a mapping of data keys, found 'cifar10'; did you mean "
+              "`data: {dataset: cifar10}`?");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: ResNet18\n"),
+              "exp.yaml:2:8: model: expected a mapping of model keys, found 'ResNet18'; did you "
+              "mean `model: {arch: ResNet18}`?");
+    CHECK_STR(fail(MIN "amp: true\n"),
+              "exp.yaml:3:6: amp: expected a mapping of amp keys, found 'true'; did you mean "
+              "`amp: {enabled: true}`?");
+    CHECK_STR(fail(MIN "optimizer: {lr: '0,1'}\n"),
+              "exp.yaml:3:17: optimizer.lr: expected a number, found '0,1'; use a dot as the "
+              "decimal separator");
+    CHECK_STR(fail(MIN "schedule: {milestones: '60, 120'}\n"),
+              "exp.yaml:3:24: schedule.milestones: expected a list, found '60, 120'; put the "
+              "entries in brackets: [60, 120]");
     CHECK_STR(fail(MIN "train:\n  epochs:10\n"),
               "exp.yaml:4:3: train: expected a mapping of train keys, found 'epochs:10'; if "
               "this was meant as `key: value`, put a space after the colon");

@@ -572,6 +572,10 @@ static void test_matrix_errors(void) {
     CHECK_CONTAINS(matrix_fail(MIN, NULL, 0),
                    "bad.yaml: no matrix: key, so this is a single experiment; run it with "
                    "`runner ");
+    const char *nm[] = {"name=x"};
+    CHECK_STR(matrix_fail("base: mbase.yaml\nmatrix: [{name: a}]\n", nm, 1),
+              "--set name=x: name cannot be set for a matrix, whose entries name their runs; put "
+              "the matrix's own name in the file (name: ...)");
     const char *sets[] = {"amp.dtype=fp8"};
     CHECK_STR(matrix_fail("base: mbase.yaml\nmatrix: [{name: a}]\n", sets, 1),
               "--set amp.dtype=fp8: amp.dtype: 'fp8' is not one of fp16, bf16");
