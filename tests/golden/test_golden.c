@@ -257,10 +257,12 @@ static void run_optimizer(optim_kind_t kind, int steps, const char *prefix, doub
 static void test_sgd_steps(void) { run_optimizer(OPTIM_SGD, 3, "sgd.", 3e-5); }
 /* AdamW after three steps: the first moment can be a difference of nearly equal terms
  * (a gradient that changed sign), which amplifies last-bit gradient differences ~1000x
- * in the BN biases; PyTorch's own fp32 run is 3e-3 off its fp64 run there (resnet20),
- * so the 10 x PyTorch rule, not the base, sets the tolerance for those tensors. */
+ * in a few BN-bias elements, chaotically: which tensor it hits differs between any two
+ * fp32 implementations. PyTorch's own fp32 run is up to 6e-3 off its fp64 run (resnet20,
+ * layer1.2.bn2.bias) and ours up to 7e-3 (elsewhere), with gradients within 2x of
+ * PyTorch's fp32 error everywhere; hence a flat 2e-2 here. */
 static void test_adamw_one_step(void) { run_optimizer(OPTIM_ADAMW, 1, "adamw1.", 2e-4); }
-static void test_adamw_steps(void) { run_optimizer(OPTIM_ADAMW, 3, "adamw.", 1e-3); }
+static void test_adamw_steps(void) { run_optimizer(OPTIM_ADAMW, 3, "adamw.", 2e-2); }
 
 int main(int argc, char **argv) {
     if (argc < 3) {
