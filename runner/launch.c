@@ -83,7 +83,13 @@ static int slurm_tasks_on_node(const char *spec, int node) {
 
 int launch_worker_env(launch_env_t *out, err_t *e) {
     memset(out, 0, sizeof *out);
-    bool torch = getenv("RANK") && *getenv("RANK") && getenv("WORLD_SIZE") && *getenv("WORLD_SIZE");
+    const char *rv = getenv("RANK"), *wv = getenv("WORLD_SIZE");
+    bool have_rank = rv && *rv, have_world = wv && *wv;
+    if (have_rank != have_world)
+        return err_set(e, ERR_INPUT, "%s is set but %s is not: a worker needs both (torchrun "
+                       "sets them); set the missing one or unset %s", have_rank ? "RANK" : "WORLD_SIZE",
+                       have_rank ? "WORLD_SIZE" : "RANK", have_rank ? "RANK" : "WORLD_SIZE");
+    bool torch = have_rank && have_world;
     bool slurm = !torch && getenv("SLURM_PROCID") && getenv("SLURM_NTASKS");
     if (!torch && !slurm) return 0;
     int r;

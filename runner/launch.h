@@ -79,7 +79,9 @@ typedef struct launch_env {
  * or SLURM_PROCID and SLURM_NTASKS are set (SLURM_LOCALID, SLURM_NODEID,
  * SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE; master from MASTER_ADDR, else
  * SLURM_LAUNCH_NODE_IPADDR; port MASTER_PORT, else 29500). Returns 0 when none is set.
- * A malformed or inconsistent value is ERR_INPUT naming the variable and returns -1. */
+ * A malformed or inconsistent value (or RANK without WORLD_SIZE) is ERR_INPUT naming the
+ * variable and returns -1. Note: inside an sbatch script Slurm already sets SLURM_PROCID
+ * and SLURM_NTASKS, so start the runner there with srun (one task per rank). */
 int launch_worker_env(launch_env_t *out, err_t *e);
 
 /* Picks a free TCP port on addr by binding port 0; returns it or -1 with e set. */

@@ -303,6 +303,11 @@ static void test_worker_env_torchrun(void) {
     err_t e3 = {0};
     CHECK_INT(launch_worker_env(&w, &e3), -1);
     CHECK_CONTAINS(e3.msg, "RANK=2 does not fit WORLD_SIZE=2");
+    unsetenv("WORLD_SIZE");
+    err_t e5 = {0};
+    CHECK_INT(launch_worker_env(&w, &e5), -1);
+    CHECK_CONTAINS(e5.msg, "RANK is set but WORLD_SIZE is not");
+    setenv("WORLD_SIZE", "2", 1);
     setenv("RANK", "0", 1);
     setenv("MASTER_PORT", "70000", 1);
     err_t e4 = {0};
