@@ -40,7 +40,8 @@ typedef struct experiment {
     struct {
         char dataset[32];         /* cifar10 | cifar100 | fashion_mnist | synthetic (required) */
         char root[CFG_PATH];      /* default depends on dataset; relative paths resolve
-                                     against the current directory, as users expect */
+                                     against the current directory, as users expect.
+                                     config_load fills the dataset's default in. */
         bool download;            /* false */
         char download_url[CFG_PATH]; /* "" = the dataset's official URL */
         char download_md5[64];    /* "" = the official md5 */
@@ -48,14 +49,17 @@ typedef struct experiment {
         int workers;              /* 2, [0, 64] */
         struct {
             bool random_crop;     /* true */
-            int crop_size;        /* 32 */
+            int crop_size;        /* 32; config_load sets the image side (28 for
+                                     fashion_mnist, synthetic.image[1]) when not given */
             int crop_padding;     /* 4 */
             bool horizontal_flip; /* true */
             double rotation;      /* 15 degrees; 0 = off */
         } augment;
         int n_norm;               /* entries in mean/std; 0 = no normalisation */
-        double mean[4], std[4];   /* default: the dataset's */
-        bool norm_set;            /* normalize given explicitly */
+        double mean[4], std[4];   /* default: the dataset's (config_load fills them in:
+                                     n_norm 3 for CIFAR, 1 for fashion_mnist, 0 synthetic) */
+        bool norm_set;            /* normalize given explicitly (or normalize: false);
+                                     always true after a resolved.yaml round trip */
         struct {
             int train_size, val_size; /* 1024, 256 */
             int image[3];         /* C, H, W: 3, 32, 32 */
@@ -65,7 +69,8 @@ typedef struct experiment {
 
     struct {
         char arch[32];            /* required */
-        int num_classes;          /* 0 = the dataset's */
+        int num_classes;          /* 0 = the dataset's; config_load resolves 0 to the
+                                     dataset's count, so loaded experiments hold > 0 */
         bool zero_init_residual;  /* false */
         char init_from[CFG_PATH]; /* "" = none */
     } model;
@@ -110,7 +115,7 @@ typedef struct experiment {
 
     struct {
         par_mode_t mode;          /* ddp */
-        int world_size;           /* 2 */
+        int world_size;           /* 2; config_load sets 1 for mode single */
         int n_devices;            /* 0 = null */
         int devices[CFG_MAX_LIST];
         comm_backend_t backend;   /* auto */
@@ -170,7 +175,11 @@ uint64_t config_hash(const experiment_t *e);
 
 /* A matrix file (a `matrix:` list of {name, dotted.key: value, ...}) expands into runs.
  * The base experiment is the file without `matrix:`; each entry's overrides apply on top
- * (after the file, before --set). Errors name the entry ("matrix[2]") and its line. */
+ * (after the file, before --set). Errors name the entry ("matrix[2]") and its line.
+ * Each run's experiment name is its entry name (runs[i].name == entry_names[i], unique
+ * plain names); the matrix's own name (the file's name: or its stem) is the parent, so the
+ * caller writes runs under <output.root>/<matrix name>/<entry name>/... --set name=... is
+ * refused for a matrix. */
 typedef struct experiment_matrix {
     char name[CFG_STR];           /* the matrix file's name (parent run directory) */
     int n;
