@@ -485,18 +485,20 @@ static void *sender_main(void *arg) {
             jw_obj_end(&j);
             fclose(f);
         }
-        http_resp_t r;
-        int sent = body && (nh || no || sum || final || heartbeat) ? post_retry(w, url, body, &r) : 0;
+        http_resp_t r = {0};
+        bool post = body && (nh || no || sum || final || heartbeat);
+        int sent = post ? post_retry(w, url, body, &r) : 0;
         free(body);
+        if (post && sent == 0) tbuf_free(&r.body);
+        if (!body && (nh || no)) sent = -2;       /* out of memory building the request */
         if (sent == 0) {
-            if (body) tbuf_free(&r.body);
             w->hist_offset += (int64_t)nh;
             w->out_offset += (int64_t)no;
             final_sent = final;
         } else {
             w->undelivered += (int64_t)nh;
             if (sent == 1) warn_once(w, w->err_reason);
-            if (sent < 0) ok = false;
+            if (sent == -1) ok = false;
         }
         for (size_t i = 0; i < nh; i++) free(hl[i]);
         for (size_t i = 0; i < no; i++) free(ol[i]);
