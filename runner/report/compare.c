@@ -304,6 +304,29 @@ static int open_state(const experiment_matrix_t *m, const char *parent, compare_
     return 0;
 }
 
+/* The last non-empty line of member_dir/logs/rank0.log (where a run's own error message
+ * ends up when its output is logged), for a failure the run function did not explain.
+ * Returns 0 when found. */
+static int last_log_line(const char *member_dir, char *out, size_t cap) {
+    char path[CFG_PATH + CFG_STR + 32];
+    snprintf(path, sizeof path, "%s/logs/rank0.log", member_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char buf[4096];
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    size_t n = 0;
+    if (size >= 0 && fseek(f, from, SEEK_SET) == 0) n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    if (!n) return -1;
+    char *line = strrchr(buf, '\n');
+    line = line ? line + 1 : buf;
+    snprintf(out, cap, "%.1000s", line);
+    return 0;
+}
+
 /* Runs member i and records the outcome. Returns its exit code. */
 static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_run_fn run, void *ctx,
                       FILE *log, err_t *e) {
@@ -314,7 +337,10 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     mb->attempts++;
     mb->message[0] = '\0';
     if (compare_state_save(s, e)) return -1;
-    if (log) fprintf(log, "compare: [%d/%d] %s -> %s\n", i + 1, s->n, mb->name, dir), fflush(log);
+    if (log) {
+        fprintf(log, "compare: [%d/%d] %s -> %s\n", i + 1, s->n, mb->name, dir);
+        fflush(log);
+    }
     err_t me;
     err_clear(&me);
     int code = run(ctx, x, dir, &me);
@@ -325,7 +351,8 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     } else {
         mb->status = code == ERR_INTERRUPT ? MEMBER_INTERRUPTED : MEMBER_FAILED;
         if (me.msg[0]) snprintf(mb->message, sizeof mb->message, "%.1000s", me.msg);
-        else snprintf(mb->message, sizeof mb->message, "exited with code %d", code);
+        else if (last_log_line(dir, mb->message, sizeof mb->message) != 0)
+            snprintf(mb->message, sizeof mb->message, "exited with code %d", code);
     }
     if (log) fprintf(log, "compare: %s %s (exit %d)%s%s\n", mb->name, compare_member_status_name(mb->status),
                      code, code ? ": " : "", code ? mb->message : "");

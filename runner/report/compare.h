@@ -42,7 +42,8 @@ extern "C" {
 /* Runs one member. member_dir is <parent>/<entry name>; it may not exist yet (the run
  * function creates it) or may hold an interrupted run (the run function resumes it).
  * Returns the run's exit code (0 completed, 130 interrupted, else failed) and, when
- * non-zero, may leave the reason in e. */
+ * non-zero, may leave the reason in e. Without one, the failure's message is the last
+ * line of member_dir/logs/rank0.log, or "exited with code N". */
 typedef int (*compare_run_fn)(void *ctx, const experiment_t *exp, const char *member_dir, err_t *e);
 
 typedef enum {

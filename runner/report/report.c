@@ -86,16 +86,21 @@ static void row_steps(report_row_t *row, const run_files_t *rf) {
     if (sum_step > 0) row->comm_exposed_pct = 100.0 * sum_comm / sum_step;
 }
 
-/* Fills NaN numbers from summary.json (the run's own final numbers). */
+/* Fills NaN numbers from summary.json (the run's own final numbers). A run that took no
+ * step ("steps": 0) has no training numbers, whatever placeholders its summary holds. */
 static void row_summary_fallback(report_row_t *row, const json_t *sm) {
     if (!sm) return;
-    struct { double *dst; const char *key; double scale; } f[] = {
-        {&row->images_per_second, "images_per_second", 1}, {&row->seconds_per_epoch, "seconds_per_epoch", 1},
-        {&row->comm_exposed_pct, "comm_exposed_fraction", 100}, {&row->peak_memory_bytes, "peak_memory_bytes", 1},
-        {&row->final_val_top1, "val_top1", 1}, {&row->best_val_top1, "best_val_top1", 1},
-        {&row->final_train_loss, "train_loss", 1}};
+    bool trained = json_get_number(sm, "steps", 1) > 0;
+    struct { double *dst; const char *key; double scale; bool training; } f[] = {
+        {&row->images_per_second, "images_per_second", 1, true},
+        {&row->seconds_per_epoch, "seconds_per_epoch", 1, true},
+        {&row->comm_exposed_pct, "comm_exposed_fraction", 100, true},
+        {&row->peak_memory_bytes, "peak_memory_bytes", 1, false},
+        {&row->final_val_top1, "val_top1", 1, true}, {&row->best_val_top1, "best_val_top1", 1, true},
+        {&row->final_train_loss, "train_loss", 1, true}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (isnan(*f[i].dst)) *f[i].dst = json_get_number(sm, f[i].key, NAN) * f[i].scale;
+        if (isnan(*f[i].dst) && (trained || !f[i].training))
+            *f[i].dst = json_get_number(sm, f[i].key, NAN) * f[i].scale;
 }
 
 /* Computes one row from one input. */

@@ -22,6 +22,8 @@ typedef struct fake {
     int calls;
     char called[16][64];        /* member names in call order */
     const char *fail_name;      /* this member exits 2 */
+    const char *silent_name;    /* this member exits 3 with no message, after logging one */
+    const char *mute_name;      /* this member exits 4 with no message and no log */
     const char *interrupt_name; /* this member exits 130 ... */
     int interrupt_left;         /* ... this many times */
     int saw_partial;            /* runs that found their earlier partial state */
@@ -38,6 +40,13 @@ static int fake_run(void *ctx, const experiment_t *x, const char *dir, err_t *e)
         err_set(e, ERR_INPUT, "boom: %s has no data", name);
         return 2;
     }
+    if (f->silent_name && !strcmp(name, f->silent_name)) {
+        char logs[2100];
+        snprintf(logs, sizeof logs, "%s/logs", dir);
+        fx_write(logs, "rank0.log", "step 1\nrunner: data/x.bin: missing; set data.download: true\n\n");
+        return 3;
+    }
+    if (f->mute_name && !strcmp(name, f->mute_name)) return 4;
     if (f->interrupt_name && !strcmp(name, f->interrupt_name) && f->interrupt_left > 0) {
         f->interrupt_left--;
         fx_write(dir, "partial", "epoch 1 done\n");
@@ -190,6 +199,28 @@ static void test_one_fails(void) {
     CHECK_CONTAINS(md, "| dp |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
     CHECK_CONTAINS(md, "| ddp | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
     free(md);
+    free(s);
+    free(m);
+}
+
+/* A run function that gives no reason: the member's log, else its exit code. */
+static void test_failure_messages(void) {
+    experiment_matrix_t *m = make_matrix("cmp_msg");
+    fake_t f = {.silent_name = "single", .mute_name = "ddp"};
+    err_t e;
+    err_clear(&e);
+    char parent[2048];
+    CHECK_INT(compare_main(m, fake_run, &f, NULL, parent, sizeof parent, &e), -1);
+    CHECK_INT(e.code, ERR_RUNTIME);
+    CHECK_CONTAINS(e.msg, "2 of 3 runs failed: single (exit 3), ddp (exit 4)");
+    compare_state_t *s = calloc(1, sizeof *s);
+    CHECK_INT(compare_state_load(parent, s, &e), 0);
+    CHECK_STR(s->members[0].message, "runner: data/x.bin: missing; set data.download: true");
+    CHECK_STR(s->members[2].message, "exited with code 4");
+    /* the first row failed: no speed-ups anywhere */
+    char *csv = slurp(parent, "comparison.csv");
+    CHECK_CONTAINS(csv, "\ndp,dp,2,fp32,128,cpu,200,4,,0,");
+    free(csv);
     free(s);
     free(m);
 }
@@ -347,6 +378,7 @@ int main(void) {
     if (test_tmpdir(root, sizeof root)) return 1;
     TEST_RUN(test_all_succeed);
     TEST_RUN(test_one_fails);
+    TEST_RUN(test_failure_messages);
     TEST_RUN(test_interrupt_resume);
     TEST_RUN(test_killed_resume);
     TEST_RUN(test_find_newest_and_bad_state);

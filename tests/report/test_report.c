@@ -206,6 +206,26 @@ static void test_errors(void) {
     CHECK_CONTAINS(e.msg, "line 2, column 18");
     report_free(&r);
 
+    /* a run that took no step: its summary's placeholder numbers are not shown */
+    remove(path);
+    fx_write(bad, "summary.json", "{\"name\": \"b\", \"status\": \"failed\", \"steps\": 0, \"train_loss\": 0.0,"
+             " \"comm_exposed_fraction\": 0.0, \"images_per_second\": null, \"peak_memory_bytes\": 6089772}");
+    snprintf(path, sizeof path, "%s/metrics.csv", bad);
+    remove(path);
+    snprintf(path, sizeof path, "%s/steps.csv", bad);
+    remove(path);
+    in.lenient = true;
+    err_clear(&e);
+    CHECK_INT(report_build(&in, 1, "t", &r, &e), 0);
+    if (r.n == 1) {
+        CHECK_STR(r.rows[0].status, "failed");
+        CHECK(isnan(r.rows[0].final_train_loss));
+        CHECK(isnan(r.rows[0].comm_exposed_pct));
+        CHECK_NEAR(r.rows[0].peak_memory_bytes, 6089772, 0, 0);
+        CHECK_CONTAINS(r.rows[0].note, "/bad/metrics.csv: missing");
+    }
+    report_free(&r);
+
     /* not a directory */
     report_input_t none = {.dir = "/nonexistent/run"};
     err_clear(&e);
