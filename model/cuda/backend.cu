@@ -323,11 +323,17 @@ static backend_t *create_fail(cuda_be_t *cb, err_t *e) {
     return create_fail(cb, e); } } while (0)
 
 backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e) {
-    int count = cuda_device_count();
+    int count = 0;
+    cudaError_t cnt_st = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    if (cnt_st != cudaSuccess) count = 0;
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (count == 0) {
+    if (count <= 0) {
+        /* say why when the runtime gives a reason other than "no device" (old driver...) */
+        bool why = cnt_st != cudaSuccess && cnt_st != cudaErrorNoDevice;
         err_set(e, ERR_INPUT, "device: cuda requested but no CUDA GPU is visible (nvidia-smi shows "
-                "none / CUDA_VISIBLE_DEVICES=%s); use device: cpu or auto", vis ? vis : "(unset)");
+                "none / CUDA_VISIBLE_DEVICES=%s%s%s); use device: cpu or auto", vis ? vis : "(unset)",
+                why ? "; cudaGetDeviceCount: " : "", why ? cudaGetErrorString(cnt_st) : "");
         return NULL;
     }
     if (o->device < 0 || o->device >= count) {

@@ -1,7 +1,7 @@
 /* norm.cu: batch norm over NHWC activations viewed as m rows of c channels.
  *
  * Layout of the work: a block is 32 x 8 threads; threadIdx.x picks V consecutive channels
- * (V = 4, 2 or 1 so that a warp reads one contiguous run of a row), threadIdx.y and
+ * (V = 8 (half), 4, 2 or 1 so that a warp reads one contiguous run of a row), threadIdx.y and
  * blockIdx.y pick rows. Reductions (statistics, backward sums) write one partial per
  * (row split, channel) into the backend's scratch and a second kernel adds the splits in
  * double, in a fixed order, so results are deterministic run to run.
@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
     for (int k = 0; k < V; k++) s[k] = ss[k] = shift[k] = 0.0f;
     if (active) {
         load_v<T, V>(x + ch0, shift);
+#pragma unroll 4
         for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
              r += (int64_t)gridDim.y * BN_TY) {
             float v[V];
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
         mu[k] = active ? mean[ch0 + k] : 0.0f;
     }
     if (active) {
+#pragma unroll 2
         for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
              r += (int64_t)gridDim.y * BN_TY) {
             float xv[V], g[V], yv[V];
@@ -257,12 +259,13 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
     }
 }
 
-/* The channel vector width for c channels at these pointers: 4 or 2 when c divides and
- * every pointer is aligned to the vector, else 1. */
+/* The channel vector width for c channels at these pointers: 8 (half only), 4 or 2 when
+ * v divides c, a warp's 32 lanes all get channels, the access is at most 16 bytes and
+ * every pointer is aligned to it; else 1. */
 static int bn_vec(int c, size_t esz, const void *a, const void *b, const void *d, const void *e) {
-    for (int v = 4; v > 1; v /= 2) {
+    for (int v = 8; v > 1; v /= 2) {
         size_t al = esz * (size_t)v;
-        if (c % v == 0 && c >= BN_TX * v && cb_aligned(a, al) && cb_aligned(b, al) &&
+        if (al <= 16 && c % v == 0 && c >= BN_TX * v && cb_aligned(a, al) && cb_aligned(b, al) &&
             cb_aligned(d, al) && cb_aligned(e, al))
             return v;
     }
@@ -282,6 +285,7 @@ static dim3 bn_grid(const cuda_be_t *cb, int64_t m, int c, int v) {
 }
 
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
+    case 8: { constexpr int V = 8; __VA_ARGS__; } break; \
     case 4: { constexpr int V = 4; __VA_ARGS__; } break; \
     case 2: { constexpr int V = 2; __VA_ARGS__; } break; \
     default: { constexpr int V = 1; __VA_ARGS__; } break; } } while (0)
