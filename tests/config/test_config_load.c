@@ -4,11 +4,13 @@
  * resolved.yaml round trip and config_hash stability/sensitivity.
  * Bad files are in test_config_errors.c.
  */
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "runner/config.h"
+#include "runner/config_internal.h"
 #include "tests/test.h"
 
 #define MIN "data: {dataset: cifar10}\nmodel: {arch: resnet18}\n"
@@ -693,6 +695,76 @@ static void test_hash(void) {
     free(a);
 }
 
+/* docs/experiment-files.md and resolved.yaml name every key of the schema table. */
+static void test_every_key_documented_and_written(void) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/docs/experiment-files.md", test_source_dir());
+    char *doc = test_read_file(path, NULL);
+    CHECK(doc != NULL);
+    experiment_t *x = load("exp.yaml", MIN, NULL, 0);
+    char *yaml = NULL;
+    size_t ylen = 0;
+    FILE *f = open_memstream(&yaml, &ylen);
+    config_write_yaml(x, f);
+    fclose(f);
+    for (int i = 0; doc && i < cfg_n_rows; i++) {
+        char want[CFG_STR + 4];
+        snprintf(want, sizeof want, "`%s`", cfg_rows[i].key);
+        if (!strstr(doc, want)) fprintf(stderr, "not documented: %s\n", cfg_rows[i].key);
+        CHECK(strstr(doc, want) != NULL);
+        if (cfg_rows[i].flags & F_CHILD) continue; /* written inline by its parent */
+        const char *leafname = strrchr(cfg_rows[i].key, '.');
+        snprintf(want, sizeof want, "%s: ", leafname ? leafname + 1 : cfg_rows[i].key);
+        bool found = false; /* at the start of a line, after its indentation */
+        for (const char *p = strstr(yaml, want); p && !found; p = strstr(p + 1, want)) {
+            const char *q = p;
+            while (q > yaml && q[-1] == ' ') q--;
+            found = q == yaml || q[-1] == '\n';
+        }
+        if (!found) fprintf(stderr, "not in resolved.yaml: %s\n", cfg_rows[i].key);
+        CHECK(found);
+    }
+    free(yaml);
+    free(doc);
+    free(x);
+}
+
+/* Every experiment file shipped in experiments/ loads (matrix files as matrices). */
+static void test_shipped_experiments(void) {
+    char edir[1100];
+    snprintf(edir, sizeof edir, "%s/experiments", test_source_dir());
+    DIR *d = opendir(edir);
+    CHECK(d != NULL);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".yaml")) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", edir, de->d_name);
+        char *text = test_read_file(path, NULL);
+        bool is_matrix = text && strstr(text, "\nmatrix:");
+        free(text);
+        err_t e;
+        int rc;
+        if (is_matrix) {
+            experiment_matrix_t *m = config_load_matrix(path, NULL, 0, &e);
+            rc = m ? 0 : -1;
+            if (m) printf("  %s: matrix %s, %d runs\n", de->d_name, m->name, m->n);
+            free(m);
+        } else {
+            experiment_t *x = malloc(sizeof *x);
+            rc = config_load(path, NULL, 0, x, &e);
+            if (!rc) printf("  %s: %s %s/%s\n", de->d_name, x->name, x->data.dataset, x->model.arch);
+            free(x);
+        }
+        if (rc) fprintf(stderr, "%s\n", e.msg);
+        CHECK_INT(rc, 0);
+        n++;
+    }
+    if (d) closedir(d);
+    CHECK(n >= 1);
+}
+
 int main(void) {
     if (test_tmpdir(dir, sizeof dir)) return 1;
     TEST_RUN(test_defaults);
@@ -705,6 +777,8 @@ int main(void) {
     TEST_RUN(test_matrix_errors);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_hash);
+    TEST_RUN(test_every_key_documented_and_written);
+    TEST_RUN(test_shipped_experiments);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     test_run_cmd(cmd, NULL, 0);
