@@ -47,7 +47,7 @@ void cpu_pool_deinit(cpu_pool_t *p);
 void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg);
 
 /* ---- convolution engines ----------------------------------------------------------- */
-enum { CPU_CONV_AUTO = 0, CPU_CONV_GEMM = 1, CPU_CONV_DNNL = 2 };
+enum { CPU_CONV_AUTO = 0, CPU_CONV_GEMM = 1, CPU_CONV_DNNL = 2, CPU_CONV_DNNL_BLOCKED = 3 };
 
 typedef struct cpu_dnnl cpu_dnnl_t;   /* oneDNN engine, stream and primitive cache */
 
@@ -88,8 +88,10 @@ int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, cons
 /* cpu_dnnl.c: 0 ok, -1 error (be->err set); only called when c->dnnl != NULL */
 cpu_dnnl_t *cpu_dnnl_create(int threads, err_t *e);
 void cpu_dnnl_free(cpu_dnnl_t *d);
-int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, const float *a,
-                  const float *b, float *out);   /* which: 0 fwd, 1 bwd data, 2 bwd filter */
+/* which: 0 fwd (a x, b w, out y), 1 bwd data (a dy, b w, out dx), 2 bwd filter (a x,
+ * b dy, out dw accumulated). blocked: activations reordered to oneDNN's preferred layout. */
+int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, bool blocked,
+                  const float *a, const float *b, float *out);
 
 /* cpu_norm.c */
 int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,

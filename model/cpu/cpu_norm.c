@@ -15,6 +15,15 @@
 
 #define BN_ROWS 256   /* rows per reduction block and per elementwise task */
 
+/* The block loops are compiled twice, for AVX2 and for the baseline, and the loader picks
+ * by CPU. Results are the same bits either way: floating-point contraction is off (ISO
+ * C11), and vectorisation here never reorders a sum (each lane is its own channel). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define BN_CLONES
+#endif
+
 typedef struct bn_task {
     int64_t m;
     int c;
@@ -32,7 +41,7 @@ static void block_range(const bn_task_t *t, int chunk, int64_t *lo, int64_t *hi)
 }
 
 /* Sum and sum of squares of one block, per channel. */
-static void stats_block(void *argp, int chunk) {
+BN_CLONES static void stats_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
@@ -84,7 +93,7 @@ int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, flo
 /* y = [relu](x * scale + shift [+ z]) on one block of rows, rounded once to dt. The
  * variants are separate branch-free loops so the compiler vectorises them; relu is
  * written `v < 0 ? 0 : v` so that NaN passes through as in torch. */
-static void apply_block(void *argp, int chunk) {
+BN_CLONES static void apply_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     const float *sc = t->scale, *sh = t->shift;
@@ -148,7 +157,7 @@ int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *
 /* Sum of masked dy and of masked dy * (x - mean) over one block, per channel, in double.
  * Channels are processed in tiles of TILE with accumulators on the stack, so no store can
  * alias an input and the loops vectorise; the mask loads dy unconditionally and selects. */
-static void reduce_block(void *argp, int chunk) {
+BN_CLONES static void reduce_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
@@ -210,7 +219,7 @@ int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
 /* dx = scale * (dy - mean_dy - (x - mean) * coef) and dz = masked dy on one block. Each
  * tile of a row is computed into stack buffers and then copied out, so dx may alias dy
  * and the compute loops vectorise (no store can alias an input). */
-static void bwd_apply_block(void *argp, int chunk) {
+BN_CLONES static void bwd_apply_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     int64_t lo, hi;

@@ -137,7 +137,8 @@ static void run_engine(int engine) {
         ref_bwd(&s, xd, wd, gd, dxd, dwd);
         int K = s.r * s.s * s.c, KB = s.k * s.r * s.s;
 #ifdef RUNNER_HAVE_DNNL
-        CHECK_STR(cpu_backend_conv_engine(g_be, &s), engine == 2 ? "dnnl" : "gemm");
+        CHECK_STR(cpu_backend_conv_engine(g_be, &s),
+                  engine == 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
 #endif
         CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
         CHECK_INT(compare_arrays("fwd y", y, yd, ny, 1e-6 * K, 1e-5), 0);
@@ -164,6 +165,7 @@ static void run_engine(int engine) {
 
 static void test_conv_gemm(void) { run_engine(1); }
 static void test_conv_dnnl(void) { run_engine(2); }
+static void test_conv_dnnl_blocked(void) { run_engine(3); }
 
 /* The default engine choice gives bit-identical results on repeated calls. */
 static void test_conv_deterministic(void) {
@@ -223,7 +225,7 @@ static void amp_case(int engine, dtype_t dt) {
 }
 
 static void test_conv_amp(void) {
-    for (int engine = 1; engine <= 2; engine++) {
+    for (int engine = 1; engine <= 3; engine++) {
         amp_case(engine, DT_F16);
         amp_case(engine, DT_BF16);
     }
@@ -242,6 +244,7 @@ int main(void) {
     g_be = make_cpu(2);
     TEST_RUN(test_conv_gemm);
     TEST_RUN(test_conv_dnnl);
+    TEST_RUN(test_conv_dnnl_blocked);
     TEST_RUN(test_conv_deterministic);
     TEST_RUN(test_conv_amp);
     TEST_RUN(test_conv_bad_shape);
