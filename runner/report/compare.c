@@ -351,6 +351,8 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     } else {
         mb->status = code == ERR_INTERRUPT ? MEMBER_INTERRUPTED : MEMBER_FAILED;
         if (me.msg[0]) snprintf(mb->message, sizeof mb->message, "%.1000s", me.msg);
+        else if (code == ERR_INTERRUPT)
+            snprintf(mb->message, sizeof mb->message, "interrupted; it resumes from its checkpoint");
         else if (last_log_line(dir, mb->message, sizeof mb->message) != 0)
             snprintf(mb->message, sizeof mb->message, "exited with code %d", code);
     }
