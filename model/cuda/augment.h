@@ -57,7 +57,10 @@ void cuda_augment_out_shape(const cuda_augment_desc_t *d, int *oh, int *ow);
  * images: device uint8, the whole split (n_images x h x w x c); indices: device int64,
  * batch dataset indices in [0, n_images) (out-of-range indices give a zero image and
  * label -1); labels: device int32 per image or NULL; out_labels: device int32 x batch or
- * NULL. Enqueued on the backend's stream; returns 0, or -1 with the backend error set. */
+ * NULL. Enqueued on the backend's stream and allocates nothing; returns 0, or -1 with the
+ * backend error set. Call it from the thread that drives the backend, between steps: the
+ * stream orders it after the previous step's reads of `out` (use two output buffers to
+ * let the next batch's augmentation overlap the current step's kernels). */
 int cuda_augment_batch(backend_t *be, const cuda_augment_desc_t *d, const uint8_t *images,
                        int64_t n_images, const int32_t *labels, const int64_t *indices,
                        int batch, dtype_t dt, void *out, int32_t *out_labels);
