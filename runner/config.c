@@ -444,7 +444,7 @@ int config_load(const char *path, const char *const *sets, int n_sets, experimen
  * base state, then the --set items, and checks the result. */
 static int load_entry(cfg_ctx_t *c, cfg_state_t *st, const cfg_state_t *base, yaml_document_t *doc,
                       yaml_node_t *item, int i, experiment_matrix_t *mx, const char *const *sets,
-                      int n_sets, const char *path) {
+                      int n_sets, const char *path, int n_files) {
     c->cur = 0, c->doc = doc, c->budget = CFG_NODE_BUDGET;
     cfg_loc_t il = cfg_node_loc(c, item);
     snprintf(c->scope, sizeof c->scope, "matrix[%d] (line %d)", i, il.line);
@@ -469,6 +469,7 @@ static int load_entry(cfg_ctx_t *c, cfg_state_t *st, const cfg_state_t *base, ya
     char scope[sizeof c->scope];
     memcpy(scope, c->scope, sizeof scope);
     c->scope[0] = '\0';
+    c->n_src = n_files; /* the previous entry's --set sources are no longer referenced */
     if (apply_sets(c, st, sets, n_sets)) return -1;
     memcpy(c->scope, scope, sizeof scope);
 
@@ -551,12 +552,13 @@ experiment_matrix_t *config_load_matrix(const char *path, const char *const *set
                          "their runs; put the matrix's own name in the file (name: ...)",
                          sets[i]);
     }
+    int n_files = c->n_src;
     if (!rc) {
         *base = *st;
         for (int i = 0; i < mx->n && !rc; i++) {
             c->doc = &doc; /* apply_sets of the previous entry pointed it elsewhere */
             rc = load_entry(c, st, base, &doc, cfg_node(c, mv->data.sequence.items.start[i]), i,
-                            mx, sets, n_sets, path);
+                            mx, sets, n_sets, path, n_files);
         }
     }
     if (have_doc) yaml_document_delete(&doc);

@@ -20,7 +20,7 @@
 
 enum {
     CFG_MAX_ROWS = 96,           /* rows in the schema table (checked at start-up of tests) */
-    CFG_MAX_SOURCES = 48,        /* files + --set items + matrix entries in one load */
+    CFG_MAX_SOURCES = 96,        /* base chain files + --set items (+ 1 for the file) */
     CFG_MAX_BASE_DEPTH = 16,     /* base: chain length */
     CFG_MAX_DEPTH = 64,          /* YAML nesting depth */
     CFG_NODE_BUDGET = 10000,     /* nodes visited per document, aliases expanded */

@@ -507,6 +507,27 @@ static void test_matrix(void) {
         CHECK_NEAR(m->runs[0].optimizer.lr, 0.4, 0, 0);
         free(m);
     }
+    /* many entries x many --set items, and the most --set items config_load takes */
+    char big[8192] = "base: mbase.yaml\nmatrix:\n";
+    for (int i = 0; i < 64; i++) {
+        size_t l = strlen(big);
+        snprintf(big + l, sizeof big - l, "  - {name: r%d, seed: %d}\n", i, i);
+    }
+    test_write_file(at("big.yaml"), big);
+    const char *many[64];
+    for (int i = 0; i < 64; i++) many[i] = i % 2 ? "optimizer.lr=0.3" : "train.epochs=3";
+    m = config_load_matrix(at("big.yaml"), many, 64, &e);
+    CHECK(m != NULL);
+    if (!m) fprintf(stderr, "%s\n", e.msg);
+    if (m) {
+        CHECK_INT(m->n, 64);
+        CHECK_INT(m->runs[63].seed, 63);
+        CHECK_INT(m->runs[63].train.epochs, 3);
+        free(m);
+    }
+    experiment_t *x = load("mbase.yaml", NULL, many, 64);
+    CHECK_NEAR(x->optimizer.lr, 0.3, 0, 0);
+    free(x);
     /* the file's own name: names the matrix */
     test_write_file(at("cmp2.yaml"), "name: study\nbase: mbase.yaml\nmatrix: [{name: only}]\n");
     m = config_load_matrix(at("cmp2.yaml"), NULL, 0, &e);
