@@ -311,7 +311,9 @@ int report_write_md(const report_t *r, FILE *f) {
     }
     fputs("\nimages/s: median over steps.csv after the first 10% of rows (warm-up); speed-up: "
           "relative to the first row; comm exposed: share of step time spent waiting on "
-          "communication.\n", f);
+          "communication.\n\n", f);
+    for (int p = 0; p < RP_COUNT; p++)
+        fprintf(f, "![%s](plots/%s)\n", report_plot_titles[p], report_plot_files[p]);
     return ferror(f) ? -1 : 0;
 }
 
@@ -359,8 +361,21 @@ static int write_atomic(const char *dir, const char *name, render_fn render, con
     return 0;
 }
 
+/* Renderers of the standalone chart files, one per report_plot_t. */
+static int plot_file_0(const report_t *r, FILE *f) { return report_plot(r, RP_LOSS_EPOCH, f); }
+static int plot_file_1(const report_t *r, FILE *f) { return report_plot(r, RP_TOP1_EPOCH, f); }
+static int plot_file_2(const report_t *r, FILE *f) { return report_plot(r, RP_LOSS_WALL, f); }
+static int plot_file_3(const report_t *r, FILE *f) { return report_plot(r, RP_TOP1_WALL, f); }
+static int plot_file_4(const report_t *r, FILE *f) { return report_plot(r, RP_THROUGHPUT, f); }
+
 int report_write(const report_t *r, const char *out_dir, err_t *e) {
-    if (report_make_dirs(out_dir, e)) return -1;
+    static const render_fn plot_files[RP_COUNT] = {plot_file_0, plot_file_1, plot_file_2, plot_file_3,
+                                                   plot_file_4};
+    char plots[REPORT_PATH + 16];
+    snprintf(plots, sizeof plots, "%s/plots", out_dir);
+    if (report_make_dirs(plots, e)) return -1;
+    for (int p = 0; p < RP_COUNT; p++)
+        if (write_atomic(plots, report_plot_files[p], plot_files[p], r, e)) return -1;
     if (write_atomic(out_dir, "comparison.csv", report_write_csv, r, e)) return -1;
     if (write_atomic(out_dir, "comparison.md", report_write_md, r, e)) return -1;
     return write_atomic(out_dir, "report.html", report_write_html, r, e);

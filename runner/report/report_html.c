@@ -114,8 +114,7 @@ static int html_curve(const report_t *r, FILE *f, bool wall, bool loss) {
         s[i].n = (int)row->n_epochs;
     }
     plot_opts_t o = {0};
-    o.title = loss ? (wall ? "Train loss vs wall time" : "Train loss vs epoch")
-                   : (wall ? "Val top-1 vs wall time" : "Val top-1 vs epoch");
+    o.title = report_plot_titles[loss ? (wall ? RP_LOSS_WALL : RP_LOSS_EPOCH) : (wall ? RP_TOP1_WALL : RP_TOP1_EPOCH)];
     o.xlabel = wall ? "wall time (s, sum of epoch times)" : "epoch";
     o.ylabel = loss ? "train loss" : "val top-1 (%)";
     o.y_scale = loss ? 1.0 : 100.0;
@@ -137,7 +136,7 @@ static int html_throughput(const report_t *r, FILE *f) {
             v[i] = r->rows[i].images_per_second;
         }
         plot_opts_t o = {0};
-        o.title = "Throughput (images/s, steady state)";
+        o.title = report_plot_titles[RP_THROUGHPUT];
         o.xlabel = "images per second";
         o.width = 760;
         rc = plot_bar_svg(f, &o, labels, v, r->n);
@@ -180,6 +179,25 @@ static void html_env(const report_t *r, FILE *f) {
     }
 }
 
+const char *const report_plot_files[RP_COUNT] = {
+    "train_loss_vs_epoch.svg", "val_top1_vs_epoch.svg", "train_loss_vs_wall_time.svg",
+    "val_top1_vs_wall_time.svg", "throughput.svg"};
+const char *const report_plot_titles[RP_COUNT] = {
+    "Train loss vs epoch", "Val top-1 vs epoch", "Train loss vs wall time", "Val top-1 vs wall time",
+    "Throughput (images/s, steady state)"};
+
+int report_plot(const report_t *r, report_plot_t which, FILE *f) {
+    switch (which) {
+    case RP_LOSS_EPOCH: return html_curve(r, f, false, true);
+    case RP_TOP1_EPOCH: return html_curve(r, f, false, false);
+    case RP_LOSS_WALL: return html_curve(r, f, true, true);
+    case RP_TOP1_WALL: return html_curve(r, f, true, false);
+    case RP_THROUGHPUT: return html_throughput(r, f);
+    case RP_COUNT: break;
+    }
+    return -1;
+}
+
 int report_write_html(const report_t *r, FILE *f) {
     fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>", f);
@@ -193,12 +211,9 @@ int report_write_html(const report_t *r, FILE *f) {
     html_table(r, f);
     fputs("<h2>Training curves</h2>\n<div class=\"charts\">\n", f);
     int rc = 0;
-    rc |= html_curve(r, f, false, true);
-    rc |= html_curve(r, f, false, false);
-    rc |= html_curve(r, f, true, true);
-    rc |= html_curve(r, f, true, false);
+    for (int p = RP_LOSS_EPOCH; p <= RP_TOP1_WALL; p++) rc |= report_plot(r, (report_plot_t)p, f);
     fputs("</div>\n<h2>Throughput</h2>\n<div class=\"charts\">\n", f);
-    rc |= html_throughput(r, f);
+    rc |= report_plot(r, RP_THROUGHPUT, f);
     fputs("</div>\n<h2>Environment</h2>\n", f);
     html_env(r, f);
     fputs("</body>\n</html>\n", f);

@@ -123,6 +123,19 @@ static void test_files(void) {
                        "58.00% | 58.00% | 1.2500 | completed |");
     CHECK_CONTAINS(md, "| dp_amp | dp | 2 | fp16 | 128 | cpu | 300.0 | 8.50 | 1.50x | 12.5% | 3.8 MiB |");
 
+    CHECK_CONTAINS(md, "\n![Train loss vs epoch](plots/train_loss_vs_epoch.svg)\n");
+    CHECK_CONTAINS(md, "\n![Throughput (images/s, steady state)](plots/throughput.svg)\n");
+    static const char *const plot_files[] = {"train_loss_vs_epoch.svg", "val_top1_vs_epoch.svg",
+        "train_loss_vs_wall_time.svg", "val_top1_vs_wall_time.svg", "throughput.svg"};
+    for (int p = 0; p < 5; p++) {
+        char name[128];
+        snprintf(name, sizeof name, "plots/%s", plot_files[p]);
+        char *svg = slurp(out, name);
+        CHECK(svg && !strncmp(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39));
+        CHECK_CONTAINS(svg, "</svg>\n");
+        CHECK_CONTAINS(svg, "dp_amp");
+        free(svg);
+    }
     int svgs = 0;
     for (const char *p = html; (p = strstr(p, "<svg")); p++) svgs++;
     CHECK_INT(svgs, 5);
