@@ -346,6 +346,8 @@ static int load_chain(cfg_ctx_t *c, cfg_state_t *st, const char *label, int dept
                               "base file '%s' not found (looked for %s); base: paths are "
                               "relative to the directory of %s",
                               b, resolved, base_name(label));
+            else if (S_ISDIR(sb.st_mode))
+                rc = cfg_fail(c, bl, "base: '%s' is a directory; give a .yaml file", b);
             else
                 rc = load_chain(c, st, resolved, depth + 1, bl, NULL);
             c->cur = src, c->doc = &doc, c->budget = CFG_NODE_BUDGET;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define OFF(f) ((ptrdiff_t)offsetof(experiment_t, f))
 #define SZ(f) sizeof(((experiment_t *)0)->f)
@@ -242,7 +243,21 @@ static size_t close_enough(const char *s) {
     return n < 1 ? 1 : n > 3 ? 3 : n;
 }
 
+/* Words users write for a value that has another name here. */
+static const char *const VALUE_ALIASES[][2] = {
+    {"gpu", "cuda"},          {"nvidia", "cuda"},       {"fashion-mnist", "fashion_mnist"},
+    {"fashionmnist", "fashion_mnist"}, {"mnist", "fashion_mnist"}, {"half", "fp16"},
+    {"float16", "fp16"},      {"bfloat16", "bf16"},     {"adam", "adamw"},
+    {"step", "multistep"},    {"cos", "cosine"},        {"none", "constant"},
+    {"distributed", "ddp"},   {"dataparallel", "dp"},   {"off", "disabled"},
+};
+
 const char *cfg_closest(const char *s, const char *const *names, int n) {
+    for (size_t a = 0; a < sizeof VALUE_ALIASES / sizeof VALUE_ALIASES[0]; a++) {
+        if (strcasecmp(s, VALUE_ALIASES[a][0])) continue;
+        for (int i = 0; i < n; i++)
+            if (names[i] && !strcmp(names[i], VALUE_ALIASES[a][1])) return names[i];
+    }
     const char *best = NULL;
     size_t bd = (size_t)-1;
     for (int i = 0; i < n; i++) {

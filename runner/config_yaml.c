@@ -238,11 +238,16 @@ static int load_doc(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_doc
                           "name='\"my run\"'",
                           p.problem ? p.problem : "syntax error");
         } else {
+            int shown = line;
             show_line(buf, len, line, text, sizeof text);
+            if (!text[0] && p.context) { /* at the end of the file: show where it began */
+                shown = (int)p.context_mark.line + 1;
+                show_line(buf, len, shown, text, sizeof text);
+            }
             rc = cfg_fail(c, (cfg_loc_t){src, line, col},
                           "YAML syntax error: %s%s; check the indentation, colons and quotes "
                           "of line %d: \"%s\"",
-                          p.problem ? p.problem : "unknown problem", ctx, line, text);
+                          p.problem ? p.problem : "unknown problem", ctx, shown, text);
         }
         yaml_parser_delete(&p);
         return rc;

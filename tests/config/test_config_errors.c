@@ -165,6 +165,11 @@ static void test_ranges(void) {
     CHECK_STR(fail(MIN "parallel: {mode: dpp}\n"),
               "exp.yaml:3:18: parallel.mode: 'dpp' is not one of single, dp, ddp; did you mean "
               "dp?");
+    CHECK_STR(fail(MIN "device: gpu\n"),
+              "exp.yaml:3:9: device: 'gpu' is not one of auto, cpu, cuda; did you mean cuda?");
+    CHECK_STR(fail("data: {dataset: Fashion-MNIST}\nmodel: {arch: resnet20}\n"),
+              "exp.yaml:1:17: data.dataset: 'Fashion-MNIST' is not one of cifar10, cifar100, "
+              "fashion_mnist, synthetic; did you mean fashion_mnist?");
     CHECK_STR(fail(MIN "amp: {dtype: fp32}\n"),
               "exp.yaml:3:14: amp.dtype: 'fp32' is not one of fp16, bf16");
     CHECK_STR(fail(MIN "parallel: {grad_compression: int8}\n"),
@@ -235,6 +240,14 @@ static void test_yaml_level(void) {
     CHECK_CONTAINS(m, "exp.yaml:2:6: YAML syntax error: did not find expected ',' or '}' (while "
                       "parsing a flow mapping at line 1); check the indentation, colons and "
                       "quotes of line 2: \"model: {arch: resnet18}\"");
+    CHECK_STR(fail(MIN "train: {epochs: 10\n"),
+              "exp.yaml:4:1: YAML syntax error: did not find expected ',' or '}' (while parsing "
+              "a flow mapping at line 3); check the indentation, colons and quotes of line 3: "
+              "\"train: {epochs: 10\"");
+    CHECK_STR(fail(MIN "  optimizer: {lr: 0.1}\n"),
+              "exp.yaml:3:3: YAML syntax error: did not find expected key (while parsing a block "
+              "mapping at line 1); check the indentation, colons and quotes of line 3: \"  "
+              "optimizer: {lr: 0.1}\"");
     CHECK_STR(fail("data:\n\tdataset: cifar10\nmodel: {arch: resnet18}\n"),
               "exp.yaml:2:1: a tab is used for indentation; YAML indents with spaces only, so "
               "replace the tab(s) with spaces: \"<TAB>dataset: cifar10\"");
@@ -406,6 +419,9 @@ static void test_base_errors(void) {
     CHECK_STR(fail_sets("self.yaml", NULL, NULL, 0),
               "self.yaml:1:7: base: self.yaml includes self.yaml, a cycle; remove one of these "
               "base: keys");
+    mkdir(at("bdir"), 0755);
+    CHECK_STR(fail(MIN "base: bdir\n"),
+              "exp.yaml:3:7: base: 'bdir' is a directory; give a .yaml file");
     CHECK_STR(fail(MIN "base: [a.yaml]\n"),
               "exp.yaml:3:7: base: expected a file path such as common.yaml, found a list");
     /* an error inside a base file names the base file */
