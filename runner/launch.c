@@ -491,6 +491,11 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
                 r[first_fail].global_rank, (int)r[first_fail].pid, how);
         if (e) append_log_tail(r[first_fail].log_path, e->msg, sizeof e->msg);
         rc = ERR_RUNTIME;
+        /* a rank that rejected its input (exit 2) makes the run's exit code 2 as well */
+        if (WIFEXITED(r[first_fail].status) && WEXITSTATUS(r[first_fail].status) == ERR_INPUT) {
+            rc = ERR_INPUT;
+            if (e) e->code = ERR_INPUT;
+        }
     } else if (first_fail == -2) {
         rc = ERR_RUNTIME;   /* e already says which fork failed */
     } else if (interrupts > 0) {

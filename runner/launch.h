@@ -62,7 +62,9 @@ typedef struct launch_opts {
 /* Starts the workers with argv (argv[0] is passed through as the program name; the
  * program run is o->exe), waits for all of them, and returns the exit code to use:
  * 0 when every rank exited 0; 130 after an interrupt (e->code ERR_INTERRUPT); 1 when a
- * rank failed (e filled as described above); 2 for bad options (ERR_INPUT). */
+ * rank failed (e filled as described above), or 2 when the first rank to fail exited
+ * with 2 (its input was bad; its message is in the log tail quoted in e); 2 for bad
+ * options (ERR_INPUT). */
 int launch_run(const launch_opts_t *o, char *const argv[], err_t *e);
 
 /* What a worker learns from its environment. */

@@ -198,6 +198,18 @@ static void test_failing_rank_log_tail(void) {
     free(err);
 }
 
+/* A rank that exits 2 (bad input) makes the launcher return 2 as well. */
+static void test_input_error_exit_code(void) {
+    char dir[4096];
+    test_tmpdir(dir, sizeof dir);
+    char *argv[] = { "runner", "fail", dir, "1", "2", NULL };
+    CHECK_INT(wait_exit(start_launcher(dir, 2, 0, 1, 0, 2, argv)), 2);
+    char *err = read_in(dir, "err.txt");
+    CHECK_CONTAINS(err, "exited with status 2");
+    reap_orphans();
+    free(err);
+}
+
 /* The other rank ignores SIGTERM: it is SIGKILLed after the 1 s grace period. */
 static void test_sigkill_after_grace(void) {
     char dir[4096];
@@ -369,6 +381,7 @@ int main(void) {
     TEST_RUN(test_second_node_ranks);
     TEST_RUN(test_kill9_ends_run);
     TEST_RUN(test_failing_rank_log_tail);
+    TEST_RUN(test_input_error_exit_code);
     TEST_RUN(test_sigkill_after_grace);
     TEST_RUN(test_sigint_forwarded);
     TEST_RUN(test_second_sigint_kills);
