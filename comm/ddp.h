@@ -77,7 +77,7 @@ typedef struct ddp_timing {
 ddp_t *ddp_create(comm_t *comm, backend_t *be, float *grads, int64_t n_params,
                   const int64_t *tensor_offsets, int n_tensors, const ddp_opts_t *opts,
                   err_t *e);
-void ddp_free(ddp_t *d);   /* waits for nothing: call after ddp_finish_step. NULL ok */
+void ddp_free(ddp_t *d);   /* waits for any bucket still in flight first. NULL ok */
 
 /* Buckets, in the order they are all-reduced: bucket i is grads[begin, end). */
 int ddp_bucket_count(const ddp_t *d);
