@@ -137,8 +137,8 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
                         "it as UTF-8");
     size_t i = len >= 3 && u[0] == 0xEF && u[1] == 0xBB && u[2] == 0xBF ? 3 : 0;
     bool line_start = true, indent_tab = false;
-    /* flow nesting ([ and { outside quotes and comments): libyaml takes quadratic time on
-       deep flow nesting, so it is bounded here, before parsing */
+    /* flow nesting ([ and { where a value starts, outside quotes and comments): libyaml
+       takes quadratic time on deep flow nesting, so it is bounded here, before parsing */
     enum { PLAIN, DQUOTE, SQUOTE, COMMENT } mode = PLAIN;
     int flow = 0, anchors = 0;
     unsigned char prev = '\n'; /* last non-blank character outside quotes */
@@ -166,7 +166,7 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
                                 "more than %d anchors and aliases (& and *); an experiment "
                                 "needs a handful",
                                 (int)CFG_MAX_ANCHORS);
-        } else if (ch == '[' || ch == '{') {
+        } else if ((ch == '[' || ch == '{') && strchr("\n:[{,-?", prev)) {
             if (++flow > CFG_MAX_DEPTH)
                 return cfg_fail(c, loc,
                                 "brackets nested deeper than %d levels; experiment files need "
@@ -174,9 +174,6 @@ static int check_bytes(cfg_ctx_t *c, int src, const char *buf, size_t len) {
                                 (int)CFG_MAX_DEPTH);
         } else if ((ch == ']' || ch == '}') && flow > 0) {
             flow--;
-        } else if (line_start && ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n' &&
-                   ch != ',' && ch != '#' && loc.col == 1) {
-            flow = 0; /* a line starting in column 1 is outside any flow collection */
         }
         if (mode == PLAIN && ch != ' ' && ch != '\t' && ch != '\r') prev = ch;
         if (u[i] == 0)

@@ -336,7 +336,22 @@ static void test_bounds_on_work(void) {
                           "files need at most 5");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 < 1.0);
+    /* the same nesting spread over lines, one "x: [" per line */
+    o = snprintf(nest, 64, MIN "optimizer: [\n");
+    for (int i = 0; i < 30000; i++) o += snprintf(nest + o, 8, "x: [\n");
+    memset(nest + o, ']', 30001);
+    nest[o + 30001] = '\0';
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_STR(fail(nest), "exp.yaml:67:4: brackets nested deeper than 64 levels; experiment "
+                          "files need at most 5");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 < 1.0);
     free(nest);
+    /* brackets inside plain words do not count */
+    char words[4096];
+    o = snprintf(words, sizeof words, MIN "logging:\n  wandb:\n    tags:\n");
+    for (int i = 0; i < 100; i++) o += snprintf(words + o, sizeof words - o, "    - a[%d\n", i);
+    CHECK_STR(fail(words), "exp.yaml:6:5: logging.wandb.tags: 100 entries; at most 16");
     /* many anchors and aliases (libyaml resolves aliases by a linear search) */
     char *many = malloc(1 << 20);
     o = snprintf(many, 1 << 20, MIN "x: [");
