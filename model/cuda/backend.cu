@@ -104,11 +104,17 @@ int cb_grow(cuda_be_t *cb, cb_buf_t *buf, size_t bytes, const char *what) {
     return 0;
 }
 
+/* Tensors of at most CB_SMALL bytes come from (and go back to) a small cache: reusing a
+ * block is safe without a sync because all work on it is ordered on the one stream. */
 static void *op_alloc(backend_t *be, size_t bytes) {
     cuda_be_t *cb = cb_of(be);
     if (cudaSetDevice(be->device) != cudaSuccess) {
         cb_fail(cb, "cudaSetDevice(%d) failed", be->device);
         return NULL;
+    }
+    if (bytes <= CB_SMALL) {
+        if (cb->n_small > 0) return cb->small[--cb->n_small];
+        bytes = CB_SMALL;
     }
     return cb_malloc(cb, bytes, "a tensor");
 }
@@ -116,6 +122,14 @@ static void *op_alloc(backend_t *be, size_t bytes) {
 static void op_release(backend_t *be, void *p) {
     cuda_be_t *cb = cb_of(be);
     if (!p) return;
+    for (int i = cb->n_allocs - 1; i >= 0; i--) {
+        if (cb->allocs[i].p != p) continue;
+        if (cb->allocs[i].bytes == CB_SMALL && cb->n_small < (int)(sizeof cb->small / sizeof cb->small[0])) {
+            cb->small[cb->n_small++] = p;
+            return;
+        }
+        break;
+    }
     cudaSetDevice(be->device);
     cudaStreamSynchronize(cb->stream);   /* queued work may still read p */
     cb_free(cb, p);

@@ -45,6 +45,9 @@ typedef struct cuda_be {
     cb_alloc_t *allocs;
     int n_allocs, cap_allocs;
     size_t cur_bytes, peak_bytes;
+    /* released blocks of CB_SMALL bytes kept for reuse (comm_any allocates one per step) */
+    void *small[16];
+    int n_small;
     /* shared scratch; ops run one after another on the stream, so one of each suffices */
     cb_buf_t ws;                 /* cuDNN / cuBLASLt workspace */
     cb_buf_t scratch;            /* partial reductions (BN, loss) */
@@ -55,6 +58,8 @@ typedef struct cuda_be {
     struct lt_plan *lts;
     int n_lts, cap_lts;
 } cuda_be_t;
+
+enum { CB_SMALL = 256 };
 
 static inline cuda_be_t *cb_of(backend_t *be) { return (cuda_be_t *)be; }
 
