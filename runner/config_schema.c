@@ -298,6 +298,18 @@ void cfg_suggest_key(const char *full, char *out, size_t cap) {
         snprintf(out, cap, "did you mean %s?", best);
         return;
     }
+    /* an abbreviation of exactly one key under the same parent ("data.da" -> data.dataset) */
+    size_t fl = strlen(full);
+    const char *only = NULL;
+    int matches = 0;
+    if (strlen(leaf(full)) >= 2)
+        for (int i = 0; i < cfg_n_rows; i++)
+            if (!strncmp(cfg_rows[i].key, full, fl) && !strchr(cfg_rows[i].key + fl, '.'))
+                only = cfg_rows[i].key, matches++;
+    if (matches == 1) {
+        snprintf(out, cap, "did you mean %s?", only);
+        return;
+    }
     /* the same leaf under another section */
     const char *lf = leaf(full);
     char list[512] = "";

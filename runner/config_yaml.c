@@ -241,10 +241,11 @@ static int load_doc(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_doc
                 shown = (int)p.context_mark.line + 1;
                 show_line(buf, len, shown, text, sizeof text);
             }
-            rc = cfg_fail(c, (cfg_loc_t){src, line, col},
-                          "YAML syntax error: %s%s; check the indentation, colons and quotes "
-                          "of line %d: \"%s\"",
-                          p.problem ? p.problem : "unknown problem", ctx, shown, text);
+            const char *hint = "check the indentation, colons and quotes";
+            if (p.problem && strstr(p.problem, "mapping values are not allowed"))
+                hint = "quote a value that contains ': ', and check the indentation";
+            rc = cfg_fail(c, (cfg_loc_t){src, line, col}, "YAML syntax error: %s%s; %s of line %d: \"%s\"",
+                          p.problem ? p.problem : "unknown problem", ctx, hint, shown, text);
         }
         yaml_parser_delete(&p);
         return rc;

@@ -63,6 +63,8 @@ static void test_unknown_keys(void) {
               "exp.yaml:4:37: data.augment.random_crop.pading: unknown key; did you mean "
               "data.augment.random_crop.padding?");
     /* dotted keys are accepted in files too, and a typo in one is still caught */
+    CHECK_STR(fail("data: {da: cifar10}\nmodel: {arch: resnet18}\n"),
+              "exp.yaml:1:8: data.da: unknown key; did you mean data.dataset?");
     CHECK_STR(fail(MIN "optimizer.lrr: 0.1\n"),
               "exp.yaml:3:1: optimizer.lrr: unknown key; did you mean optimizer.lr?");
 }
@@ -244,6 +246,10 @@ static void test_yaml_level(void) {
               "exp.yaml:4:1: YAML syntax error: did not find expected ',' or '}' (while parsing "
               "a flow mapping at line 3); check the indentation, colons and quotes of line 3: "
               "\"train: {epochs: 10\"");
+    CHECK_STR(fail(MIN "name: a: b\n"),
+              "exp.yaml:3:8: YAML syntax error: mapping values are not allowed in this context; "
+              "quote a value that contains ': ', and check the indentation of line 3: \"name: a: "
+              "b\"");
     CHECK_STR(fail(MIN "  optimizer: {lr: 0.1}\n"),
               "exp.yaml:3:3: YAML syntax error: did not find expected key (while parsing a block "
               "mapping at line 1); check the indentation, colons and quotes of line 3: \"  "
