@@ -140,6 +140,7 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, err_t *e) {
     for (;;) {
         st = cudaEventQuery(w->done);
         if (st == cudaSuccess) break;
+        if (st == cudaErrorNotReady) cudaGetLastError();   /* not an error; keep it out of later checks */
         if (st != cudaErrorNotReady) {
             rc = cuda_fail(nc, "cudaEventQuery", st, __FILE__, __LINE__, e);
             abort_comm(nc, e ? e->msg : "cudaEventQuery failed");
