@@ -200,7 +200,10 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
         x->data.norm_set = true;
     } else {
         x->data.n_norm = ds->n_norm;
-        for (int i = 0; i < ds->n_norm; i++) x->data.mean[i] = ds->mean[i], x->data.std[i] = ds->std[i];
+        for (int i = 0; i < ds->n_norm; i++) {
+            x->data.mean[i] = ds->mean[i];
+            x->data.std[i] = ds->std[i];
+        }
         x->data.norm_set = false;
     }
 
@@ -243,7 +246,8 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                             "train.batch_size %d is not divisible by train.grad_accum %d; use "
                             "a multiple of %d",
                             x->train.batch_size, x->train.grad_accum, ways);
-        return cfg_fail(c, at_any(st, "train.batch_size", "parallel.world_size", "train.grad_accum"),
+        return cfg_fail(c,
+                        at_any(st, "train.batch_size", "parallel.world_size", "train.grad_accum"),
                         "train.batch_size %d is not divisible by parallel.world_size %d x "
                         "train.grad_accum %d = %d; use a multiple of %d",
                         x->train.batch_size, x->parallel.world_size, x->train.grad_accum, ways,

@@ -305,7 +305,8 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     case K_UINT64: {
         const char *s = cfg_scalar(val);
-        if (!s || cfg_is_null(val) || !number_syntax(s)) return want(c, loc, key, "an integer", val);
+        if (!s || cfg_is_null(val) || !number_syntax(s))
+            return want(c, loc, key, "an integer", val);
         const char *p = s + (*s == '+');
         if (*p == '-' || strspn(p, "0123456789") != strlen(p))
             return strchr(p, '.') || strchr(p, 'e') || strchr(p, 'E')
@@ -359,7 +360,8 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         }
         if (r->off >= 0) *(bool *)f = on;
         else st->norm_off = !on;
-        if (val->type == YAML_MAPPING_NODE) return cfg_apply_map(c, st, key, val, depth, weak, NULL);
+        if (val->type == YAML_MAPPING_NODE)
+            return cfg_apply_map(c, st, key, val, depth, weak, NULL);
         return 0;
     }
     case K_ROTATION:
@@ -421,7 +423,8 @@ int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t
     }
     if (cfg_is_section(full)) {
         if (cfg_is_null(val)) return 0; /* "logging:" with every sub-key commented out */
-        if (val->type == YAML_MAPPING_NODE) return cfg_apply_map(c, st, full, val, depth, weak, NULL);
+        if (val->type == YAML_MAPPING_NODE)
+            return cfg_apply_map(c, st, full, val, depth, weak, NULL);
         char what[CFG_STR + 32], hint[CFG_STR + 96] = "";
         snprintf(what, sizeof what, "a mapping of %s keys", full);
         const char *inner = val->type == YAML_SCALAR_NODE ? scalar_home(full, val) : NULL;

@@ -37,9 +37,12 @@ static const char *const WANDB[] = {"disabled", "online", "offline"};
 #define ROW_INT(k, f, lo, hi, fl, doc) {k, K_INT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
 #define ROW_FLT(k, f, lo, hi, fl, doc) {k, K_FLOAT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
 #define ROW_BOOL(k, f, fl, doc) {k, K_BOOL, OFF(f), 0, 0, 0, fl, 0, 0, -1, NULL, 0, doc}
-#define ROW_STR(k, f, fl, doc) {k, K_STR, OFF(f), SZ(f), 0, 0, (fl) | F_QUOTE, 0, 0, -1, NULL, 0, doc}
-#define ROW_ENUM(k, f, names, fl, doc) {k, K_ENUM, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
-#define ROW_NAME(k, f, names, fl, doc) {k, K_NAME, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
+#define ROW_STR(k, f, fl, doc) \
+    {k, K_STR, OFF(f), SZ(f), 0, 0, (fl) | F_QUOTE, 0, 0, -1, NULL, 0, doc}
+#define ROW_ENUM(k, f, names, fl, doc) \
+    {k, K_ENUM, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
+#define ROW_NAME(k, f, names, fl, doc) \
+    {k, K_NAME, OFF(f), SZ(f), 0, 0, fl, 0, 0, -1, NAMES(names), doc}
 
 const cfg_row_t cfg_rows[] = {
     ROW_STR("name", name, F_PLAIN | F_NONEMPTY, "run directory name under output.root"),
@@ -179,6 +182,12 @@ const cfg_row_t cfg_rows[] = {
     ROW_STR("output.root", output.root, F_NONEMPTY, "run directories go under here"),
 };
 const int cfg_n_rows = (int)(sizeof cfg_rows / sizeof cfg_rows[0]);
+/* K_ENUM rows store an int into the enum field */
+_Static_assert(sizeof(device_t) == sizeof(int) && sizeof(par_mode_t) == sizeof(int) &&
+                   sizeof(comm_backend_t) == sizeof(int) && sizeof(precision_t) == sizeof(int) &&
+                   sizeof(optim_name_t) == sizeof(int) && sizeof(sched_name_t) == sizeof(int) &&
+                   sizeof(wandb_mode_t) == sizeof(int),
+               "enum fields must be int-sized");
 _Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
 
 /* Keys that are not rows but are valid at the top of a file. */
@@ -245,11 +254,12 @@ static size_t close_enough(const char *s) {
 
 /* Words users write for a value that has another name here. */
 static const char *const VALUE_ALIASES[][2] = {
-    {"gpu", "cuda"},          {"nvidia", "cuda"},       {"fashion-mnist", "fashion_mnist"},
-    {"fashionmnist", "fashion_mnist"}, {"mnist", "fashion_mnist"}, {"half", "fp16"},
-    {"float16", "fp16"},      {"bfloat16", "bf16"},     {"adam", "adamw"},
-    {"step", "multistep"},    {"cos", "cosine"},        {"none", "constant"},
-    {"distributed", "ddp"},   {"dataparallel", "dp"},   {"off", "disabled"},
+    {"gpu", "cuda"},           {"nvidia", "cuda"},       {"half", "fp16"},
+    {"fashion-mnist", "fashion_mnist"},                   {"mnist", "fashion_mnist"},
+    {"fashionmnist", "fashion_mnist"},                    {"float16", "fp16"},
+    {"bfloat16", "bf16"},      {"adam", "adamw"},        {"step", "multistep"},
+    {"cos", "cosine"},         {"none", "constant"},     {"distributed", "ddp"},
+    {"dataparallel", "dp"},    {"off", "disabled"},
 };
 
 const char *cfg_closest(const char *s, const char *const *names, int n) {

@@ -244,7 +244,8 @@ static int load_doc(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_doc
             const char *hint = "check the indentation, colons and quotes";
             if (p.problem && strstr(p.problem, "mapping values are not allowed"))
                 hint = "quote a value that contains ': ', and check the indentation";
-            rc = cfg_fail(c, (cfg_loc_t){src, line, col}, "YAML syntax error: %s%s; %s of line %d: \"%s\"",
+            rc = cfg_fail(c, (cfg_loc_t){src, line, col},
+                          "YAML syntax error: %s%s; %s of line %d: \"%s\"",
                           p.problem ? p.problem : "unknown problem", ctx, hint, shown, text);
         }
         yaml_parser_delete(&p);
