@@ -147,7 +147,10 @@ static size_t find_ws_size(const P *res, int count) {
     size_t need = 0, free_b = 0, total_b = 0;
     for (int i = 0; i < count; i++)
         if (res[i].status == CUDNN_STATUS_SUCCESS && res[i].memory > need) need = res[i].memory;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        free_b = 0;
+        cudaGetLastError();
+    }
     size_t cap = free_b / 4 < FIND_WS_CAP ? free_b / 4 : FIND_WS_CAP;
     return need < cap ? need : cap;
 }
