@@ -13,6 +13,7 @@ from a fixed seed, and writes to OUT_DIR:
                               that one forward, sgd.<name> / adamw.<name> every param and
                               buffer after 3 optimizer steps (each: forward, loss, backward,
                               step, all on the same batch), adamw1.<name> after 1 AdamW step;
+                              (resnet20 only: resnet50 is chaotic under steps at batch 4);
                               all computed in float64; err.<key>: PyTorch's own fp32 error
 Usage: make_fixtures.py --model resnet20|resnet50 --out DIR [--batch B] [--if-missing]
 Only the resnet20 files are committed; the resnet50 ones (~190 MB) are generated into the
@@ -136,7 +137,7 @@ def run_steps(model, init_sd, x, y, opt_name, steps=STEPS):
     return state(model)
 
 
-def compute(model, init_sd, x, y):
+def compute(model, init_sd, x, y, with_steps):
     """Logits, loss, gradients, BN buffers after one forward, and the optimizer runs."""
     model.load_state_dict(init_sd)
     model.train()
@@ -151,10 +152,10 @@ def compute(model, init_sd, x, y):
     for k, v in state(model).items():
         if "running" in k or "num_batches" in k:
             r["fwd." + k] = v
-    for opt in ("sgd", "adamw"):
+    for opt in ("sgd", "adamw") if with_steps else ():
         for k, v in run_steps(model, init_sd, x, y, opt).items():
             r[opt + "." + k] = v
-    for k, v in run_steps(model, init_sd, x, y, "adamw", 1).items():
+    for k, v in (run_steps(model, init_sd, x, y, "adamw", 1) if with_steps else {}).items():
         r["adamw1." + k] = v
     return {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in r.items()}
 
@@ -182,10 +183,14 @@ def main():
     # PyTorch's own fp32 error for every tensor, stored as err.<key> (relative L2). Deep,
     # narrow-batch nets are ill-conditioned (resnet50 at batch 4: PyTorch fp32 vs fp64
     # differ by ~1e-2 in BN-bias gradients), so the C test allows max(base, 10 x err).
-    r32 = compute(model, init_sd, x, y)
+    # resnet50 at batch 4 is chaotic under optimizer steps: PyTorch's own fp32 run ends up
+    # ~1.4 (relative) away from its fp64 run after 3 SGD steps, so its fixture holds the
+    # forward and the gradients only.
+    with_steps = a.model == "resnet20"
+    r32 = compute(model, init_sd, x, y, with_steps)
     m64 = copy.deepcopy(model).double()
     sd64 = {k: (v.double() if v.is_floating_point() else v) for k, v in init_sd.items()}
-    r64 = compute(m64, sd64, x.double(), y)
+    r64 = compute(m64, sd64, x.double(), y, with_steps)
     g = {"input": x.permute(0, 2, 3, 1).contiguous().numpy(), "labels": y.numpy().astype(np.int64)}
     for k, v in r64.items():
         if v.dtype == np.float64:

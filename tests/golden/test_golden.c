@@ -5,7 +5,8 @@
  * too) and FIXTURE_DIR/MODEL_golden.safetensors (written by make_fixtures.py), then:
  *   1. one training forward: logits, loss (label smoothing 0.1, mean), BN running stats;
  *   2. backward: every parameter gradient of the mean loss;
- *   3. 3 steps of SGD (lr 0.1, momentum 0.9, wd 5e-4) and, from the same init, 3 steps of
+ *   3. where the fixture has them (resnet20; make_fixtures.py says why not resnet50):
+ *      3 steps of SGD (lr 0.1, momentum 0.9, wd 5e-4) and, from the same init, 3 steps of
  *      AdamW (lr 1e-3, wd 5e-2, eps 1e-6): every parameter, running stat and num_batches_tracked.
  *
  * The reference is PyTorch in float64; tolerances are relative L2 errors per tensor
@@ -224,6 +225,14 @@ static void test_forward_backward(void) {
 static void run_optimizer(optim_kind_t kind, int steps, const char *prefix, double tol) {
     ctx_t c;
     if (setup(&c) < 0) { teardown(&c); return; }
+    char probe[64];
+    snprintf(probe, sizeof probe, "%sfc.bias", prefix);
+    if (!safetensors_find(c.gold, probe)) {
+        /* make_fixtures.py stores optimizer steps for resnet20 only (it says why) */
+        printf("%s %s: not in this fixture (forward and gradients only)\n", g_model, prefix);
+        teardown(&c);
+        return;
+    }
     err_t e = {0};
     optim_opts_t oo = {.kind = kind};
     double lr;
