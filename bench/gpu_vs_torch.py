@@ -13,8 +13,8 @@ CIFAR-shaped batch, and prints one JSON line with images/s over --steps steady-s
 
 Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C): joins the
 runner's and torch's lines into rows {device, precision, batch, runner_img_per_s,
-torch_img_per_s, torch_mode, commit, speedup} and writes them as a JSON list, printing a
-table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
+torch_img_per_s, torch_mode, commit, speedup} and writes them as a JSON list (keeping
+rows of FILE for configurations this run did not measure), printing a table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
 """
 import argparse
 import json
@@ -98,6 +98,15 @@ def assemble(args):
                 "runner_img_per_s": ri, "torch_img_per_s": ti, "torch_mode": t.get("torch_mode"),
                 "commit": args.commit, "speedup": round(ri / ti, 3) if ri and ti else None,
             })
+    # keep rows of configurations this run did not measure (runs may be split in parts)
+    try:
+        with open(args.out) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = []
+    done = {(r["precision"], r["batch"], r["torch_mode"]) for r in out}
+    out = [r for r in old if (r.get("precision"), r.get("batch"), r.get("torch_mode")) not in done] + out
+    out.sort(key=lambda r: (str(r.get("precision")), r.get("batch") or 0, str(r.get("torch_mode"))))
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
