@@ -1,10 +1,13 @@
-/* plot.c: the SVG line and bar charts declared in plot.h. Layout is fixed-size and
- * computed here (margins, nice ticks, a legend that wraps below the axes); it has no
- * zoom, tooltips or log scales. */
+/* plot.c: the line and bar charts declared in plot.h. The layout (margins, nice ticks,
+ * a legend that wraps below the axes) is computed here once and drawn through a canvas
+ * (canvas.h): SVG elements or PNG pixels. It has no zoom, tooltips or log scales. */
 #include "runner/report/plot.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "runner/report/canvas.h"
 
 enum { MARGIN_L = 70, MARGIN_R = 20, MARGIN_T = 34, MARGIN_B = 46, LEGEND_ROW = 18 };
 
@@ -55,86 +58,74 @@ static axis_t nice_axis(double lo, double hi, int target) {
 /* Approximate width in pixels of text at 12px sans-serif (for legend wrapping). */
 static int text_px(const char *s) { return (int)(strlen(s) * 7) + 4; }
 
-/* Lays the legend out in rows of width w; writes it when f is set. Returns the rows. */
-static int legend(FILE *f, const plot_series_t *s, int ns, int x0, int y0, int w) {
+/* Lays the legend out in rows of width w; draws it when c is set. Returns the rows. */
+static int legend(canvas_t *c, const plot_series_t *s, int ns, int x0, int y0, int w) {
     int rows = ns ? 1 : 0, x = x0;
+    const text_style_t st = {.size = 12};
     for (int i = 0; i < ns; i++) {
         bool any = false;
         for (int k = 0; k < s[i].n; k++)
             if (isfinite(s[i].x[k]) && isfinite(s[i].y[k])) any = true;
-        const char *label = s[i].label ? s[i].label : "";
-        int item = 22 + text_px(label) + (any ? 0 : text_px(" (no data)")) + 14;
+        char label[300];
+        snprintf(label, sizeof label, "%.250s%s", s[i].label ? s[i].label : "", any ? "" : " (no data)");
+        int item = 22 + text_px(label) + 14;
         if (x + item > x0 + w && x > x0) {
             rows++;
             x = x0;
         }
-        if (f) {
+        if (c) {
             int y = y0 + (rows - 1) * LEGEND_ROW;
-            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>",
-                    x, y - 4, x + 16, y - 4, plot_color(i));
-            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 21, y);
-            plot_escape(f, label);
-            if (!any) fputs(" (no data)", f);
-            fputs("</text>\n", f);
+            c->ops->line(c, x, y - 4, x + 16, y - 4, plot_color(i), 3);
+            c->ops->text(c, x + 21, y, label, &st);
         }
         x += item;
     }
     return rows;
 }
 
-/* Writes the frame: background, title, grid, tick labels and axis labels. */
-static void frame(FILE *f, const plot_opts_t *o, int W, int pw, int ph, axis_t ax, axis_t ay) {
-    fprintf(f, "<rect width=\"%d\" height=\"100%%\" fill=\"#ffffff\"/>\n", W);
-    if (o->title) {
-        fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\" text-anchor=\"middle\">",
-                W / 2);
-        plot_escape(f, o->title);
-        fputs("</text>\n", f);
-    }
+/* Draws the frame: title, grid, tick labels, the plot box and the axis labels. */
+static void frame(canvas_t *c, const plot_opts_t *o, int W, int pw, int ph, axis_t ax, axis_t ay) {
+    const text_style_t title = {.size = 14, .anchor = ANCHOR_MIDDLE, .bold = true};
+    const text_style_t tick_y = {.size = 11, .anchor = ANCHOR_END}, tick_x = {.size = 11, .anchor = ANCHOR_MIDDLE};
+    const text_style_t label_x = {.size = 12, .anchor = ANCHOR_MIDDLE};
+    const text_style_t label_y = {.size = 12, .anchor = ANCHOR_MIDDLE, .vertical = true};
+    char num[64];
+    if (o->title) c->ops->text(c, W / 2, 20, o->title, &title);
     for (int i = 0; i * ay.step <= ay.hi - ay.lo + ay.step * 1e-6; i++) {
         double v = ay.lo + i * ay.step;
         double y = MARGIN_T + ph - (v - ay.lo) / (ay.hi - ay.lo) * ph;
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>", MARGIN_L, y,
-                MARGIN_L + pw, y);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.*f</text>\n",
-                MARGIN_L - 6, y + 4, ay.decimals, v);
+        c->ops->line(c, MARGIN_L, y, MARGIN_L + pw, y, "#e0e0e0", 1);
+        snprintf(num, sizeof num, "%.*f", ay.decimals, v);
+        c->ops->text(c, MARGIN_L - 6, y + 4, num, &tick_y);
     }
     for (int i = 0; i * ax.step <= ax.hi - ax.lo + ax.step * 1e-6; i++) {
         double v = ax.lo + i * ax.step;
         double x = MARGIN_L + (v - ax.lo) / (ax.hi - ax.lo) * pw;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>", x, MARGIN_T, x,
-                MARGIN_T + ph);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%.*f</text>\n", x,
-                MARGIN_T + ph + 15, ax.decimals, v);
+        c->ops->line(c, x, MARGIN_T, x, MARGIN_T + ph, "#e0e0e0", 1);
+        snprintf(num, sizeof num, "%.*f", ax.decimals, v);
+        c->ops->text(c, x, MARGIN_T + ph + 15, num, &tick_x);
     }
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888888\"/>\n",
-            MARGIN_L, MARGIN_T, pw, ph);
-    if (o->xlabel) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">", MARGIN_L + pw / 2,
-                MARGIN_T + ph + 34);
-        plot_escape(f, o->xlabel);
-        fputs("</text>\n", f);
-    }
-    if (o->ylabel) {
-        fprintf(f, "<text x=\"16\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" "
-                "transform=\"rotate(-90 16 %d)\">", MARGIN_T + ph / 2, MARGIN_T + ph / 2);
-        plot_escape(f, o->ylabel);
-        fputs("</text>\n", f);
-    }
+    c->ops->rect(c, MARGIN_L, MARGIN_T, pw, ph, "none", "#888888");
+    if (o->xlabel) c->ops->text(c, MARGIN_L + pw / 2, MARGIN_T + ph + 34, o->xlabel, &label_x);
+    if (o->ylabel) c->ops->text(c, 16, MARGIN_T + ph / 2, o->ylabel, &label_y);
 }
 
-int plot_line_svg(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns) {
+/* Lays out and draws a line chart on c. Returns 0, or -1 when out of memory. */
+static int draw_lines(canvas_t *c, const plot_opts_t *o, const plot_series_t *s, int ns) {
     int W = o->width ? o->width : 560, H = o->height ? o->height : 340;
     double ys = o->y_scale ? o->y_scale : 1.0;
     int pw = W - MARGIN_L - MARGIN_R, ph = H - MARGIN_T - MARGIN_B;
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-    for (int i = 0; i < ns; i++)
+    int most = 1;
+    for (int i = 0; i < ns; i++) {
+        if (s[i].n > most) most = s[i].n;
         for (int k = 0; k < s[i].n; k++) {
             double x = s[i].x[k], y = s[i].y[k] * ys;
             if (!isfinite(x) || !isfinite(y)) continue;
             xlo = fmin(xlo, x); xhi = fmax(xhi, x);
             ylo = fmin(ylo, y); yhi = fmax(yhi, y);
         }
+    }
     if (o->x_from_zero && xlo > 0) xlo = 0;
     axis_t ax = nice_axis(xlo, xhi, 6), ay = nice_axis(ylo, yhi, 5);
     if (o->x_integer && ax.step < 1) {
@@ -144,45 +135,31 @@ int plot_line_svg(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns)
         ax.hi = ceil(ax.hi);
         if (ax.hi <= ax.lo) ax.hi = ax.lo + 1;
     }
+    double *xy = malloc((size_t)most * 2 * sizeof *xy);
+    if (!xy) return -1;
     int rows = legend(NULL, s, ns, MARGIN_L, 0, pw);
-    int total_h = H + rows * LEGEND_ROW;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" role=\"img\">\n", W, total_h, W, total_h);
-    if (o->title) {
-        fputs("<title>", f);
-        plot_escape(f, o->title);
-        fputs("</title>\n", f);
-    }
-    frame(f, o, W, pw, ph, ax, ay);
+    c->ops->begin(c, W, H + rows * LEGEND_ROW, o->title);
+    frame(c, o, W, pw, ph, ax, ay);
     for (int i = 0; i < ns; i++) {
-        const char *col = plot_color(i);
-        bool open = false;
+        int m = 0;
         for (int k = 0; k < s[i].n; k++) {
             double x = s[i].x[k], y = s[i].y[k] * ys;
-            if (!isfinite(x) || !isfinite(y)) continue;
-            double px = MARGIN_L + (x - ax.lo) / (ax.hi - ax.lo) * pw;
-            double py = MARGIN_T + ph - (y - ay.lo) / (ay.hi - ay.lo) * ph;
-            if (!open) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
-            fprintf(f, "%s%.1f,%.1f", open ? " " : "", px, py);
-            open = true;
+            if (!isfinite(x) || !isfinite(y)) continue;   /* skipped: the line joins its neighbours */
+            xy[2 * m] = MARGIN_L + (x - ax.lo) / (ax.hi - ax.lo) * pw;
+            xy[2 * m + 1] = MARGIN_T + ph - (y - ay.lo) / (ay.hi - ay.lo) * ph;
+            m++;
         }
-        if (open) fputs("\"/>\n", f);
-        for (int k = 0; k < s[i].n; k++) {
-            double x = s[i].x[k], y = s[i].y[k] * ys;
-            if (!isfinite(x) || !isfinite(y)) continue;
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>",
-                    MARGIN_L + (x - ax.lo) / (ax.hi - ax.lo) * pw,
-                    MARGIN_T + ph - (y - ay.lo) / (ay.hi - ay.lo) * ph, col);
-        }
-        fputc('\n', f);
+        if (m) c->ops->polyline(c, xy, m, plot_color(i), 2);
+        for (int k = 0; k < m; k++) c->ops->circle(c, xy[2 * k], xy[2 * k + 1], 2.5, plot_color(i));
     }
-    legend(f, s, ns, MARGIN_L, H + 4, pw);
-    fputs("</svg>\n", f);
-    return ferror(f) ? -1 : 0;
+    legend(c, s, ns, MARGIN_L, H + 4, pw);
+    c->ops->end(c);
+    free(xy);
+    return 0;
 }
 
-int plot_bar_svg(FILE *f, const plot_opts_t *o, const char *const *labels, const double *values,
-                 int n) {
+/* Lays out and draws a horizontal bar chart on c. */
+static void draw_bars(canvas_t *c, const plot_opts_t *o, const char *const *labels, const double *values, int n) {
     int W = o->width ? o->width : 560;
     int label_w = 40;
     for (int i = 0; i < n; i++) {
@@ -197,45 +174,64 @@ int plot_bar_svg(FILE *f, const plot_opts_t *o, const char *const *labels, const
         if (isfinite(values[i]) && values[i] > vmax) vmax = values[i];
     axis_t ax = nice_axis(0, vmax > 0 ? vmax : 1, 5);
     int pw = W - left - right;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" role=\"img\">\n", W, H, W, H);
-    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", W, H);
-    if (o->title) {
-        fputs("<title>", f);
-        plot_escape(f, o->title);
-        fprintf(f, "</title>\n<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\" "
-                "text-anchor=\"middle\">", W / 2);
-        plot_escape(f, o->title);
-        fputs("</text>\n", f);
-    }
+    const text_style_t title = {.size = 14, .anchor = ANCHOR_MIDDLE, .bold = true};
+    const text_style_t tick = {.size = 11, .anchor = ANCHOR_MIDDLE}, value = {.size = 11};
+    const text_style_t none = {.size = 11, .color = "#888888"}, name = {.size = 12, .anchor = ANCHOR_END};
+    const text_style_t label_x = {.size = 12, .anchor = ANCHOR_MIDDLE};
+    char num[64];
+    c->ops->begin(c, W, H, o->title);
+    if (o->title) c->ops->text(c, W / 2, 20, o->title, &title);
     int axis_y = top + n * (bar_h + gap);
     for (int i = 0; i * ax.step <= ax.hi + ax.step * 1e-6; i++) {
         double v = i * ax.step, x = left + v / ax.hi * pw;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>", x, top - 4, x, axis_y);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%.*f</text>\n", x,
-                axis_y + 14, ax.decimals, v);
+        c->ops->line(c, x, top - 4, x, axis_y, "#e0e0e0", 1);
+        snprintf(num, sizeof num, "%.*f", ax.decimals, v);
+        c->ops->text(c, x, axis_y + 14, num, &tick);
     }
     for (int i = 0; i < n; i++) {
         int y = top + i * (bar_h + gap);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">", left - 6, y + 14);
-        plot_escape(f, labels[i] ? labels[i] : "");
-        fputs("</text>", f);
+        c->ops->text(c, left - 6, y + 14, labels[i] ? labels[i] : "", &name);
         if (isfinite(values[i]) && values[i] > 0) {
             double w = values[i] / ax.hi * pw;
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>", left, y, w,
-                    bar_h, plot_color(i));
-            fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\">%.1f</text>\n", left + w + 4, y + 14,
-                    values[i]);
+            c->ops->rect(c, left, y, w, bar_h, plot_color(i), "none");
+            snprintf(num, sizeof num, "%.1f", values[i]);
+            c->ops->text(c, left + w + 4, y + 14, num, &value);
         } else {
-            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#888888\">n/a</text>\n", left + 4,
-                    y + 14);
+            c->ops->text(c, left + 4, y + 14, "n/a", &none);
         }
     }
-    if (o->xlabel) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">", left + pw / 2, axis_y + 30);
-        plot_escape(f, o->xlabel);
-        fputs("</text>\n", f);
-    }
-    fputs("</svg>\n", f);
+    if (o->xlabel) c->ops->text(c, left + pw / 2, axis_y + 30, o->xlabel, &label_x);
+    c->ops->end(c);
+}
+
+int plot_line_svg(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns) {
+    canvas_t c;
+    canvas_svg_init(&c, f);
+    if (draw_lines(&c, o, s, ns)) return -1;
     return ferror(f) ? -1 : 0;
+}
+
+int plot_bar_svg(FILE *f, const plot_opts_t *o, const char *const *labels, const double *values, int n) {
+    canvas_t c;
+    canvas_svg_init(&c, f);
+    draw_bars(&c, o, labels, values, n);
+    return ferror(f) ? -1 : 0;
+}
+
+int plot_line_png(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns) {
+    canvas_t c;
+    canvas_raster_init(&c);
+    int rc = draw_lines(&c, o, s, ns);
+    if (rc == 0) rc = canvas_raster_write_png(&c, f);
+    canvas_raster_free(&c);
+    return rc || ferror(f) ? -1 : 0;
+}
+
+int plot_bar_png(FILE *f, const plot_opts_t *o, const char *const *labels, const double *values, int n) {
+    canvas_t c;
+    canvas_raster_init(&c);
+    draw_bars(&c, o, labels, values, n);
+    int rc = canvas_raster_write_png(&c, f);
+    canvas_raster_free(&c);
+    return rc || ferror(f) ? -1 : 0;
 }

@@ -1,10 +1,10 @@
-/* plot.h: small SVG charts for the report (line charts and a bar chart).
+/* plot.h: small charts for the report (line charts and a bar chart), as SVG or PNG.
  *
  * The SVG is written inline (no XML prolog) so it can be embedded in an HTML page; it
- * uses no scripts, fonts or stylesheets from outside the document. Axis ticks are "nice"
+ * uses no scripts, fonts or stylesheets from outside the document. The PNG has the same
+ * layout drawn with a plain 5x7 pixel font (see canvas.h). Axis ticks are "nice"
  * numbers (1, 2, 5 x 10^k). NaN points are skipped and the line joins the points on
- * either side (a run evaluated every other epoch still draws one line). This does not
- * write raster images.
+ * either side (a run evaluated every other epoch still draws one line).
  */
 #ifndef RUNNER_REPORT_PLOT_H
 #define RUNNER_REPORT_PLOT_H
@@ -41,6 +41,12 @@ int plot_line_svg(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns)
 /* Writes an <svg> horizontal bar chart: one bar per label with its value printed at
  * the end of the bar (NaN: "n/a", no bar). Returns 0, or -1 on a write error. */
 int plot_bar_svg(FILE *f, const plot_opts_t *o, const char *const *labels,
+                 const double *values, int n);
+
+/* The same two charts as 8-bit RGB PNG images. Return 0, or -1 when out of memory or f
+ * reports a write error. */
+int plot_line_png(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns);
+int plot_bar_png(FILE *f, const plot_opts_t *o, const char *const *labels,
                  const double *values, int n);
 
 /* Writes s with &, <, >, " escaped for HTML/SVG text and attributes. */

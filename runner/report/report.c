@@ -313,7 +313,7 @@ int report_write_md(const report_t *r, FILE *f) {
           "relative to the first row; comm exposed: share of step time spent waiting on "
           "communication.\n\n", f);
     for (int p = 0; p < RP_COUNT; p++)
-        fprintf(f, "![%s](plots/%s)\n", report_plot_titles[p], report_plot_files[p]);
+        fprintf(f, "![%s](plots/%s.svg)\n", report_plot_titles[p], report_plot_files[p]);
     return ferror(f) ? -1 : 0;
 }
 
@@ -338,16 +338,26 @@ int report_make_dirs(const char *path, err_t *e) {
     return 0;
 }
 
-typedef int (*render_fn)(const report_t *, FILE *);
+/* What one output file holds: a table rendering of the report, or one chart. */
+typedef struct render_job {
+    const report_t *r;
+    int (*table)(const report_t *, FILE *);   /* CSV, Markdown or HTML; NULL for a chart */
+    report_plot_t plot;
+    bool png;
+} render_job_t;
+
+static int render(const render_job_t *j, FILE *f) {
+    return j->table ? j->table(j->r, f) : report_plot(j->r, j->plot, j->png, f);
+}
 
 /* Writes dir/name through a temporary file and a rename, so readers never see half a file. */
-static int write_atomic(const char *dir, const char *name, render_fn render, const report_t *r, err_t *e) {
+static int write_atomic(const char *dir, const char *name, const render_job_t *job, err_t *e) {
     char path[REPORT_PATH + 64], tmp[REPORT_PATH + 80];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     FILE *f = fopen(tmp, "wb");
     if (!f) return err_errno(e, ERR_INPUT, "%s: cannot write", tmp);
-    int bad = render(r, f);
+    int bad = render(job, f);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = -1;
     if (fclose(f) != 0) bad = -1;
     if (bad) {
@@ -361,24 +371,24 @@ static int write_atomic(const char *dir, const char *name, render_fn render, con
     return 0;
 }
 
-/* Renderers of the standalone chart files, one per report_plot_t. */
-static int plot_file_0(const report_t *r, FILE *f) { return report_plot(r, RP_LOSS_EPOCH, f); }
-static int plot_file_1(const report_t *r, FILE *f) { return report_plot(r, RP_TOP1_EPOCH, f); }
-static int plot_file_2(const report_t *r, FILE *f) { return report_plot(r, RP_LOSS_WALL, f); }
-static int plot_file_3(const report_t *r, FILE *f) { return report_plot(r, RP_TOP1_WALL, f); }
-static int plot_file_4(const report_t *r, FILE *f) { return report_plot(r, RP_THROUGHPUT, f); }
-
 int report_write(const report_t *r, const char *out_dir, err_t *e) {
-    static const render_fn plot_files[RP_COUNT] = {plot_file_0, plot_file_1, plot_file_2, plot_file_3,
-                                                   plot_file_4};
-    char plots[REPORT_PATH + 16];
+    char plots[REPORT_PATH + 16], name[128];
     snprintf(plots, sizeof plots, "%s/plots", out_dir);
     if (report_make_dirs(plots, e)) return -1;
     for (int p = 0; p < RP_COUNT; p++)
-        if (write_atomic(plots, report_plot_files[p], plot_files[p], r, e)) return -1;
-    if (write_atomic(out_dir, "comparison.csv", report_write_csv, r, e)) return -1;
-    if (write_atomic(out_dir, "comparison.md", report_write_md, r, e)) return -1;
-    return write_atomic(out_dir, "report.html", report_write_html, r, e);
+        for (int png = 0; png <= 1; png++) {
+            render_job_t job = {.r = r, .plot = (report_plot_t)p, .png = png};
+            snprintf(name, sizeof name, "%s.%s", report_plot_files[p], png ? "png" : "svg");
+            if (write_atomic(plots, name, &job, e)) return -1;
+        }
+    const struct { const char *name; int (*table)(const report_t *, FILE *); } tables[] = {
+        {"comparison.csv", report_write_csv}, {"comparison.md", report_write_md},
+        {"report.html", report_write_html}};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        render_job_t job = {.r = r, .table = tables[i].table};
+        if (write_atomic(out_dir, tables[i].name, &job, e)) return -1;
+    }
+    return 0;
 }
 
 /* One expanded input of report_runs, with storage for the strings it points to. */

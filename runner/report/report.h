@@ -14,7 +14,7 @@
  * Unknown numbers are NaN and print as empty cells.
  * report_write produces comparison.csv, comparison.md and a self-contained report.html
  * (inline SVG plots, inline CSS, no scripts, nothing fetched from the network), and the
- * same charts as files under plots/ that comparison.md links to.
+ * same charts as plots/<chart>.svg (linked from comparison.md) and plots/<chart>.png.
  * This module does not run anything; compare.h runs matrices.
  */
 #ifndef RUNNER_REPORT_REPORT_H
@@ -80,8 +80,9 @@ int report_write_csv(const report_t *r, FILE *f);
 int report_write_md(const report_t *r, FILE *f);
 int report_write_html(const report_t *r, FILE *f);
 
-/* Writes out_dir/comparison.csv, comparison.md, report.html and plots/<chart>.svg (each to a
- * temporary file, then renamed), creating out_dir if needed. Returns 0 / -1. */
+/* Writes out_dir/comparison.csv, comparison.md, report.html and plots/<chart>.svg and
+ * .png (each to a temporary file, then renamed), creating out_dir if needed. Returns
+ * 0 / -1. */
 int report_write(const report_t *r, const char *out_dir, err_t *e);
 
 /* The `runner report RUN_DIR... [--output DIR]` verb: builds a strict report of dirs

@@ -103,7 +103,7 @@ static void html_table(const report_t *r, FILE *f) {
 }
 
 /* One line chart of every run: y against epoch or against cumulative wall time. */
-static int html_curve(const report_t *r, FILE *f, bool wall, bool loss) {
+static int html_curve(const report_t *r, FILE *f, bool wall, bool loss, bool png) {
     plot_series_t *s = calloc((size_t)r->n, sizeof *s);
     if (!s) return -1;
     for (int i = 0; i < r->n; i++) {
@@ -121,12 +121,12 @@ static int html_curve(const report_t *r, FILE *f, bool wall, bool loss) {
     o.width = 540;
     o.x_integer = !wall;
     o.x_from_zero = wall;
-    int rc = plot_line_svg(f, &o, s, r->n);
+    int rc = png ? plot_line_png(f, &o, s, r->n) : plot_line_svg(f, &o, s, r->n);
     free(s);
     return rc;
 }
 
-static int html_throughput(const report_t *r, FILE *f) {
+static int html_throughput(const report_t *r, FILE *f, bool png) {
     const char **labels = calloc((size_t)r->n, sizeof *labels);
     double *v = calloc((size_t)r->n, sizeof *v);
     int rc = -1;
@@ -139,7 +139,7 @@ static int html_throughput(const report_t *r, FILE *f) {
         o.title = report_plot_titles[RP_THROUGHPUT];
         o.xlabel = "images per second";
         o.width = 760;
-        rc = plot_bar_svg(f, &o, labels, v, r->n);
+        rc = png ? plot_bar_png(f, &o, labels, v, r->n) : plot_bar_svg(f, &o, labels, v, r->n);
     }
     free(labels);
     free(v);
@@ -180,19 +180,19 @@ static void html_env(const report_t *r, FILE *f) {
 }
 
 const char *const report_plot_files[RP_COUNT] = {
-    "train_loss_vs_epoch.svg", "val_top1_vs_epoch.svg", "train_loss_vs_wall_time.svg",
-    "val_top1_vs_wall_time.svg", "throughput.svg"};
+    "train_loss_vs_epoch", "val_top1_vs_epoch", "train_loss_vs_wall_time", "val_top1_vs_wall_time",
+    "throughput"};
 const char *const report_plot_titles[RP_COUNT] = {
     "Train loss vs epoch", "Val top-1 vs epoch", "Train loss vs wall time", "Val top-1 vs wall time",
     "Throughput (images/s, steady state)"};
 
-int report_plot(const report_t *r, report_plot_t which, FILE *f) {
+int report_plot(const report_t *r, report_plot_t which, bool png, FILE *f) {
     switch (which) {
-    case RP_LOSS_EPOCH: return html_curve(r, f, false, true);
-    case RP_TOP1_EPOCH: return html_curve(r, f, false, false);
-    case RP_LOSS_WALL: return html_curve(r, f, true, true);
-    case RP_TOP1_WALL: return html_curve(r, f, true, false);
-    case RP_THROUGHPUT: return html_throughput(r, f);
+    case RP_LOSS_EPOCH: return html_curve(r, f, false, true, png);
+    case RP_TOP1_EPOCH: return html_curve(r, f, false, false, png);
+    case RP_LOSS_WALL: return html_curve(r, f, true, true, png);
+    case RP_TOP1_WALL: return html_curve(r, f, true, false, png);
+    case RP_THROUGHPUT: return html_throughput(r, f, png);
     case RP_COUNT: break;
     }
     return -1;
@@ -211,9 +211,9 @@ int report_write_html(const report_t *r, FILE *f) {
     html_table(r, f);
     fputs("<h2>Training curves</h2>\n<div class=\"charts\">\n", f);
     int rc = 0;
-    for (int p = RP_LOSS_EPOCH; p <= RP_TOP1_WALL; p++) rc |= report_plot(r, (report_plot_t)p, f);
+    for (int p = RP_LOSS_EPOCH; p <= RP_TOP1_WALL; p++) rc |= report_plot(r, (report_plot_t)p, false, f);
     fputs("</div>\n<h2>Throughput</h2>\n<div class=\"charts\">\n", f);
-    rc |= report_plot(r, RP_THROUGHPUT, f);
+    rc |= report_plot(r, RP_THROUGHPUT, false, f);
     fputs("</div>\n<h2>Environment</h2>\n", f);
     html_env(r, f);
     fputs("</body>\n</html>\n", f);

@@ -18,16 +18,17 @@ extern const char *const report_col_titles[RC_COUNT];
 /* Formats one cell of the human tables (Markdown, HTML) into buf; "" when unknown. */
 void report_fmt(char *buf, size_t cap, report_col_t col, const report_row_t *row);
 
-/* The charts: in report.html, and each also as its own file under plots/ (linked from
- * comparison.md, so the Markdown shows them where SVG images render). */
+/* The charts: in report.html, and each also as its own files plots/<name>.svg and
+ * plots/<name>.png (comparison.md links the SVGs). */
 typedef enum {
     RP_LOSS_EPOCH, RP_TOP1_EPOCH, RP_LOSS_WALL, RP_TOP1_WALL, RP_THROUGHPUT, RP_COUNT
 } report_plot_t;
-extern const char *const report_plot_files[RP_COUNT];
+extern const char *const report_plot_files[RP_COUNT];   /* file names without extension */
 extern const char *const report_plot_titles[RP_COUNT];
 
-/* Writes one chart as an <svg> element (also a valid standalone .svg file). Returns 0 / -1. */
-int report_plot(const report_t *r, report_plot_t which, FILE *f);
+/* Writes one chart: an <svg> element (also a valid standalone .svg file) or, with png,
+ * a PNG image. Returns 0 / -1. */
+int report_plot(const report_t *r, report_plot_t which, bool png, FILE *f);
 
 /* mkdir -p: creates path and its missing parents; ERR_INPUT naming the part that could
  * not be created, or path when it exists and is not a directory. Returns 0 / -1. */

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "runner/report/plot.h"
 #include "runner/report/report.h"
@@ -135,6 +136,13 @@ static void test_files(void) {
         CHECK_CONTAINS(svg, "</svg>\n");
         CHECK_CONTAINS(svg, "dp_amp");
         free(svg);
+        snprintf(name, sizeof name, "plots/%.*s.png", (int)(strlen(plot_files[p]) - 4), plot_files[p]);
+        size_t png_len = 0;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", out, name);
+        char *png = test_read_file(path, &png_len);
+        CHECK(png && png_len > 100 && !memcmp(png, "\x89PNG", 4));
+        free(png);
     }
     int svgs = 0;
     for (const char *p = html; (p = strstr(p, "<svg")); p++) svgs++;
@@ -327,6 +335,72 @@ static void test_plot(void) {
     free(text);
 }
 
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Decodes the PNG the bar chart writes (checking signature, chunk CRCs, IHDR and the
+ * zlib stream) and checks pixels: the first bar has the first palette colour, the row
+ * without a value has no bar, the corner is white. */
+static void test_plot_png(void) {
+    const char *labels[] = {"a", "b"};
+    double v[] = {100, NAN};
+    plot_opts_t o = {.title = "T"};
+    char *png = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&png, &len);
+    CHECK_INT(plot_bar_png(f, &o, labels, v, 2), 0);
+    fclose(f);
+    CHECK(len > 60 && !memcmp(png, "\x89PNG\r\n\x1a\n", 8));
+    if (len <= 60) { free(png); return; }
+    const unsigned char *p = (const unsigned char *)png + 8, *end = (const unsigned char *)png + len;
+    uint32_t w = 0, h = 0;
+    unsigned char *idat = NULL;
+    size_t idat_len = 0;
+    int chunks = 0, bad_crc = 0;
+    while (p + 12 <= end) {
+        uint32_t n = be32(p);
+        if (p + 12 + n > end) break;
+        uLong crc = crc32(crc32(0L, Z_NULL, 0), p + 4, n + 4);
+        bad_crc += crc != be32(p + 8 + n);
+        if (!memcmp(p + 4, "IHDR", 4)) {
+            w = be32(p + 8);
+            h = be32(p + 12);
+            CHECK_INT(p[16], 8);   /* bit depth */
+            CHECK_INT(p[17], 2);   /* RGB */
+        }
+        if (!memcmp(p + 4, "IDAT", 4)) {
+            idat = realloc(idat, idat_len + n);
+            memcpy(idat + idat_len, p + 8, n);
+            idat_len += n;
+        }
+        chunks++;
+        if (!memcmp(p + 4, "IEND", 4)) break;
+        p += 12 + n;
+    }
+    CHECK_INT(chunks, 3);
+    CHECK_INT(bad_crc, 0);
+    CHECK_INT(w, 560);
+    CHECK_INT(h, 34 + 2 * 28 + 34);
+    uLongf raw_len = (uLongf)h * (3 * w + 1);
+    unsigned char *raw = malloc(raw_len ? raw_len : 1);
+    CHECK(idat && uncompress(raw, &raw_len, idat, idat_len) == Z_OK);
+    CHECK_INT(raw_len, (uLongf)h * (3 * w + 1));
+    if (raw_len == (uLongf)h * (3 * w + 1)) {
+        const unsigned char *bar = raw + 44 * (3 * w + 1) + 1 + 52 * 3;     /* row 44, x 52 */
+        const unsigned char *empty = raw + 72 * (3 * w + 1) + 1 + 52 * 3;   /* second row */
+        const unsigned char *corner = raw + 1;
+        CHECK_INT(bar[0], 0x1f);
+        CHECK_INT(bar[1], 0x77);
+        CHECK_INT(bar[2], 0xb4);
+        CHECK_INT(empty[0] + empty[1] + empty[2], 3 * 255);
+        CHECK_INT(corner[0] + corner[1] + corner[2], 3 * 255);
+    }
+    free(raw);
+    free(idat);
+    free(png);
+}
+
 int main(void) {
     make_runs();
     TEST_RUN(test_median);
@@ -335,6 +409,7 @@ int main(void) {
     TEST_RUN(test_errors);
     TEST_RUN(test_report_runs);
     TEST_RUN(test_plot);
+    TEST_RUN(test_plot_png);
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
