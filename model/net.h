@@ -7,10 +7,11 @@
  * (running_mean, running_var of every BN, in node order) in a third ("buffers");
  * num_batches_tracked counters are int64 values kept on the host.
  *
- * The tensor table (net_tensor) lists every tensor of torchvision's state_dict in
- * torchvision's state_dict order with its name (conv1.weight, layer1.0.bn1.running_mean,
- * fc.bias, ...), torchvision shape (OIHW for convs), and where it lives (which array,
- * offset, numel). Conv weights are stored KRSC (out, kh, kw, in), torchvision's OIHW
+ * The tensor table (net_tensor) lists every tensor of torchvision's state_dict, in node
+ * order (within a ResNet block the downsample tensors come first, before conv1; a name
+ * lookup, not the order, is what import/export rely on), with its name (conv1.weight,
+ * layer1.0.bn1.running_mean, fc.bias, ...), torchvision shape (OIHW for convs), and
+ * where it lives (which array, offset, numel). Conv weights are stored KRSC (out, kh, kw, in), torchvision's OIHW
  * permuted; import/export converts.
  *
  * Life cycle:
@@ -21,8 +22,8 @@
  *             net_forward(train); net_loss; net_backward } x grad_accum; optimizer
  *   net_free(n);
  * Nothing is allocated inside a step. Activations are NHWC in the act dtype (fp32, or
- * fp16/bf16 under AMP: a half shadow of all parameters is cast from the fp32 master once
- * per training forward; BN statistics, the loss and all gradients stay fp32).
+ * fp16/bf16 under AMP: a half shadow of all parameters is cast from the fp32 master at
+ * the start of every forward; BN statistics, the loss and all gradients stay fp32).
  *
  * BN: momentum 0.1, eps 1e-5 (torch defaults); training uses batch statistics and
  * updates the running ones (unbiased variance), eval uses the running ones and updates
