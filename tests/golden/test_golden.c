@@ -1,6 +1,7 @@
 /* test_golden.c: the model engine on the CPU backend against PyTorch golden data.
  *
- * Usage: test_golden MODEL FIXTURE_DIR. Reads FIXTURE_DIR/MODEL_init.safetensors through
+ * Usage: test_golden MODEL FIXTURE_DIR [cpu|cuda] (cuda: the same checks on the CUDA
+ * backend with TF32 off; exits 77, skipped, without a GPU). Reads FIXTURE_DIR/MODEL_init.safetensors through
  * safetensors_load_net (so the reader, the OIHW->KRSC import and the names are tested
  * too) and FIXTURE_DIR/MODEL_golden.safetensors (written by make_fixtures.py), then:
  *   1. one training forward: logits, loss (label smoothing 0.1, mean), BN running stats;
@@ -27,6 +28,7 @@
 #include "tests/test.h"
 
 static const char *g_model, *g_dir;
+static backend_kind_t g_kind = BACKEND_CPU;
 static char g_init[1024], g_gold[1024];
 
 /* The host value of net tensor t in torchvision layout (conv weights OIHW). */
@@ -135,8 +137,9 @@ static double compare(ctx_t *c, const char *prefix, bool grads, bool params, boo
 static int setup(ctx_t *c) {
     memset(c, 0, sizeof *c);
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 0, .deterministic = true};
-    c->be = cpu_backend_create(&bo, &e);
+    backend_opts_t bo = {.kind = g_kind, .threads = 0, .deterministic = true, .allow_tf32 = false};
+    c->be = g_kind == BACKEND_CPU ? cpu_backend_create(&bo, &e) : backend_create(&bo, &e);
+    if (!c->be && g_kind == BACKEND_CUDA) test_skip(e.msg);
     CHECK(c->be != NULL);
     if (!c->be) return -1;
     c->gold = safetensors_open(g_gold, 0, &e);
@@ -275,8 +278,12 @@ static void test_adamw_steps(void) { run_optimizer(OPTIM_ADAMW, 3, "adamw.", 2e-
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_golden MODEL FIXTURE_DIR\n");
+        fprintf(stderr, "usage: test_golden MODEL FIXTURE_DIR [cpu|cuda]\n");
         return 2;
+    }
+    if (argc > 3 && !strcmp(argv[3], "cuda")) {
+        if (backend_cuda_device_count() < 1) test_skip("no CUDA device visible");
+        g_kind = BACKEND_CUDA;
     }
     g_model = argv[1];
     g_dir = argv[2];
