@@ -65,6 +65,14 @@ static int out_of_range(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_
     return cfg_fail(c, loc, "%s: %s is out of range; %s", key, text, b);
 }
 
+/* A number beyond what the field can hold: bounds if the row has an upper one, else the
+ * type's limit. */
+static int too_large(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row_t *r,
+                     const char *text, const char *limit) {
+    if (isfinite(r->hi) || text[0] == '-') return out_of_range(c, loc, key, r, text);
+    return cfg_fail(c, loc, "%s: %s is too large; at most %s", key, text, limit);
+}
+
 /* YAML number syntax: [+-] digits [. digits] [e [+-] digits], or [+-] . digits [...]. */
 static bool number_syntax(const char *s) {
     const char *p = s;
@@ -109,7 +117,7 @@ static int get_double(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_ro
     }
     errno = 0;
     double v = strtod(s, NULL);
-    if (!isfinite(v)) return out_of_range(c, loc, key, r, s);
+    if (!isfinite(v)) return too_large(c, loc, key, r, s, "about 1.8e308");
     if (!in_bounds(r, v)) return out_of_range(c, loc, key, r, s);
     *out = v;
     return 0;
@@ -127,10 +135,11 @@ static int get_int64(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row
     if (plain_digits) {
         errno = 0;
         v = strtoll(s, NULL, 10);
-        if (errno == ERANGE) return out_of_range(c, loc, key, r, s);
+        if (errno == ERANGE) return too_large(c, loc, key, r, s, "9223372036854775807");
     } else {
         double d = strtod(s, NULL);
-        if (!isfinite(d) || fabs(d) > 9007199254740992.0) return out_of_range(c, loc, key, r, s);
+        if (!isfinite(d) || fabs(d) > 9007199254740992.0)
+            return too_large(c, loc, key, r, s, "9007199254740992 in this notation");
         if (d != floor(d)) return want(c, loc, key, "an integer", n);
         v = (long long)d;
     }
@@ -314,7 +323,7 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
                        : out_of_range(c, loc, key, r, s);
         errno = 0;
         unsigned long long u = strtoull(p, NULL, 10);
-        if (errno == ERANGE) return out_of_range(c, loc, key, r, s);
+        if (errno == ERANGE) return too_large(c, loc, key, r, s, "18446744073709551615");
         *(uint64_t *)f = u;
         return 0;
     }

@@ -145,7 +145,15 @@ static void test_ranges(void) {
               "exp.yaml:3:19: schedule.gamma: '.NaN' is not a finite number; give a number "
               "such as 0.1");
     CHECK_STR(fail(MIN "optimizer: {lr: 1e999}\n"),
-              "exp.yaml:3:17: optimizer.lr: 1e999 is out of range; must be > 0");
+              "exp.yaml:3:17: optimizer.lr: 1e999 is too large; at most about 1.8e308");
+    CHECK_STR(fail(MIN "seed: 18446744073709551616\n"),
+              "exp.yaml:3:7: seed: 18446744073709551616 is too large; at most "
+              "18446744073709551615");
+    CHECK_STR(fail(MIN "train: {max_steps: 9223372036854775808}\n"),
+              "exp.yaml:3:20: train.max_steps: 9223372036854775808 is too large; at most "
+              "9223372036854775807");
+    CHECK_STR(fail(MIN "train: {max_steps: -9223372036854775809}\n"),
+              "exp.yaml:3:20: train.max_steps: -9223372036854775809 is out of range; must be >= 1");
     CHECK_STR(fail(MIN "train: {max_steps: 0}\n"),
               "exp.yaml:3:20: train.max_steps: 0 is out of range; must be >= 1");
     CHECK_STR(fail(MODEL "data: {dataset: cifar10, augment: {rotation: 200}}\n"),
