@@ -251,7 +251,7 @@ int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e) {
                                             "comm_exposed_seconds"};
     err_t local;
     err_t *ep = lenient ? &local : e;
-    int rcs[5];
+    int rcs[4];
     err_clear(&local);
     rcs[0] = load_json(dir, "summary.json", false, &r->summary, ep);
     if (rcs[0] && !lenient) return -1;
@@ -265,9 +265,6 @@ int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e) {
     rcs[3] = load_json(dir, "env.json", true, &r->env, ep);
     if (rcs[3] && !lenient) return -1;
     if (rcs[3]) note_problem(r, &local);
-    rcs[4] = load_json(dir, "plan.json", true, &r->plan, ep);
-    if (rcs[4] && !lenient) return -1;
-    if (rcs[4]) note_problem(r, &local);
     return 0;
 }
 
@@ -275,7 +272,6 @@ void run_files_free(run_files_t *r) {
     if (!r) return;
     json_free(r->summary);
     json_free(r->env);
-    json_free(r->plan);
     csv_table_free(&r->metrics);
     csv_table_free(&r->steps);
     memset(r, 0, sizeof *r);

@@ -1,6 +1,6 @@
 /* runread.h: reading the files of a finished (or stopped) run directory.
  *
- * Loads summary.json, env.json, plan.json, metrics.csv and steps.csv (formats in
+ * Loads summary.json, env.json, metrics.csv and steps.csv (formats in
  * docs/architecture.md) into memory for the report and check verbs. CSV files are read
  * by header name, so added columns are ignored and reordered ones still work; every cell
  * must be a number or empty (empty reads as NaN). A last line without a newline that does
@@ -44,7 +44,6 @@ typedef struct run_files {
     char dir[RUNREAD_PATH];
     json_t *summary;        /* summary.json, or NULL when absent (lenient only) */
     json_t *env;            /* env.json, or NULL when absent (optional) */
-    json_t *plan;           /* plan.json, or NULL when absent (optional) */
     bool has_metrics;       /* metrics.csv read */
     csv_table_t metrics;
     bool has_steps;         /* steps.csv read (optional) */
@@ -55,7 +54,7 @@ typedef struct run_files {
 /* Loads dir. Strict (lenient false): dir, summary.json and metrics.csv must exist and
  * every file present must parse, else ERR_INPUT naming the file (and line). Lenient: a
  * missing or malformed file is left out and described in r->problem; only an unreadable
- * directory path fails. steps.csv, env.json and plan.json are optional either way.
+ * directory path fails. steps.csv and env.json are optional either way.
  * r is zeroed first; free it with run_files_free even after a failure. */
 int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e);
 void run_files_free(run_files_t *r);
