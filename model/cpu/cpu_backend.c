@@ -47,15 +47,42 @@ static void cpu_release(backend_t *be, void *p) {
     free(raw);
 }
 
+#define MEM_GRAIN ((size_t)1 << 20)   /* bytes per parallel task of zero/copy */
+
+typedef struct mem_task {
+    char *dst;
+    const char *src;     /* NULL: zero */
+    size_t bytes;
+} mem_task_t;
+
+static void mem_chunk(void *argp, int chunk) {
+    mem_task_t *t = argp;
+    size_t lo = (size_t)chunk * MEM_GRAIN, n = t->bytes - lo < MEM_GRAIN ? t->bytes - lo : MEM_GRAIN;
+    if (t->src) memcpy(t->dst + lo, t->src + lo, n);
+    else memset(t->dst + lo, 0, n);
+}
+
+/* Copies (non-overlapping, or identical) or zeroes large buffers on all threads; gradient
+ * zeroing and parameter copies of a whole model are tens of megabytes. */
 static int cpu_copy(backend_t *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
-    if (bytes && dst != src) memmove(dst, src, bytes);
+    if (!bytes || dst == src) return 0;
+    const char *d = dst, *s = src;
+    if (bytes < 2 * MEM_GRAIN || (d < s + bytes && s < d + bytes)) {
+        memmove(dst, src, bytes);
+        return 0;
+    }
+    mem_task_t t = {dst, src, bytes};
+    cpu_pool_run(&cpu_of(be)->pool, (int)((bytes + MEM_GRAIN - 1) / MEM_GRAIN), mem_chunk, &t);
     return 0;
 }
 
 static int cpu_zero(backend_t *be, void *dst, size_t bytes) {
-    (void)be;
-    if (bytes) memset(dst, 0, bytes);
+    if (bytes < 2 * MEM_GRAIN) {
+        if (bytes) memset(dst, 0, bytes);
+        return 0;
+    }
+    mem_task_t t = {dst, NULL, bytes};
+    cpu_pool_run(&cpu_of(be)->pool, (int)((bytes + MEM_GRAIN - 1) / MEM_GRAIN), mem_chunk, &t);
     return 0;
 }
 

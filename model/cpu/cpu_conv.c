@@ -216,13 +216,14 @@ static int check_shape(backend_t *be, const conv_shape_t *s, const char *op) {
  * same shape always runs the same code and gives the same bits. oneDNN whenever it is
  * built in: its JIT kernels beat im2col + OpenBLAS on every ResNet layer we measured
  * (bench/results/cpu_ops.md). Its NHWC kernels are used directly, except for small
- * feature maps (p*q <= 64) with many channels and a 3x3 or larger window, where reordering the activations into
+ * input maps (h*w <= 64) with many channels and a 3x3 or larger window, where reordering the activations into
  * oneDNN's blocked layout and back is cheaper than the NHWC kernels' inefficiency. */
 static int choose_engine(cpu_backend_t *c, const conv_shape_t *s) {
     if (!c->dnnl || c->conv_engine == CPU_CONV_GEMM) return CPU_CONV_GEMM;
     if (c->conv_engine == CPU_CONV_DNNL || c->conv_engine == CPU_CONV_DNNL_BLOCKED)
         return c->conv_engine;
-    if (s->p * s->q <= 64 && s->c >= 128 && s->k >= 128 && s->r > 1) return CPU_CONV_DNNL_BLOCKED;
+    if (s->h * s->w <= 64 && s->c >= 128 && s->k >= 128 && s->r > 1)
+        return CPU_CONV_DNNL_BLOCKED;
     return CPU_CONV_DNNL;
 }
 

@@ -25,10 +25,6 @@ typedef void (*cpu_task_fn)(void *arg, int chunk);
 
 typedef struct cpu_pool {
     int nthreads;                 /* including the calling thread */
-    /* GNU OpenMP entry points when libgomp is loaded (it is, with oneDNN): the pool then
-     * runs on oneDNN's OpenMP team instead of starting threads of its own. NULL: own
-     * pthread workers (fields below). */
-    void (*gomp_parallel)(void (*fn)(void *), void *data, unsigned nthreads, unsigned flags);
     pthread_t *tids;
     pthread_mutex_t mu;
     pthread_cond_t start_cv;

@@ -1,12 +1,5 @@
 /* cpu_pool.c: the CPU backend's fixed thread pool (see cpu_impl.h for the contract).
  *
- * Where the process has GNU OpenMP loaded (libdnnl depends on it), the pool runs its
- * chunks on OpenMP's thread team through GOMP_parallel, the entry point that
- * `#pragma omp parallel` compiles to, looked up at run time because libgomp is only an
- * indirect dependency of rn_model. oneDNN's convolutions and our ops then share one set
- * of threads; a second set would compete with OpenMP's spinning threads for the same two
- * cores (measured: BN phases 10-50x slower right after a oneDNN call). Otherwise:
- *
  * The calling thread and nthreads-1 workers claim chunks from one atomic ticket that
  * packs the call's generation with the next chunk index, so a worker that wakes late
  * can never claim a chunk of a later call with the function of an earlier one. The
@@ -14,11 +7,15 @@
  * running, never for a worker that has not woken up yet (on a shared 2-core machine a
  * wake-up can take a scheduler tick). Workers spin briefly before sleeping, because ops
  * come back to back during a training step.
+ *
+ * Why not OpenMP's team (oneDNN's, through GOMP_parallel): an OpenMP region ends in a
+ * barrier that waits for every thread of the team, including one the kernel has not
+ * scheduled yet. On this shared 2-core machine that made the BN phases 5-7x slower in
+ * wall time than this pool (bench/results/cpu_ops.md).
  * Not here: nested parallelism (a task must not call cpu_pool_run).
  */
 #include "model/cpu/cpu_impl.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,13 +84,6 @@ int cpu_pool_init(cpu_pool_t *p, int nthreads, err_t *e) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
     if (nthreads == 1) return 0;
-#ifndef CPU_POOL_NO_GOMP
-    void *sym = dlsym(RTLD_DEFAULT, "GOMP_parallel");
-    if (sym) {
-        memcpy(&p->gomp_parallel, &sym, sizeof p->gomp_parallel);
-        return 0;
-    }
-#endif
     p->tids = calloc((size_t)nthreads, sizeof *p->tids);
     if (!p->tids) return err_set(e, ERR_RUNTIME, "cpu backend: out of memory for thread pool");
     for (int t = 1; t < nthreads; t++) {
@@ -125,33 +115,10 @@ void cpu_pool_deinit(cpu_pool_t *p) {
     pthread_cond_destroy(&p->start_cv);
 }
 
-typedef struct omp_call {
-    cpu_task_fn fn;
-    void *arg;
-    int nchunks;
-    int next;            /* atomic: next unclaimed chunk */
-} omp_call_t;
-
-/* Body of the OpenMP parallel region: claim chunks until none is left. */
-static void omp_body(void *argp) {
-    omp_call_t *c = argp;
-    for (;;) {
-        int i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
-        if (i >= c->nchunks) return;
-        c->fn(c->arg, i);
-    }
-}
-
 void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg) {
     if (nchunks <= 0) return;
     if (p->nthreads == 1 || nchunks == 1) {
         for (int i = 0; i < nchunks; i++) fn(arg, i);
-        return;
-    }
-    if (p->gomp_parallel) {
-        omp_call_t c = {fn, arg, nchunks, 0};
-        p->gomp_parallel(omp_body, &c, (unsigned)(nchunks < p->nthreads ? nchunks : p->nthreads),
-                         0);
         return;
     }
     pthread_mutex_lock(&p->mu);

@@ -34,6 +34,21 @@ static void test_memory(void) {
     ops->release(g_be, b);
     ops->release(g_be, c);
     CHECK_INT(ops->peak_memory(g_be), base + 4000);
+    /* large buffers take the parallel path: 5 MB + 12 bytes, not a multiple of a chunk */
+    size_t n = (5u << 20) / 4 + 3;
+    float *big = ops->alloc(g_be, n * 4), *big2 = ops->alloc(g_be, n * 4);
+    CHECK(big && big2);
+    for (size_t i = 0; i < n; i++) big[i] = (float)i;
+    CHECK_INT(ops->copy(g_be, big2, big, n * 4), 0);
+    CHECK(memcmp(big, big2, n * 4) == 0);
+    CHECK_INT(ops->zero(g_be, big, n * 4), 0);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += big[i] != 0.0f;
+    CHECK_INT(nonzero, 0);
+    CHECK(big2[n - 1] == (float)(n - 1));
+    CHECK_INT(ops->peak_memory(g_be), base + 8 * n > base + 4000 ? base + 8 * n : base + 4000);
+    ops->release(g_be, big);
+    ops->release(g_be, big2);
 }
 
 static void test_dispatch(void) {
