@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,7 +385,7 @@ static int evaluate(trainer_t *t, err_t *e) {
 typedef struct step_stats {
     double loss_sum;
     int64_t correct, samples;
-    double data_wait_s, comm_exposed_s;
+    double data_wait_s, comm_exposed_s, comm_allreduce_s;
     bool skipped;
 } step_stats_t;
 
@@ -417,11 +418,7 @@ static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, er
                 net_loss(t->net, b->labels, smoothing, grad_scale, &out, e) ||
                 net_backward(t->net, &t->hooks, e))
                 return -1;
-            if (t->ddp) {
-                double w0 = monotonic_seconds();
-                if (ddp_finish_step(t->ddp, e)) return -1;
-                (void)w0;
-            }
+            if (t->ddp && ddp_finish_step(t->ddp, e)) return -1;
         }
         st->loss_sum += out.loss_sum;
         st->correct += out.correct1;
@@ -431,6 +428,7 @@ static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, er
         ddp_timing_t tm;
         ddp_take_timing(t->ddp, &tm);
         st->comm_exposed_s = tm.exposed_s;
+        st->comm_allreduce_s = tm.allreduce_s;
     }
     bool found_inf = false;
     if (loss_scaler_unscale(&t->scaler, net_grads(t->net), (int64_t)net_num_params(t->net), &found_inf, e))
@@ -452,14 +450,36 @@ static void record_ips(trainer_t *t, double ips) {
     t->ips[t->n_ips++] = ips;
 }
 
-/* Decides together with the other ranks whether to stop now. */
-static int agree_stop(trainer_t *t, bool *stop, err_t *e) {
-    int local = train_stop_requested() ? 1 : 0;
-    if (!t->comm) { *stop = local; return 0; }
-    int any = 0;
-    if (comm_any(t->comm, t->be, local, &any, e)) return -1;
-    *stop = any != 0;
+/* After a step, agrees with the other ranks on what happened: one all-reduce of
+ * (stop requested, loss sum, top-1 hits, samples). Every rank then holds the step's
+ * global loss and accuracy (so rank 0 logs the numbers of the whole batch, as a single
+ * process would, and every rank fails on the same non-finite loss), and every rank stops
+ * after the same step when any of them got SIGINT/SIGTERM. Without a communicator the
+ * local numbers are kept as they are. */
+static int agree_step(trainer_t *t, step_stats_t *st, bool *stop, err_t *e) {
+    *stop = train_stop_requested();
+    if (!t->comm) return 0;
+    float v[4] = {*stop ? 1.0f : 0.0f, (float)st->loss_sum, (float)st->correct, (float)st->samples};
+    if (allreduce_small(t, v, 4, e)) return -1;
+    *stop = v[0] > 0.0f;
+    st->loss_sum = v[1];
+    st->correct = (int64_t)v[2];
+    st->samples = (int64_t)v[3];
     return 0;
+}
+
+/* Ranks other than 0 write no run files; these lines go to their stdout, which the
+ * launcher sends to logs/rank<N>.log, so a rank's log says how far it got. */
+static void rank_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rank_note(const trainer_t *t, const char *fmt, ...) {
+    if (t->rank0 || !t->ddp_mode) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("[rank %d/%d] ", t->env->rank, t->env->world_size);
+    vprintf(fmt, ap);
+    putchar('\n');
+    fflush(stdout);
+    va_end(ap);
 }
 
 /* Runs epochs until total_steps; returns 0 (done) or 130 (interrupted), -1 on error. */
@@ -483,16 +503,18 @@ static int train_loop(trainer_t *t, err_t *e) {
             step_stats_t st;
             if (train_step(t, n_micro, lr, &st, e)) return -1;
             double dt = monotonic_seconds() - t0;
+            bool stop;
+            if (agree_step(t, &st, &stop, e)) return -1;   /* st: now over all ranks */
             batch += n_micro;
             t->step++;
             t->ep_loss_sum += st.loss_sum;
             t->ep_correct += st.correct;
             t->ep_samples += st.samples;
-            int64_t images = st.samples * (t->ddp_mode ? t->env->world_size : 1);
-            double ips = dt > 0 ? (double)images / dt : 0;
+            double ips = dt > 0 ? (double)st.samples / dt : 0;
             record_ips(t, ips);
             t->sum_step_s += dt;
             t->sum_comm_exposed_s += st.comm_exposed_s;
+            t->sum_comm_allreduce_s += st.comm_allreduce_s;
             track_step_t row = {
                 .step = t->step, .epoch = t->epoch + 1, .lr = lr,
                 .loss = st.samples ? st.loss_sum / (double)st.samples : NAN,
@@ -506,8 +528,6 @@ static int train_loop(trainer_t *t, err_t *e) {
             if (!isfinite(row.loss))
                 return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
                                "amp loss scaling", (long long)t->step, row.loss);
-            bool stop;
-            if (agree_stop(t, &stop, e)) return -1;
             if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
                 /* interrupted, or max_steps reached mid-way: save exactly where we are */
                 t->ep_seconds = monotonic_seconds() - ep_t0;
@@ -520,7 +540,10 @@ static int train_loop(trainer_t *t, err_t *e) {
                              stop ? "interrupted" : "train.max_steps reached", (long long)t->step, path);
                     track_console(t->track, line);
                 }
-                if (stop) return 130;
+                if (stop) {
+                    rank_note(t, "interrupted at step %lld with every rank", (long long)t->step);
+                    return 130;
+                }
             }
         }
         /* end of epoch (or of max_steps) */
@@ -544,9 +567,11 @@ static int train_loop(trainer_t *t, err_t *e) {
             .lr = schedule_lr(&t->sched, t->step > 0 ? t->step - 1 : 0, p->steps_per_epoch),
             .train_loss = t->train_loss, .train_top1 = t->train_top1,
             .val_loss = vl, .val_top1 = v1, .val_top5 = v5, .epoch_seconds = ep_s,
-            .images_per_second = ep_s > 0 ? (double)t->ep_samples * (t->ddp_mode ? t->env->world_size : 1) / ep_s : 0,
+            .images_per_second = ep_s > 0 ? (double)t->ep_samples / ep_s : 0,
             .peak_memory_bytes = (int64_t)peak};
         if (track_epoch(t->track, &er, e)) return -1;
+        rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
+                  (long long)t->step, t->train_loss);
         t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
         if (t->rank0 && epoch_done && (last || (t->epoch + 1) % t->e->checkpoint.every_epochs == 0 || improved)) {
             t->start_batch = 0;
@@ -576,6 +601,21 @@ static void trainer_teardown(trainer_t *t) {
     dataset_free(t->train_ds);
     dataset_free(t->val_ds);
     free(t->ips);
+}
+
+/* DDP start: every rank takes rank 0's parameters and BN buffers (PyTorch DDP's
+ * construction-time broadcast), on resume too, so that the ranks start identical even
+ * if a rank's own restore differed; on resume also the optimizer state, which every
+ * rank then owns a copy of. */
+static int broadcast_state(trainer_t *t, err_t *e) {
+    if (ddp_broadcast_initial(t->ddp, net_params(t->net), (int64_t)net_num_params(t->net), net_buffers(t->net),
+                              (int64_t)net_num_buffers(t->net), e))
+        return -1;
+    if (!t->p->resumes) return 0;
+    for (int i = 0; i < optim_num_state(t->opt); i++)
+        if (comm_broadcast(t->comm, optim_state(t->opt, i), optim_state_numel(t->opt) * sizeof(float), 0, e))
+            return -1;
+    return 0;
 }
 
 /* Asks rank 0 for the run directory (workers started by another launcher). */
@@ -609,11 +649,9 @@ int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, er
         setup_data(&t, e) || setup_model(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
-    if (t.ddp_mode && setup_ddp(&t, e)) goto done;
-    if (t.ddp && !p->resumes &&
-        ddp_broadcast_initial(t.ddp, net_params(t.net), (int64_t)net_num_params(t.net), net_buffers(t.net),
-                              (int64_t)net_num_buffers(t.net), e))
-        goto done;
+    if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
+    rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
+              p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
     if (t.rank0 && write_run_files(&t, e)) goto done;
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
@@ -628,6 +666,7 @@ int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, er
         }
     }
     rc = train_loop(&t, e);
+    if (rc == 0) rank_note(&t, "finished at step %lld", (long long)t.step);
 done:
     if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
     if (rc < 0 && t.store) store_set_failed(t.store, e->msg);

@@ -61,7 +61,8 @@ typedef struct trainer {
     bool evaluated;
     double *ips;                            /* images/s of every step (median for summary) */
     int64_t n_ips, cap_ips;
-    double sum_step_s, sum_comm_exposed_s;
+    double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
+    double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;
     double epoch_seconds_sum;
     int epochs_timed;

@@ -351,6 +351,10 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_knum(&w, "seconds_per_epoch", t->epochs_timed ? t->epoch_seconds_sum / t->epochs_timed : NAN);
     jw_kint(&w, "peak_memory_bytes", t->be && t->be->ops->peak_memory ? (int64_t)t->be->ops->peak_memory(t->be) : 0);
     jw_knum(&w, "comm_exposed_fraction", t->ddp && t->sum_step_s > 0 ? t->sum_comm_exposed_s / t->sum_step_s : 0);
+    /* ddp totals over this process's steps: how long the gradient all-reduces ran, and how
+     * much of that the step waited for (the rest was hidden behind backward) */
+    jw_knum(&w, "comm_allreduce_seconds", t->ddp ? t->sum_comm_allreduce_s : 0);
+    jw_knum(&w, "comm_exposed_seconds", t->ddp ? t->sum_comm_exposed_s : 0);
     jw_kstr(&w, "mode", t->p->mode);
     jw_kint(&w, "world_size", t->p->world_size);
     jw_kstr(&w, "precision", t->p->precision);

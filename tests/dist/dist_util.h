@@ -1,0 +1,160 @@
+/* dist_util.h: helpers shared by the distributed-training end-to-end tests (tests/dist):
+ * a tiny synthetic experiment, running the binary, reading run-directory files, and
+ * comparing checkpoint sections within a tolerance. Builds on tests/cli/cli_util.h. */
+#ifndef RUNNER_TESTS_DIST_UTIL_H
+#define RUNNER_TESTS_DIST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/util/json.h"
+#include "tests/cli/cli_util.h"
+
+/* The experiment every dist test starts from: resnet20 on 8x8 synthetic images, 40
+ * training samples (divisible by the global batch 8 and by 2 ranks, so no rank is
+ * padded), SGD with momentum and weight decay, constant LR, one CSV row per step.
+ * Tests vary it with --set. */
+static const char *dist_base_yaml =
+    "name: %s\n"
+    "seed: 7\n"
+    "device: cpu\n"
+    "data:\n"
+    "  dataset: synthetic\n"
+    "  synthetic: {train_size: 40, val_size: 12, image: [3, 8, 8], classes: 4}\n"
+    "  workers: 1\n"
+    "  shuffle: %s\n"
+    "  augment: %s\n"
+    "model: {arch: resnet20}\n"
+    "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 5.0e-4}\n"
+    "schedule: {name: constant, warmup_epochs: 0}\n"
+    "train: {epochs: %d, batch_size: 8}\n"
+    "parallel: {mode: ddp, world_size: 2}\n"
+    "logging: {print_every: 1}\n"
+    "checkpoint: {every_epochs: 1, keep_last: 1, resume: never}\n";
+
+/* Writes dir/name.yaml from dist_base_yaml; augment is a YAML flow value. */
+static inline void dist_write_exp(char *path, size_t len, const char *dir, const char *name, bool shuffle,
+                                  const char *augment, int epochs) {
+    char text[2048];
+    snprintf(text, sizeof text, dist_base_yaml, name, shuffle ? "true" : "false", augment, epochs);
+    snprintf(path, len, "%s/%s.yaml", dir, name);
+    test_write_file(path, text);
+}
+
+/* Runs `runner EXP --set output.root=ROOT SETS` and returns the run directory (a static
+ * buffer per call slot, NULL on failure; the output is printed then). */
+static inline const char *dist_run(const char *exp, const char *root, const char *sets, int slot) {
+    static char dirs[8][4096];
+    static char out[1 << 16];
+    char args[4096];
+    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets ? sets : "");
+    int rc = run_runner(args, out, sizeof out);
+    if (rc != 0) {
+        fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
+        return NULL;
+    }
+    const char *base = strrchr(exp, '/') ? strrchr(exp, '/') + 1 : exp;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - 5), base);   /* minus ".yaml" */
+    const char *d = only_run_dir(root, name);
+    if (!d) { fprintf(stderr, "no single run directory under %s/%s\n", root, name); return NULL; }
+    snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
+    return dirs[slot];
+}
+
+/* Compares section `name` of DIR_A/checkpoints/last.ckpt and DIR_B's as fp32 arrays:
+ * returns how many elements are outside |a - b| <= atol + rtol * |b| (-1 if a section is
+ * missing or the sizes differ) and stores the largest |a - b| in *max_abs. */
+static inline long dist_compare_section(const char *dir_a, const char *dir_b, const char *name, double atol,
+                                        double rtol, double *max_abs) {
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/checkpoints/last.ckpt", dir_a);
+    snprintf(pb, sizeof pb, "%s/checkpoints/last.ckpt", dir_b);
+    size_t na = 0, nb = 0;
+    float *a = ckpt_section_copy(pa, name, &na), *b = ckpt_section_copy(pb, name, &nb);
+    long bad = -1;
+    *max_abs = INFINITY;
+    if (a && b && na == nb && na > 0) {
+        bad = 0;
+        double worst = 0;
+        size_t wi = 0;
+        for (size_t i = 0; i < na / sizeof(float); i++) {
+            double d = fabs((double)a[i] - (double)b[i]);
+            if (d > worst) { worst = d; wi = i; }
+            if (!(d <= atol + rtol * fabs((double)b[i]))) bad++;
+        }
+        *max_abs = worst;
+        fprintf(stderr, "  %s: %zu values, max |diff| %.3g (at %zu: %.9g vs %.9g), %ld outside %g + %g*|b|\n",
+                name, na / sizeof(float), worst, wi, a[wi], b[wi], bad, atol, rtol);
+    }
+    free(a);
+    free(b);
+    return bad;
+}
+
+/* A number from DIR/FILE (a JSON object), NAN when missing. */
+static inline double dist_json_number(const char *dir, const char *file, const char *key) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    size_t n = 0;
+    char *s = test_read_file(p, &n);
+    if (!s) return NAN;
+    err_t e = {0};
+    json_t *j = json_parse(s, n, &e);
+    free(s);
+    if (!j) return NAN;
+    const json_t *v = json_get(j, key);
+    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
+    json_free(j);
+    return x;
+}
+
+/* Cell `col` (0-based) of line `row` (0 = header) of a CSV file, copied into buf. */
+static inline const char *dist_csv_cell(const char *path, int row, int col, char *buf, size_t len) {
+    buf[0] = '\0';
+    char *s = test_read_file(path, NULL);
+    if (!s) return NULL;
+    char *line = s;
+    for (int r = 0; r < row && line; r++) {
+        line = strchr(line, '\n');
+        if (line) line++;
+    }
+    const char *res = NULL;
+    if (line && *line) {
+        char *c = line;
+        for (int k = 0; k < col && c; k++) {
+            c = strpbrk(c, ",\n");
+            if (c && *c == ',') c++;
+            else c = NULL;
+        }
+        if (c) {
+            size_t l = strcspn(c, ",\n");
+            snprintf(buf, len, "%.*s", (int)l, c);
+            res = buf;
+        }
+    }
+    free(s);
+    return res;
+}
+
+static inline int dist_count_lines(const char *path) {
+    size_t n = 0;
+    char *s = test_read_file(path, &n);
+    if (!s) return 0;
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += s[i] == '\n';
+    free(s);
+    return lines;
+}
+
+static inline double dist_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#endif
