@@ -8,7 +8,8 @@
  * bench/conv_layers_torch.py runs the same shapes in PyTorch and drives this program
  * layer by layer (--layer i), alternating the two so both see the same machine load.
  *
- * Usage: bench_conv_layers [--layer i] [--reps n] [--threads t] [--engine auto|gemm|dnnl|dnnl_blk]
+ * Usage: bench_conv_layers [--layer i] [--reps n] [--threads t]
+ *                          [--engine auto|gemm|dnnl|dnnl_blk|dnnl_wino]
  *                          [--clock wall|cpu]
  * Not here: whole-model timing (bench/cpu_vs_torch).
  */
@@ -135,13 +136,15 @@ int main(int argc, char **argv) {
             bench_clock = !strcmp(argv[++i], "cpu") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
         else if (!strcmp(argv[i], "--engine") && i + 1 < argc) {
             const char *v = argv[++i];
-            engine = !strcmp(v, "gemm") ? 1 : !strcmp(v, "dnnl") ? 2 : !strcmp(v, "dnnl_blk") ? 3 : 0;
+            engine = !strcmp(v, "gemm") ? 1 : !strcmp(v, "dnnl") ? 2 : !strcmp(v, "dnnl_blk") ? 3
+                   : !strcmp(v, "dnnl_wino") ? 4 : 0;
         } else if (!strcmp(argv[i], "--list")) {
             printf("%d\n", NLAYERS);
             return 0;
         } else {
             fprintf(stderr, "usage: %s [--layer i] [--reps n] [--threads t] "
-                    "[--engine auto|gemm|dnnl|dnnl_blk] [--clock wall|cpu] [--list]\n", argv[0]);
+                    "[--engine auto|gemm|dnnl|dnnl_blk|dnnl_wino] [--clock wall|cpu] [--list]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -25,12 +25,14 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e);
 
 /* Which convolution engine the backend uses for a shape, for benchmarks and tests:
  * "dnnl" (oneDNN on NHWC), "dnnl_blk" (oneDNN, activations reordered to its blocked
- * layout) or "gemm" (im2col / 1x1 as GEMM on OpenBLAS). */
+ * layout), "dnnl_wino" (oneDNN Winograd, 3x3 stride 1) or "gemm" (im2col / 1x1 as GEMM
+ * on OpenBLAS). */
 const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s);
 
 /* Forces the convolution engine: 0 automatic (default), 1 im2col/GEMM, 2 oneDNN on
- * NHWC, 3 oneDNN with blocked activations (2 and 3 fall back to GEMM when oneDNN is not
- * built in). Used by tests and benchmarks to check the engines against each other. */
+ * NHWC, 3 oneDNN with blocked activations, 4 oneDNN Winograd where the shape allows it
+ * (3 elsewhere). 2-4 fall back to GEMM when oneDNN is not built in. Used by tests and
+ * benchmarks to check the engines against each other. */
 void cpu_backend_set_conv_engine(backend_t *be, int engine);
 
 #ifdef __cplusplus

@@ -212,41 +212,61 @@ static int check_shape(backend_t *be, const conv_shape_t *s, const char *op) {
     return 0;
 }
 
+/* Whether oneDNN's Winograd kernels take this shape (3x3, stride 1). */
+static bool winograd_ok(const conv_shape_t *s) {
+    return s->r == 3 && s->s == 3 && s->stride == 1 && s->pad == 1;
+}
+
 /* The engine for a shape. A fixed rule, never a timing taken at run time, so that the
- * same shape always runs the same code and gives the same bits. oneDNN whenever it is
- * built in: its JIT kernels beat im2col + OpenBLAS on every ResNet layer we measured
- * (bench/results/cpu_ops.md). Its NHWC kernels are used directly, except for small
- * input maps (h*w <= 64) with many channels and a 3x3 or larger window, where reordering the activations into
- * oneDNN's blocked layout and back is cheaper than the NHWC kernels' inefficiency. */
+ * same shape always runs the same code and gives the same bits. Measured on the ResNet
+ * layers (bench/results/cpu_ops.md): oneDNN beats im2col + OpenBLAS on every layer, so it
+ * is used whenever it is built in; Winograd beats direct convolution for 3x3 stride-1
+ * layers with 64 or more channels; for other layers with small input maps (h*w <= 64)
+ * and many channels, reordering the activations into oneDNN's blocked layout and back
+ * is cheaper than the NHWC kernels' inefficiency there; everything else runs oneDNN's
+ * NHWC kernels directly on our tensors. */
 static int choose_engine(cpu_backend_t *c, const conv_shape_t *s) {
     if (!c->dnnl || c->conv_engine == CPU_CONV_GEMM) return CPU_CONV_GEMM;
-    if (c->conv_engine == CPU_CONV_DNNL || c->conv_engine == CPU_CONV_DNNL_BLOCKED)
-        return c->conv_engine;
+    if (c->conv_engine == CPU_CONV_DNNL_WINOGRAD)
+        return winograd_ok(s) ? CPU_CONV_DNNL_WINOGRAD : CPU_CONV_DNNL_BLOCKED;
+    if (c->conv_engine != CPU_CONV_AUTO) return c->conv_engine;
+    if (winograd_ok(s) && s->c >= 64 && s->k >= 64) return CPU_CONV_DNNL_WINOGRAD;
     if (s->h * s->w <= 64 && s->c >= 128 && s->k >= 128 && s->r > 1)
         return CPU_CONV_DNNL_BLOCKED;
     return CPU_CONV_DNNL;
 }
 
 const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s) {
-    int eng = choose_engine(cpu_of(be), s);
-    return eng == CPU_CONV_DNNL ? "dnnl" : eng == CPU_CONV_DNNL_BLOCKED ? "dnnl_blk" : "gemm";
+    switch (choose_engine(cpu_of(be), s)) {
+    case CPU_CONV_DNNL: return "dnnl";
+    case CPU_CONV_DNNL_BLOCKED: return "dnnl_blk";
+    case CPU_CONV_DNNL_WINOGRAD: return "dnnl_wino";
+    default: return "gemm";
+    }
+}
+
+/* The oneDNN variant of an engine. */
+static int variant_of(int engine) {
+    return engine == CPU_CONV_DNNL_WINOGRAD ? CPU_DNNL_WINOGRAD
+         : engine == CPU_CONV_DNNL_BLOCKED ? CPU_DNNL_BLOCKED : CPU_DNNL_NHWC;
 }
 
 /* Runs one oneDNN convolution with AMP emulation: a and b are rounded copies when dt is
  * half, the output is rounded after (bwd filter output is fp32 and accumulated by dnnl). */
-static int dnnl_amp(cpu_backend_t *c, int which, const conv_shape_t *s, bool blocked, dtype_t dt,
-                    const float *a, int64_t na, const float *b, int64_t nb, float *out,
-                    int64_t nout) {
+static int dnnl_amp(cpu_backend_t *c, int which, const conv_shape_t *s, int variant,
+                    dtype_t dt, const float *a, int64_t na, const float *b, int64_t nb,
+                    float *out, int64_t nout) {
 #ifndef RUNNER_HAVE_DNNL
-    (void)which; (void)s; (void)blocked; (void)dt; (void)a; (void)na; (void)b; (void)nb; (void)out; (void)nout;
+    (void)which; (void)s; (void)variant; (void)dt; (void)a; (void)na; (void)b; (void)nb;
+    (void)out; (void)nout;
     return err_set(&c->base.err, ERR_RUNTIME, "cpu backend: built without oneDNN");
 #else
-    if (dt == DT_F32) return cpu_dnnl_conv(c, which, s, blocked, a, b, out);
+    if (dt == DT_F32) return cpu_dnnl_conv(c, which, s, variant, a, b, out);
     float *ws = cpu_scratch(c, (size_t)(na + nb));
     if (!ws) return -1;
     cpu_round_copy(c, dt, ws, a, na);
     cpu_round_copy(c, dt, ws + na, b, nb);
-    if (cpu_dnnl_conv(c, which, s, blocked, ws, ws + na, out) != 0) return -1;
+    if (cpu_dnnl_conv(c, which, s, variant, ws, ws + na, out) != 0) return -1;
     if (which != 2) cpu_round_array(c, dt, out, nout);
     return 0;
 #endif
@@ -260,7 +280,7 @@ int cpu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void 
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     int eng = choose_engine(c, s);
     if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 0, s, eng == CPU_CONV_DNNL_BLOCKED, dt, x, nx, w, nw, y, ny);
+        return dnnl_amp(c, 0, s, variant_of(eng), dt, x, nx, w, nw, y, ny);
     if (gemm_fwd(c, s, dt, x, w, y) != 0) return -1;
     cpu_round_array(c, dt, y, ny);
     return 0;
@@ -274,7 +294,7 @@ int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const 
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     int eng = choose_engine(c, s);
     if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 1, s, eng == CPU_CONV_DNNL_BLOCKED, dt, dy, ny, w, nw, dx, nx);
+        return dnnl_amp(c, 1, s, variant_of(eng), dt, dy, ny, w, nw, dx, nx);
     return gemm_bwd_data(c, s, dt, dy, w, dx);  /* col2im rounds */
 }
 
@@ -286,6 +306,6 @@ int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, cons
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     int eng = choose_engine(c, s);
     if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 2, s, eng == CPU_CONV_DNNL_BLOCKED, dt, x, nx, dy, ny, dw, 0);
+        return dnnl_amp(c, 2, s, variant_of(eng), dt, x, nx, dy, ny, dw, 0);
     return gemm_bwd_filter(c, s, dt, x, dy, dw);
 }

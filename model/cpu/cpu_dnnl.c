@@ -1,14 +1,15 @@
 /* cpu_dnnl.c: convolutions through oneDNN for the CPU backend.
  *
- * One primitive per (shape, direction, activation layout) is created on first use and
- * cached in the context; later calls only swap data pointers. The caller's tensors are
- * NHWC activations (oneDNN "acdb") and KRSC weights ("ohwi"); each of the three tensors
- * of a call is reordered into the layout the primitive prefers when that differs (always
- * for weights, which change every step; for activations only in the blocked variant,
- * which is faster for small spatial sizes, see cpu_conv.c). Backward filter writes a
+ * One primitive per (shape, direction, variant) is created on first use and cached in the
+ * context; later calls only swap data pointers. Variants: direct convolution on NHWC;
+ * direct with activations in oneDNN's blocked layout; Winograd (blocked). The caller's
+ * tensors are NHWC activations (oneDNN "acdb") and KRSC weights ("ohwi"); each of the
+ * three tensors of a call is reordered into the layout the primitive prefers when that
+ * differs (always for weights, which change every step; for activations only in the
+ * blocked variants; cpu_conv.c says when each variant is used). Backward filter writes a
  * private buffer that a reorder with a sum post-op adds into the caller's gradient
- * (dw += ...). oneDNN's direct algorithm is used (never Winograd) and its OpenMP loops
- * are statically scheduled, so results are the same bits every run.
+ * (dw += ...). oneDNN's OpenMP loops are statically scheduled, so every variant gives the
+ * same bits on every run with the same thread count.
  * Not here: AMP rounding and the choice of engine (cpu_conv.c).
  */
 #ifdef RUNNER_HAVE_DNNL
@@ -36,7 +37,7 @@ typedef struct dnnl_slot {
 typedef struct dnnl_entry {
     conv_shape_t s;
     int which;                    /* 0 fwd, 1 bwd data, 2 bwd filter */
-    bool blocked;                 /* activations in oneDNN's preferred (blocked) layout */
+    int variant;                  /* CPU_DNNL_* */
     dnnl_primitive_t conv;
     dnnl_slot_t slot[3];          /* the two inputs, then the output */
 } dnnl_entry_t;
@@ -126,13 +127,16 @@ static int slot_build(cpu_dnnl_t *d, dnnl_slot_t *sl, int arg, bool output, bool
     return 0;
 }
 
-/* Creates the primitive and its three slots for (s, which, blocked) into en. */
-static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, bool blocked,
+/* Creates the primitive and its three slots for (s, which, variant) into en. */
+static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
                        dnnl_entry_t *en, err_t *e) {
     memset(en, 0, sizeof *en);
     en->s = *s;
     en->which = which;
-    en->blocked = blocked;
+    en->variant = variant;
+    bool blocked = variant != CPU_DNNL_NHWC;
+    dnnl_alg_kind_t alg = variant == CPU_DNNL_WINOGRAD ? dnnl_convolution_winograd
+                                                       : dnnl_convolution_direct;
     dnnl_dims_t xd = {s->n, s->c, s->h, s->w}, wd = {s->k, s->c, s->r, s->s};
     dnnl_dims_t yd = {s->n, s->k, s->p, s->q};
     dnnl_memory_desc_t xu, wu, yu, xa, wa, ya;
@@ -149,7 +153,7 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, bool blo
                       (s->q - 1) * s->stride + s->s - s->w - s->pad};
     dnnl_convolution_desc_t fwd_desc, desc;
     DNNL_OK(dnnl_convolution_forward_desc_init(&fwd_desc, dnnl_forward_training,
-                                               dnnl_convolution_direct, &xa, &wa, NULL, &ya,
+                                               alg, &xa, &wa, NULL, &ya,
                                                strides, pl, pr), e);
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     DNNL_OK(dnnl_primitive_desc_create(&fwd_pd, &fwd_desc, NULL, d->engine, NULL), e);
@@ -157,9 +161,9 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, bool blo
         pd = fwd_pd;
     } else {
         dnnl_status_t st = which == 1
-            ? dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &xa, &wa,
+            ? dnnl_convolution_backward_data_desc_init(&desc, alg, &xa, &wa,
                                                        &ya, strides, pl, pr)
-            : dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &xa,
+            : dnnl_convolution_backward_weights_desc_init(&desc, alg, &xa,
                                                           &wa, NULL, &ya, strides, pl, pr);
         if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, NULL, d->engine, fwd_pd);
         dnnl_primitive_desc_destroy(fwd_pd);
@@ -194,12 +198,12 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, bool blo
     return rc ? -1 : 0;
 }
 
-/* The cached entry for (s, which, blocked), building it on first use. */
-static dnnl_entry_t *entry_get(cpu_dnnl_t *d, const conv_shape_t *s, int which, bool blocked,
+/* The cached entry for (s, which, variant), building it on first use. */
+static dnnl_entry_t *entry_get(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
                                err_t *e) {
     for (int i = 0; i < d->count; i++) {
         dnnl_entry_t *en = &d->entries[i];
-        if (en->which == which && en->blocked == blocked && !memcmp(&en->s, s, sizeof *s))
+        if (en->which == which && en->variant == variant && !memcmp(&en->s, s, sizeof *s))
             return en;
     }
     if (d->count == d->cap) {
@@ -213,7 +217,7 @@ static dnnl_entry_t *entry_get(cpu_dnnl_t *d, const conv_shape_t *s, int which, 
         d->cap = cap;
     }
     dnnl_entry_t *en = &d->entries[d->count];
-    if (entry_build(d, s, which, blocked, en, e) != 0) {
+    if (entry_build(d, s, which, variant, en, e) != 0) {
         entry_free(en);
         return NULL;
     }
@@ -242,14 +246,14 @@ static int exec(cpu_dnnl_t *d, dnnl_primitive_t p, int nargs, const dnnl_exec_ar
     return 0;
 }
 
-int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, bool blocked,
+int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int variant,
                   const float *a, const float *b, float *out) {
     cpu_dnnl_t *d = c->dnnl;
     err_t *e = &c->base.err;
     /* oneDNN sizes its parallel regions by the calling thread's OpenMP setting, which
      * another backend in the process may have changed */
     if (d->omp_set_num_threads) d->omp_set_num_threads(d->threads);
-    dnnl_entry_t *en = entry_get(d, s, which, blocked, e);
+    dnnl_entry_t *en = entry_get(d, s, which, variant, e);
     if (!en) return -1;
     void *ptr[3] = {(void *)a, (void *)b, out};
     dnnl_exec_arg_t args[3];

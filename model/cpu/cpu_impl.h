@@ -43,7 +43,10 @@ void cpu_pool_deinit(cpu_pool_t *p);
 void cpu_pool_run(cpu_pool_t *p, int nchunks, cpu_task_fn fn, void *arg);
 
 /* ---- convolution engines ----------------------------------------------------------- */
-enum { CPU_CONV_AUTO = 0, CPU_CONV_GEMM = 1, CPU_CONV_DNNL = 2, CPU_CONV_DNNL_BLOCKED = 3 };
+enum { CPU_CONV_AUTO = 0, CPU_CONV_GEMM = 1, CPU_CONV_DNNL = 2, CPU_CONV_DNNL_BLOCKED = 3,
+       CPU_CONV_DNNL_WINOGRAD = 4 };
+/* oneDNN variants: direct on NHWC, direct on blocked activations, Winograd (blocked). */
+enum { CPU_DNNL_NHWC = 0, CPU_DNNL_BLOCKED = 1, CPU_DNNL_WINOGRAD = 2 };
 
 typedef struct cpu_dnnl cpu_dnnl_t;   /* oneDNN engine, stream and primitive cache */
 
@@ -85,8 +88,8 @@ int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, cons
 cpu_dnnl_t *cpu_dnnl_create(int threads, err_t *e);
 void cpu_dnnl_free(cpu_dnnl_t *d);
 /* which: 0 fwd (a x, b w, out y), 1 bwd data (a dy, b w, out dx), 2 bwd filter (a x,
- * b dy, out dw accumulated). blocked: activations reordered to oneDNN's preferred layout. */
-int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, bool blocked,
+ * b dy, out dw accumulated). variant: CPU_DNNL_*. */
+int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int variant,
                   const float *a, const float *b, float *out);
 
 /* cpu_norm.c */

@@ -137,8 +137,9 @@ static void run_engine(int engine) {
         ref_bwd(&s, xd, wd, gd, dxd, dwd);
         int K = s.r * s.s * s.c, KB = s.k * s.r * s.s;
 #ifdef RUNNER_HAVE_DNNL
-        CHECK_STR(cpu_backend_conv_engine(g_be, &s),
-                  engine == 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
+        bool wino = engine == 4 && s.r == 3 && s.stride == 1 && s.pad == 1;
+        CHECK_STR(cpu_backend_conv_engine(g_be, &s), wino ? "dnnl_wino"
+                  : engine >= 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
 #endif
         CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
         CHECK_INT(compare_arrays("fwd y", y, yd, ny, 1e-6 * K, 1e-5), 0);
@@ -166,10 +167,11 @@ static void run_engine(int engine) {
 static void test_conv_gemm(void) { run_engine(1); }
 static void test_conv_dnnl(void) { run_engine(2); }
 static void test_conv_dnnl_blocked(void) { run_engine(3); }
+static void test_conv_dnnl_winograd(void) { run_engine(4); }
 
-/* The default engine choice gives bit-identical results on repeated calls. */
-static void test_conv_deterministic(void) {
-    conv_shape_t s = finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0});
+/* The default engine choice gives bit-identical results on repeated calls (one shape on
+ * oneDNN's NHWC kernels, one on its Winograd kernels). */
+static void deterministic_case(conv_shape_t s) {
     int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = falloc(nx), *w = falloc(nw), *y1 = falloc(ny), *y2 = falloc(ny);
     float *dx1 = falloc(nx), *dx2 = falloc(nx), *dw1 = falloc(nw), *dw2 = falloc(nw);
@@ -185,6 +187,43 @@ static void test_conv_deterministic(void) {
     CHECK(memcmp(dx1, dx2, (size_t)nx * 4) == 0);
     CHECK(memcmp(dw1, dw2, (size_t)nw * 4) == 0);
     free(x); free(w); free(y1); free(y2); free(dx1); free(dx2); free(dw1); free(dw2);
+}
+
+static void test_conv_deterministic(void) {
+    deterministic_case(finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0}));
+    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0}));
+}
+
+/* Winograd at a realistic width (the auto choice for 3x3 stride 1 with >= 64 channels)
+ * against the double reference: K = 576 products per output; Winograd's transforms add
+ * rounding, allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error 4.4e-6 on y of magnitude ~1). */
+static void test_conv_winograd_wide(void) {
+    conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+#ifdef RUNNER_HAVE_DNNL
+    CHECK_STR(cpu_backend_conv_engine(g_be, &s), "dnnl_wino");
+#endif
+    int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = falloc(nx), *w = falloc(nw), *g = falloc(ny), *y = falloc(ny);
+    float *dx = falloc(nx), *dw = falloc(nw);
+    fill_uniform(x, nx, 71, 0, 2);            /* post-ReLU-like activations */
+    fill_uniform(w, nw, 72, -0.1f, 0.1f);
+    fill_uniform(g, ny, 73, -1, 1);
+    double *xd = to_double(x, nx), *wd = to_double(w, nw), *gd = to_double(g, ny);
+    double *yd = dalloc(ny), *dxd = dalloc(nx), *dwd = dalloc(nw);
+    ref_fwd(&s, xd, wd, yd);
+    ref_bwd(&s, xd, wd, gd, dxd, dwd);
+    const backend_ops_t *ops = g_be->ops;
+    CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
+    CHECK_INT(compare_arrays("wino y", y, yd, ny, 1e-6 * 576, 1e-4), 0);
+    CHECK_INT(ops->conv2d_bwd_data(g_be, &s, DT_F32, g, w, dx), 0);
+    CHECK_INT(compare_arrays("wino dx", dx, dxd, nx, 1e-6 * 576, 1e-4), 0);
+    CHECK_INT(ops->conv2d_bwd_filter(g_be, &s, DT_F32, x, g, dw), 0);
+    CHECK_INT(compare_arrays("wino dw", dw, dwd, nw, 1e-6 * 128, 1e-4), 0);
+    double worst = 0;
+    for (int64_t i = 0; i < ny; i++) worst = fmax(worst, fabs(y[i] - yd[i]));
+    fprintf(stderr, "  winograd worst |y - ref| = %.3g\n", worst);
+    free(x); free(w); free(g); free(y); free(dx); free(dw);
+    free(xd); free(wd); free(gd); free(yd); free(dxd); free(dwd);
 }
 
 /* fp16/bf16: op(dt, raw inputs) == round(op(fp32, rounded inputs)), bit for bit. */
@@ -245,7 +284,9 @@ int main(void) {
     TEST_RUN(test_conv_gemm);
     TEST_RUN(test_conv_dnnl);
     TEST_RUN(test_conv_dnnl_blocked);
+    TEST_RUN(test_conv_dnnl_winograd);
     TEST_RUN(test_conv_deterministic);
+    TEST_RUN(test_conv_winograd_wide);
     TEST_RUN(test_conv_amp);
     TEST_RUN(test_conv_bad_shape);
     backend_free(g_be);
