@@ -57,7 +57,8 @@ typedef struct mem_task {
 
 static void mem_chunk(void *argp, int chunk) {
     mem_task_t *t = argp;
-    size_t lo = (size_t)chunk * MEM_GRAIN, n = t->bytes - lo < MEM_GRAIN ? t->bytes - lo : MEM_GRAIN;
+    size_t lo = (size_t)chunk * MEM_GRAIN;
+    size_t n = t->bytes - lo < MEM_GRAIN ? t->bytes - lo : MEM_GRAIN;
     if (t->src) memcpy(t->dst + lo, t->src + lo, n);
     else memset(t->dst + lo, 0, n);
 }

@@ -165,7 +165,8 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
                                                        &ya, strides, pl, pr)
             : dnnl_convolution_backward_weights_desc_init(&desc, alg, &xa,
                                                           &wa, NULL, &ya, strides, pl, pr);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, NULL, d->engine, fwd_pd);
+        if (st == dnnl_success)
+            st = dnnl_primitive_desc_create(&pd, &desc, NULL, d->engine, fwd_pd);
         dnnl_primitive_desc_destroy(fwd_pd);
         if (st != dnnl_success)
             return err_set(e, ERR_RUNTIME, "oneDNN: cannot create conv %s primitive (status %d)",

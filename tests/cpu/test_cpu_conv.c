@@ -196,7 +196,8 @@ static void test_conv_deterministic(void) {
 
 /* Winograd at a realistic width (the auto choice for 3x3 stride 1 with >= 64 channels)
  * against the double reference: K = 576 products per output; Winograd's transforms add
- * rounding, allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error 4.4e-6 on y of magnitude ~1). */
+ * rounding, allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error
+ * 4.4e-6 on outputs of magnitude ~1). */
 static void test_conv_winograd_wide(void) {
     conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
 #ifdef RUNNER_HAVE_DNNL
