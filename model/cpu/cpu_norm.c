@@ -33,6 +33,7 @@ typedef struct bn_task {
     const float *scale, *shift, *mean, *coef;   /* per channel */
     double *part;         /* [nblocks][2c] */
     bool relu;
+    bool aliased;         /* bwd apply: an output overlaps an input */
 } bn_task_t;
 
 static void block_range(const bn_task_t *t, int chunk, int64_t *lo, int64_t *hi) {
@@ -152,43 +153,42 @@ int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *
     return 0;
 }
 
-#define TILE 64   /* channels per inner loop: local accumulators the compiler can vectorise */
+#define TILE 64   /* channels per stack tile in the reduce and aliasing-safe loops */
 
-/* Sum of masked dy and of masked dy * (x - mean) over one block, per channel, in double.
- * Channels are processed in tiles of TILE with accumulators on the stack, so no store can
- * alias an input and the loops vectorise; the mask loads dy unconditionally and selects. */
+/* One row's contribution to sum(dy) and sum(dy * (x - mean)), dy masked by y > 0 when y is
+ * given. restrict: the accumulators are private scratch, so the loops vectorise. The mask
+ * is applied in a float-only loop into a stack tile first (GCC 12 does not vectorise a
+ * float select that feeds a double sum). */
+static inline void reduce_row(int c, const float *restrict x, const float *restrict y,
+                              const float *restrict dy, const float *restrict mean,
+                              double *restrict s, double *restrict q) {
+    for (int j0 = 0; j0 < c; j0 += TILE) {
+        int nj = c - j0 < TILE ? c - j0 : TILE;
+        float dm[TILE];
+        if (y)
+            for (int j = 0; j < nj; j++) {
+                float dv = dy[j0 + j], yv = y[j0 + j];
+                dm[j] = yv > 0.0f ? dv : 0.0f;
+            }
+        else
+            memcpy(dm, dy + j0, (size_t)nj * sizeof(float));
+        for (int j = 0; j < nj; j++) {
+            s[j0 + j] += (double)dm[j];
+            q[j0 + j] += (double)dm[j] * (double)(x[j0 + j] - mean[j0 + j]);
+        }
+    }
+}
+
+/* Sum of masked dy and of masked dy * (x - mean) over one block, per channel, in double. */
 BN_CLONES static void reduce_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
+    memset(s, 0, 2 * (size_t)c * sizeof(double));
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int j0 = 0; j0 < c; j0 += TILE) {
-        int nj = c - j0 < TILE ? c - j0 : TILE;
-        double as[TILE] = {0}, aq[TILE] = {0};
-        float mu[TILE];
-        memcpy(mu, t->mean + j0, (size_t)nj * sizeof(float));
-        for (int64_t i = lo; i < hi; i++) {
-            const float *xr = t->x + i * c + j0, *dr = t->dy + i * c + j0;
-            float dm[TILE], xc[TILE];
-            if (t->y) {
-                const float *yr = t->y + i * c + j0;
-                for (int j = 0; j < nj; j++) {
-                    float dv = dr[j], yv = yr[j];
-                    dm[j] = yv > 0.0f ? dv : 0.0f;
-                }
-            } else {
-                memcpy(dm, dr, (size_t)nj * sizeof(float));
-            }
-            for (int j = 0; j < nj; j++) xc[j] = xr[j] - mu[j];
-            for (int j = 0; j < nj; j++) {
-                as[j] += (double)dm[j];
-                aq[j] += (double)dm[j] * (double)xc[j];
-            }
-        }
-        memcpy(s + j0, as, (size_t)nj * sizeof(double));
-        memcpy(q + j0, aq, (size_t)nj * sizeof(double));
-    }
+    for (int64_t i = lo; i < hi; i++)
+        reduce_row(c, t->x + i * c, t->y ? t->y + i * c : NULL, t->dy + i * c, t->mean, s, q);
 }
 
 int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
@@ -216,40 +216,77 @@ int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     return 0;
 }
 
-/* dx = scale * (dy - mean_dy - (x - mean) * coef) and dz = masked dy on one block. Each
- * tile of a row is computed into stack buffers and then copied out, so dx may alias dy
- * and the compute loops vectorise (no store can alias an input). */
+/* One row of the backward apply when no output aliases an input: dz = masked dy,
+ * dx = scale * (dz - mean_dy - (x - mean) * coef). */
+static inline void bwd_row(int c, const float *restrict x, const float *restrict y,
+                           const float *restrict dy, const float *restrict sc,
+                           const float *restrict mdy, const float *restrict coef,
+                           const float *restrict mean, float *restrict dx,
+                           float *restrict dz) {
+    if (y && dz) {
+        for (int j = 0; j < c; j++) {
+            float dv = dy[j], yv = y[j];
+            float d = yv > 0.0f ? dv : 0.0f;
+            dz[j] = d;
+            dx[j] = sc[j] * (d - mdy[j] - (x[j] - mean[j]) * coef[j]);
+        }
+    } else if (y) {
+        for (int j = 0; j < c; j++) {
+            float dv = dy[j], yv = y[j];
+            float d = yv > 0.0f ? dv : 0.0f;
+            dx[j] = sc[j] * (d - mdy[j] - (x[j] - mean[j]) * coef[j]);
+        }
+    } else {
+        for (int j = 0; j < c; j++) {
+            float d = dy[j];
+            if (dz) dz[j] = d;
+            dx[j] = sc[j] * (d - mdy[j] - (x[j] - mean[j]) * coef[j]);
+        }
+    }
+}
+
+/* The same on one tile of a row through stack buffers, for when dx or dz aliases an input
+ * (dx == dy is allowed): every input element is read before its output is written. */
+static void bwd_row_aliased(int c, const float *x, const float *y, const float *dy,
+                            const float *sc, const float *mdy, const float *coef,
+                            const float *mean, float *dx, float *dz) {
+    for (int j0 = 0; j0 < c; j0 += TILE) {
+        int nj = c - j0 < TILE ? c - j0 : TILE;
+        float dzt[TILE], dxt[TILE];
+        for (int j = 0; j < nj; j++) {
+            float dv = dy[j0 + j];
+            dzt[j] = y && !(y[j0 + j] > 0.0f) ? 0.0f : dv;
+        }
+        for (int j = 0; j < nj; j++)
+            dxt[j] = sc[j0 + j] * (dzt[j] - mdy[j0 + j] -
+                                   (x[j0 + j] - mean[j0 + j]) * coef[j0 + j]);
+        if (dz) memcpy(dz + j0, dzt, (size_t)nj * sizeof(float));
+        memcpy(dx + j0, dxt, (size_t)nj * sizeof(float));
+    }
+}
+
+/* Backward apply on one block of rows, then rounding of dx to dt. */
 BN_CLONES static void bwd_apply_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int j0 = 0; j0 < c; j0 += TILE) {
-        int nj = c - j0 < TILE ? c - j0 : TILE;
-        float sc[TILE], mdy[TILE], coef[TILE], mu[TILE], dxt[TILE], dzt[TILE];
-        memcpy(sc, t->scale + j0, (size_t)nj * sizeof(float));
-        memcpy(mdy, t->shift + j0, (size_t)nj * sizeof(float));
-        memcpy(coef, t->coef + j0, (size_t)nj * sizeof(float));
-        memcpy(mu, t->mean + j0, (size_t)nj * sizeof(float));
-        for (int64_t i = lo; i < hi; i++) {
-            const float *xr = t->x + i * c + j0, *dr = t->dy + i * c + j0;
-            if (t->y) {
-                const float *yr = t->y + i * c + j0;
-                for (int j = 0; j < nj; j++) {
-                    float dv = dr[j], yv = yr[j];
-                    dzt[j] = yv > 0.0f ? dv : 0.0f;
-                }
-            } else {
-                memcpy(dzt, dr, (size_t)nj * sizeof(float));
-            }
-            for (int j = 0; j < nj; j++)
-                dxt[j] = sc[j] * (dzt[j] - mdy[j] - (xr[j] - mu[j]) * coef[j]);
-            if (t->dt != DT_F32)
-                for (int j = 0; j < nj; j++) dxt[j] = cpu_round(t->dt, dxt[j]);
-            if (t->out2) memcpy(t->out2 + i * c + j0, dzt, (size_t)nj * sizeof(float));
-            memcpy(t->out + i * c + j0, dxt, (size_t)nj * sizeof(float));
-        }
+    for (int64_t i = lo; i < hi; i++) {
+        const float *x = t->x + i * c, *y = t->y ? t->y + i * c : NULL, *dy = t->dy + i * c;
+        float *dx = t->out + i * c, *dz = t->out2 ? t->out2 + i * c : NULL;
+        if (t->aliased)
+            bwd_row_aliased(c, x, y, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
+        else
+            bwd_row(c, x, y, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
+        if (t->dt != DT_F32)
+            for (int j = 0; j < c; j++) dx[j] = cpu_round(t->dt, dx[j]);
     }
+}
+
+/* Whether [a, a+n) and [b, b+n) overlap (b may be NULL). */
+static bool overlaps(const void *a, const void *b, size_t n) {
+    const char *pa = a, *pb = b;
+    return pb && pa < pb + n && pb < pa + n;
 }
 
 int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
@@ -266,8 +303,14 @@ int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
         ws[c + j] = (float)((double)sum_dy[j] / (double)count);
         ws[2 * c + j] = (float)((double)sum_dy_xhat[j] * invstd / (double)count);
     }
+    size_t bytes = (size_t)m * (size_t)c * sizeof(float);
+    bool aliased = overlaps(dx, x, bytes) || overlaps(dx, y, bytes) || overlaps(dx, dy, bytes) ||
+                   overlaps(dx, dz, bytes) ||
+                   (dz && (overlaps(dz, x, bytes) || overlaps(dz, y, bytes) ||
+                           overlaps(dz, dy, bytes)));
     bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .y = y, .dy = dy, .out = dx, .out2 = dz,
-                   .mean = mean, .scale = ws, .shift = ws + c, .coef = ws + 2 * c};
+                   .mean = mean, .scale = ws, .shift = ws + c, .coef = ws + 2 * c,
+                   .aliased = aliased};
     cpu_pool_run(&cb->pool, cpu_nchunks(m, BN_ROWS), bwd_apply_block, &t);
     return 0;
 }

@@ -173,6 +173,31 @@ static void test_bn_amp(void) {
     }
 }
 
+/* dx may overwrite dy (in-place backward): same bits as into a separate buffer. */
+static void test_bn_bwd_in_place(void) {
+    const backend_ops_t *ops = g_be->ops;
+    static float x[M * C], y[M * C], g[M * C], dx[M * C], dz[M * C], inplace[M * C];
+    float gamma[C], beta[C], mean[C], var[C], sdy[C], sdx[C], dg[C] = {0}, db[C] = {0};
+    fill_uniform(x, M * C, 80, -2, 2);
+    fill_uniform(g, M * C, 81, -1, 1);
+    fill_uniform(gamma, C, 82, 0.5f, 1.5f);
+    fill_uniform(beta, C, 83, -0.5f, 0.5f);
+    CHECK_INT(ops->bn_stats(g_be, M, C, DT_F32, x, mean, var), 0);
+    CHECK_INT(ops->bn_apply(g_be, M, C, DT_F32, x, mean, var, gamma, beta, 1e-5f, NULL, true,
+                            y), 0);
+    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, y, g, mean, var, 1e-5f, sdy, sdx, dg,
+                                 db), 0);
+    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, g, mean, var, gamma, 1e-5f, sdy, sdx,
+                                M, dx, dz), 0);
+    memcpy(inplace, g, sizeof g);
+    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, inplace, mean, var, gamma, 1e-5f, sdy,
+                                sdx, M, inplace, NULL), 0);
+    CHECK(memcmp(inplace, dx, sizeof dx) == 0);
+    int masked = 0;   /* dz is dy where y > 0, else 0 */
+    for (int i = 0; i < M * C; i++) masked += dz[i] == (y[i] > 0 ? g[i] : 0.0f);
+    CHECK_INT(masked, M * C);
+}
+
 /* The same call gives the same bits on 1 and 2 threads (fixed reduction blocks). */
 static void test_bn_thread_independent(void) {
     backend_t *one = make_cpu(1);
@@ -198,6 +223,7 @@ int main(void) {
     TEST_RUN(test_bn_running);
     TEST_RUN(test_bn_stats_offset);
     TEST_RUN(test_bn_amp);
+    TEST_RUN(test_bn_bwd_in_place);
     TEST_RUN(test_bn_thread_independent);
     backend_free(g_be);
     return test_main_end();
