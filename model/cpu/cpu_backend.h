@@ -23,7 +23,8 @@ extern "C" {
  * NULL and fills e on failure (out of memory, thread creation). Free with backend_free. */
 backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e);
 
-/* Which convolution engine the backend uses for a shape, for benchmarks and tests:
+/* Which convolution engine the backend uses for a shape's forward pass (the backward
+ * filter pass may use "dnnl_wino" where this says "dnnl"), for benchmarks and tests:
  * "dnnl" (oneDNN on NHWC), "dnnl_blk" (oneDNN, activations reordered to its blocked
  * layout), "dnnl_wino" (oneDNN Winograd, 3x3 stride 1) or "gemm" (im2col / 1x1 as GEMM
  * on OpenBLAS). */
