@@ -7,8 +7,10 @@
 # ran vs the time the steps waited for them (summary.json comm_allreduce_seconds /
 # comm_exposed_seconds; the difference was hidden behind backward).
 #
-# usage: bench/ddp_scaling.sh [RUNNER] [STEPS] [REPEATS]
+# usage: [OMP_WAIT_POLICY=passive] bench/ddp_scaling.sh [RUNNER] [STEPS] [REPEATS]
 #   RUNNER  the runner binary (default build-dist/runner, else build/runner)
+#   OMP_WAIT_POLICY=passive: see bench/results/ddp.md (libgomp's spinning threads against
+#   the CPU backend's own pool make a 2-thread process many times slower on a busy host)
 # Results of this machine: bench/results/ddp.md. Needs python3 (reads summary.json).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +52,7 @@ print("%.1f %.2f %.3f %.3f %.3f" % (s["images_per_second"], s["wall_seconds"],
 PY
 }
 
-echo "runner: $runner ($("$runner" --version)); $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "runner: $runner ($("$runner" --version)); $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-(unset)}"
 echo "resnet20, synthetic 3x32x32, global batch 64, $steps steps, $repeats runs each"
 echo
 echo "| setup | run | images/s | wall s | all-reduce s | exposed s | hidden | exposed / step time |"
