@@ -358,7 +358,22 @@ static int verb_export(cli_t *c, err_t *e) {
     return 0;
 }
 
+/* The CPU backend parallelises with its own thread pool, and oneDNN runs an OpenMP team
+ * next to it. libgomp's default (active) wait policy makes that team spin between
+ * primitives, fighting the pool's threads for the cores: on a busy 2-core host one
+ * process with 2 threads ran 5-30x slower than with OMP_WAIT_POLICY=passive
+ * (bench/results/ddp.md). libgomp reads the variable once, when it is loaded, so setting
+ * it here means running the program again: when OMP_WAIT_POLICY is unset, set it to
+ * passive and re-execute this binary with the same arguments (same pid; nothing has
+ * happened yet). A user's own setting is kept; if re-executing fails the run goes on. */
+static void prefer_passive_omp(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    prefer_passive_omp(argv);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
         fputs(usage, stdout);
         return 0;
