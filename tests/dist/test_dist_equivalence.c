@@ -17,6 +17,7 @@
  *     numerically fragile: with random_crop (padding 1) exactly one element of
  *     layer2.2.bn2.bias's gradient differed after ONE step, by 7e-4, the matching weight
  *     gradient being equal (a relu mask decided by rounding at x_hat ~ 0).
+ *     The same with train.grad_accum: 2 on both sides (DDP's no_sync micro-batch).
  *  2. DP on 2 replicas == one process with train.grad_accum: 2 (each replica / micro-batch
  *     normalises 4 samples): params only (DP keeps replica 0's BN statistics by design).
  *     Tolerance: ||a - b|| / ||b|| <= 1e-4 over all params and max |a - b| <= 1e-3.
@@ -112,6 +113,30 @@ static void dp_equals_grad_accum(void) {
         CHECK(l2 > 1e-2);
         CHECK(m > 1e-2);
     }
+}
+
+/* 1 with accumulation: DDP + SyncBN, grad_accum 2 (2 samples per rank and micro-batch,
+ * no all-reduce after the first: ddp_set_sync) == one process with grad_accum 2 (4 per
+ * micro-batch): rank r's micro-batch m of step k is order[8k + 4m + 2j + r], the same 4
+ * samples as the process's micro-batch m. Params by the relative-L2 bound of test 2 (the
+ * largest difference is again 1.4e-5 on one weight), buffers element-wise. */
+static void ddp_syncbn_accum_equals_single_accum(void) {
+    char root[800];
+    snprintf(root, sizeof root, "%s/r1a", tmp);
+    const char *ddp = dist_run(eq_exp, root, "--set parallel.sync_bn=true --set train.grad_accum=2", 6);
+    snprintf(root, sizeof root, "%s/r2a", tmp);
+    const char *acc0 = only_run_dir(root, "eq");   /* test 2's run */
+    CHECK(ddp && acc0);
+    if (!ddp || !acc0) return;
+    char acc[4096];
+    snprintf(acc, sizeof acc, "%s", acc0);
+    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), 10);
+    double m, l2;
+    fprintf(stderr, "ddp + sync_bn + grad_accum 2 vs single + grad_accum 2:\n");
+    dist_compare_section2(ddp, acc, "params", 1e-5, 1e-4, &m, &l2);
+    CHECK(l2 <= 1e-4);
+    CHECK(m <= 1e-3);
+    CHECK_INT(dist_compare_section(ddp, acc, "buffers", 1e-5, 1e-4, &m), 0);
 }
 
 /* ---- 3: the two-rank simulation ---- */
@@ -212,7 +237,7 @@ out:
 static void ddp_equals_simulation(void) {
     char root[800];
     snprintf(root, sizeof root, "%s/r3", tmp);
-    const char *ddp = dist_run(sim_exp, root, "--set parallel.sync_bn=false", 6);
+    const char *ddp = dist_run(sim_exp, root, "--set parallel.sync_bn=false", 7);
     CHECK(ddp != NULL);
     if (!ddp) return;
     double threads = dist_json_number(ddp, "plan.json", "threads_per_rank");
@@ -303,6 +328,7 @@ int main(void) {
     dist_write_exp(sim_exp, sizeof sim_exp, tmp, "sim", false, augment_off, 2);
     TEST_RUN(ddp_syncbn_equals_single);
     TEST_RUN(dp_equals_grad_accum);
+    TEST_RUN(ddp_syncbn_accum_equals_single_accum);
     TEST_RUN(ddp_equals_simulation);
     TEST_RUN(comm_time_recorded);
     return test_main_end();
