@@ -190,31 +190,51 @@ static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
     return 0;
 }
 
+/* How a worker reports its failure. Under this runner's launcher (RUNNER_RUN_DIR set) the
+ * launcher already prints one message naming the first rank that failed, with the last
+ * lines of that rank's log; rank 0's output is also copied to the terminal, so printing
+ * its error there too would give two messages for one failure (and, when rank 1 was
+ * killed, rank 0's "rank 1 exited" would precede the launcher's own line). So rank 0
+ * appends its message to logs/rank0.log only, where the launcher's excerpt shows it when
+ * rank 0 is the one that failed. Elsewhere (torchrun, Slurm, rank != 0) it is fail(). */
+static int worker_fail(const launch_env_t *le, const err_t *e) {
+    const char *dir = getenv("RUNNER_RUN_DIR");
+    if (le->rank != 0 || !dir || !dir[0]) return fail(e);
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/logs/rank0.log", dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return fail(e);
+    fflush(stdout);
+    fprintf(f, "runner: %s\n", e->msg[0] ? e->msg : "failed");
+    fclose(f);
+    return e->code ? e->code : 1;
+}
+
 /* A DDP worker (started by our launcher, torchrun, srun or mpirun). */
 static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     experiment_t x;
     const char *exp_path;
     char buf[CFG_PATH + 64];
-    if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
+    if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return worker_fail(le, e);
     const char *run_dir = getenv("RUNNER_RUN_DIR");
     const char *resume_from = getenv("RUNNER_RESUME_FROM");
     plan_request_t req = {0};
     req.for_worker = run_dir != NULL || le->rank != 0;
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     plan_t p;
-    if (plan_build(&x, &req, &p, e)) return fail(e);
+    if (plan_build(&x, &req, &p, e)) return worker_fail(le, e);
     if (run_dir) {
         snprintf(p.run_dir, sizeof p.run_dir, "%s", run_dir);
         p.resumes = resume_from && resume_from[0];
         snprintf(p.resume_from, sizeof p.resume_from, "%s", p.resumes ? resume_from : "");
     } else if (le->rank == 0) {
-        if (prepare_run_dir(c, &x, &p, e)) return fail(e);
+        if (prepare_run_dir(c, &x, &p, e)) return worker_fail(le, e);
     }
     if (p.world_size != le->world_size) {
         err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
                 "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
                 le->world_size);
-        return fail(e);
+        return worker_fail(le, e);
     }
     train_env_t env = {0};
     env.rank = le->rank;
@@ -227,7 +247,7 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     env.config_text_path = exp_path;
     train_install_signal_handlers();
     int rc = train_run(&x, &p, &env, e);
-    return rc < 0 ? fail(e) : rc;
+    return rc < 0 ? worker_fail(le, e) : rc;
 }
 
 /* `runner EXP`, `runner resume DIR`, `runner _member DIR`: plan, then train in this
