@@ -30,6 +30,7 @@
 #include "runner/report/report.h"
 #include "runner/rundir.h"
 #include "runner/train.h"
+#include "runner/util/json.h"
 
 static const char usage[] =
     "runner: reproducible data-parallel training of image classifiers from a YAML file\n"
@@ -250,6 +251,40 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     return rc < 0 ? worker_fail(le, e) : rc;
 }
 
+/* After a DDP launch that failed: rank 0 normally writes summary.json on its way out, but
+ * a rank 0 that was killed (kill -9, OOM killer) never does, and a run directory without
+ * a summary reads as still running. Then the launcher writes a minimal one: the run's
+ * identity, status "failed", the exit code and the launcher's message. Best effort. */
+static void ensure_failed_summary(const experiment_t *x, const plan_t *p, int code, const err_t *e) {
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/summary.json", p->run_dir);
+    if (access(path, F_OK) == 0) return;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return;
+    jw_t w;
+    jw_init(&w, f, true);
+    jw_obj_begin(&w);
+    jw_kstr(&w, "name", x->name);
+    jw_kstr(&w, "status", "failed");
+    jw_kint(&w, "exit_code", code);
+    jw_kstr(&w, "error", e->msg);
+    jw_kstr(&w, "mode", p->mode);
+    jw_kint(&w, "world_size", p->world_size);
+    jw_kstr(&w, "precision", p->precision);
+    jw_kint(&w, "batch_size", p->global_batch);
+    jw_kstr(&w, "device", p->device);
+    jw_kstr(&w, "arch", x->model.arch);
+    jw_kstr(&w, "dataset", x->data.dataset);
+    jw_obj_end(&w);
+    fputc('\n', f);
+    fclose(f);
+    err_t ignore = {0};
+    write_file_atomic(path, buf, len, &ignore);
+    free(buf);
+}
+
 /* `runner EXP`, `runner resume DIR`, `runner _member DIR`: plan, then train in this
  * process (single, dp) or launch one worker per rank (ddp). */
 static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
@@ -279,7 +314,10 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
         const char *extra[] = {env_dir, env_res, NULL};
         lo.extra_env = extra;
         int code = launch_run(&lo, argv, e);
-        if (code != 0 && code != 130) return fail(e);
+        if (code != 0 && code != 130) {
+            ensure_failed_summary(&x, &p, code, e);
+            return fail(e);
+        }
         return code;
     }
     train_env_t env = {0};

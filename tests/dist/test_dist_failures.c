@@ -2,9 +2,9 @@
  *
  *  4. kill -9 of one rank (rank 1, then rank 0, which hosts the store) ends the run
  *     within 15 s with exit status 1, ONE message (the launcher's) naming the rank, its
- *     pid and the signal, summary.json "failed" (when rank 0 survived to write it), and no process
- *     of the run left: the worker pids are gone and no process carries the run's
- *     RUNNER_RUN_DIR in its environment.
+ *     pid and the signal, summary.json "failed" (written by rank 0, or by the launcher
+ *     when rank 0 is the one killed), and no process of the run left: the worker pids
+ *     are gone and no process carries the run's RUNNER_RUN_DIR in its environment.
  *  6. A worker whose master is unreachable (RANK=1 WORLD_SIZE=2, MASTER_PORT a closed
  *     port, parallel.timeout_s 3) exits non-zero within 10 s, after retrying for the
  *     timeout, with a message naming the address; a rank 0 whose peer never comes fails
@@ -180,13 +180,15 @@ static void kill_rank(int victim) {
     CHECK(kill(target, 0) == -1 && errno == ESRCH);
     CHECK(kill(other, 0) == -1 && errno == ESRCH);
     CHECK_INT(processes_of_run(run_dir), 0);
-    if (victim != 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/summary.json", run_dir);
-        char *s = test_read_file(path, NULL);
-        CHECK_CONTAINS(s, "\"status\": \"failed\"");
-        free(s);
-    }
+    /* rank 0 writes summary.json on its way out; when rank 0 is the one killed, the
+     * launcher writes a minimal one with its message */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.json", run_dir);
+    char *s = test_read_file(path, NULL);
+    CHECK_CONTAINS(s, "\"status\": \"failed\"");
+    CHECK_CONTAINS(s, "\"exit_code\": 1");
+    if (victim == 0) CHECK_CONTAINS(s, "rank 0 (pid");
+    free(s);
 }
 
 static void kill9_rank1(void) { kill_rank(1); }
