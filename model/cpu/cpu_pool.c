@@ -20,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SPIN_ROUNDS 20000   /* polls of the generation before a worker sleeps */
+/* Polls of the generation before a worker sleeps (~30 us): long enough to catch the next
+ * phase of a BN or optimizer op, short enough not to take the core from oneDNN's OpenMP
+ * threads when a convolution follows. */
+#define SPIN_ROUNDS 1000
 
 typedef struct worker_arg {
     cpu_pool_t *pool;
