@@ -10,6 +10,7 @@
 #include "model/resnet.h"
 #include "model/safetensors.h"
 #include "runner/util/half.h"
+#include "runner/util/rng.h"
 #include "tests/test.h"
 
 static char g_dir[512];
@@ -221,11 +222,57 @@ static void test_load_errors(void) {
     load_error_case(NULL, NULL, "conv1.weight", "tensor conv1.weight has shape [16,1,3,3], expected [16,3,3,3]");
 }
 
+/* Random byte flips and truncations of a valid file: every open either fails cleanly
+ * with ERR_INPUT or yields tensors whose ranges lie inside the data section (run under
+ * the sanitizers to make "cleanly" mean something). */
+static void test_mutations(void) {
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/good.safetensors", g_dir);
+    snprintf(q, sizeof q, "%s/mut.safetensors", g_dir);
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    int64_t c = 3;
+    st_entry_t en[2] = {{"layer1.0.conv1.weight", ST_F32, 2, {2, 3}, w}, {"n", ST_I64, 0, {0}, &c}};
+    err_t e = {0};
+    CHECK_INT(safetensors_write(p, en, 2, NULL, NULL, 0, &e), 0);
+    size_t len = 0;
+    char *orig = test_read_file(p, &len);
+    CHECK(orig != NULL && len > 16);
+    if (!orig) return;
+    rng_t r = rng_make(1, RNG_STREAM_MISC, 77, 0);
+    int failed = 0, opened = 0;
+    for (int it = 0; it < 400; it++) {
+        char *buf = malloc(len);
+        memcpy(buf, orig, len);
+        size_t n = len;
+        int flips = 1 + (int)rng_below(&r, 4);
+        for (int k = 0; k < flips; k++) buf[rng_below(&r, (uint32_t)len)] = (char)rng_below(&r, 256);
+        if (it % 5 == 0) n = rng_below(&r, (uint32_t)len);
+        FILE *f = fopen(q, "wb");
+        fwrite(buf, 1, n, f);
+        fclose(f);
+        free(buf);
+        err_clear(&e);
+        safetensors_t *st = safetensors_open(q, 0, &e);
+        if (!st) {
+            failed++;
+            CHECK_INT(e.code, ERR_INPUT);
+            continue;
+        }
+        opened++;
+        for (int i = 0; i < st->n; i++) CHECK(st->t[i].end <= st->data_size && st->t[i].begin <= st->t[i].end);
+        safetensors_close(st);
+    }
+    printf("mutations: %d rejected, %d still valid\n", failed, opened);
+    CHECK(failed > 100);
+    free(orig);
+}
+
 int main(void) {
     if (test_tmpdir(g_dir, sizeof g_dir) != 0) return 1;
     TEST_RUN(test_header_errors);
     TEST_RUN(test_dtype_conversion);
     TEST_RUN(test_net_round_trip);
     TEST_RUN(test_load_errors);
+    TEST_RUN(test_mutations);
     return test_main_end();
 }
