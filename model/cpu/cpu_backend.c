@@ -7,7 +7,6 @@
  */
 #include "model/cpu/cpu_backend.h"
 
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -189,15 +188,6 @@ static const backend_ops_t cpu_ops = {
     .scale = cpu_scale,
 };
 
-/* Sets the OpenMP thread count oneDNN uses. libgomp is only an indirect dependency (through
- * libdnnl), so the symbol is looked up at run time rather than linked. */
-static void set_omp_threads(int n) {
-    void (*set)(int) = NULL;
-    void *sym = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    if (sym) memcpy(&set, &sym, sizeof set);
-    if (set) set(n);
-}
-
 backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
     int threads = o ? o->threads : 0;
     if (threads < 0) {
@@ -222,8 +212,9 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
         free(c);
         return NULL;
     }
+    /* OpenBLAS (the classifier GEMM, the GEMM conv engine) has one process-wide thread
+     * count; oneDNN's is set per call (cpu_dnnl.c). */
     openblas_set_num_threads(threads);
-    set_omp_threads(threads);
 #ifdef RUNNER_HAVE_DNNL
     c->dnnl = cpu_dnnl_create(threads, e);
     if (!c->dnnl) {
