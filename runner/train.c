@@ -618,19 +618,35 @@ static int broadcast_state(trainer_t *t, err_t *e) {
     return 0;
 }
 
-/* Asks rank 0 for the run directory (workers started by another launcher). */
-static int share_run_dir(trainer_t *t, err_t *e) {
+/* Rank 0's decisions about the run directory, which every rank must share: the directory
+ * (workers started by another launcher do not know it) and whether and from which
+ * checkpoint the run resumes. Under torchrun or Slurm with checkpoint.resume: auto only
+ * rank 0 searches for an unfinished run; a rank that decided on its own would start at
+ * step 0 while rank 0 continues at step N, and their collectives would no longer match.
+ * So rank 0 publishes both and the other ranks adopt them (plan is the trainer's copy). */
+static int share_run_dir(trainer_t *t, plan_t *plan, err_t *e) {
     if (!t->store) return 0;
-    if (t->rank0) return store_set(t->store, "run_dir", t->run_dir, strlen(t->run_dir) + 1, e);
-    if (t->run_dir[0]) return 0;
+    if (t->rank0) {
+        const char *from = plan->resumes ? plan->resume_from : "";
+        return store_set(t->store, "run_dir", t->run_dir, strlen(t->run_dir) + 1, e) ||
+               store_set(t->store, "resume_from", from, strlen(from) + 1, e) ? -1 : 0;
+    }
     size_t len = 0;
-    if (store_get(t->store, "run_dir", t->run_dir, sizeof t->run_dir, &len, t->e->parallel.timeout_s, e))
+    double timeout = t->e->parallel.timeout_s;
+    if (!t->run_dir[0]) {
+        if (store_get(t->store, "run_dir", t->run_dir, sizeof t->run_dir, &len, timeout, e)) return -1;
+        t->run_dir[sizeof t->run_dir - 1] = '\0';
+    }
+    if (store_get(t->store, "resume_from", plan->resume_from, sizeof plan->resume_from, &len, timeout, e))
         return -1;
-    t->run_dir[sizeof t->run_dir - 1] = '\0';
+    plan->resume_from[sizeof plan->resume_from - 1] = '\0';
+    plan->resumes = plan->resume_from[0] != '\0';
     return 0;
 }
 
-int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, err_t *e) {
+int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *env, err_t *e) {
+    plan_t plan = *plan_in;   /* share_run_dir may take rank 0's resume decision */
+    const plan_t *p = &plan;
     trainer_t t;
     memset(&t, 0, sizeof t);
     t.e = x;
@@ -645,7 +661,7 @@ int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, er
     if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
 
     int rc = -1;
-    if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, e))) || setup_backend(&t, e) ||
+    if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, &plan, e))) || setup_backend(&t, e) ||
         setup_data(&t, e) || setup_model(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
@@ -655,10 +671,9 @@ int train_run(const experiment_t *x, const plan_t *p, const train_env_t *env, er
     if (t.rank0 && write_run_files(&t, e)) goto done;
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
-        char line[CFG_PATH + 128];
-        snprintf(line, sizeof line, "%s %s: %s on %s, %lld steps%s", p->resumes ? "resuming" : "run", t.run_dir,
-                 x->model.arch, p->device, (long long)p->total_steps,
-                 p->resumes ? "" : "");
+        char line[CFG_PATH + 256];
+        snprintf(line, sizeof line, "%s %.1023s: %.64s on %.8s, %lld steps", p->resumes ? "resuming" : "run", t.run_dir,
+                 x->model.arch, p->device, (long long)p->total_steps);
         track_console(t.track, line);
         if (p->resumes) {
             snprintf(line, sizeof line, "continuing at step %lld (epoch %d)", (long long)t.step, (int)(t.step / p->steps_per_epoch) + 1);

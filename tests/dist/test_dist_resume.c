@@ -5,11 +5,17 @@
  * part of what must continue exactly). Also: the launcher exits 130, summary.json says
  * "interrupted", both ranks stopped at the same step (rank 1's log says so), and the
  * resumed rank 1 says where it continued.
+ * The same under another launcher's contract (the ranks started by hand with RANK,
+ * WORLD_SIZE, MASTER_ADDR/PORT, as torchrun or srun do) and checkpoint.resume: auto:
+ * only rank 0 looks for the unfinished run, and every rank must continue it from the
+ * same step (before the fix rank 1 started again at step 0 and the ranks deadlocked).
  */
 #include "tests/dist/dist_util.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,30 +23,87 @@ static char tmp[512];
 
 static const char *aug = "{random_crop: {size: 8, padding: 1}, horizontal_flip: true, rotation: 0}";
 
-static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
+/* Starts `runner EXP` on 400 samples with output to log; rank >= 0: as that rank of a
+ * world of 2 started by an outside launcher (MASTER_PORT port). resume: auto or never. */
+static pid_t spawn_runner_as(const char *exp, const char *root, const char *log, int rank, int port,
+                             const char *resume) {
     pid_t pid = fork();
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
-        char set[800];
+        if (rank >= 0) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", rank);
+            setenv("RANK", v, 1);
+            setenv("WORLD_SIZE", "2", 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            snprintf(v, sizeof v, "%d", port);
+            setenv("MASTER_PORT", v, 1);
+        }
+        char set[800], res[64];
         snprintf(set, sizeof set, "output.root=%s", root);
+        snprintf(res, sizeof res, "checkpoint.resume=%s", resume);
         execl(test_runner_exe(), "runner", exp, "--set", set, "--set", "data.synthetic.train_size=400",
-              (char *)NULL);
+              "--set", res, "--set", "parallel.timeout_s=60", (char *)NULL);
         _exit(127);
     }
     return pid;
 }
 
+static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
+    return spawn_runner_as(exp, root, log, -1, 0, "never");
+}
+
+static int wait_code(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Interrupts a fresh 2-rank run under root after 2 steps; returns its run dir (static) or
+ * NULL. */
+static const char *interrupted_run(const char *exp, const char *root, const char *log, const char *resume) {
+    static char dir[4096];
+    dir[0] = '\0';
+    pid_t launcher = spawn_runner_as(exp, root, log, -1, 0, resume);
+    char steps[4200];
+    for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
+        const char *d = only_run_dir(root, "res");
+        if (d) {
+            snprintf(steps, sizeof steps, "%s/steps.csv", d);
+            if (dist_count_lines(steps) >= 3) snprintf(dir, sizeof dir, "%s", d);   /* 2 steps done */
+        }
+        if (!dir[0]) usleep(10000);
+    }
+    kill(launcher, SIGINT);
+    int rc = wait_code(launcher);
+    CHECK_INT(rc, 130);
+    return dir[0] && rc == 130 ? dir : NULL;
+}
+
+static char exp_path[700], ref[4096];
+
+/* A free TCP port on 127.0.0.1 (bound, then closed). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    int ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l);
+    if (fd >= 0) close(fd);
+    return ok ? ntohs(a.sin_port) : -1;
+}
+
 static void sigint_then_resume_is_bit_exact(void) {
-    char exp[700], root[800];
-    dist_write_exp(exp, sizeof exp, tmp, "res", true, aug, 3);
+    char *exp = exp_path, root[800];
+    dist_write_exp(exp, sizeof exp_path, tmp, "res", true, aug, 3);
     /* 400 samples: 50 steps per epoch, 150 in all, so the interrupt lands mid-run */
     snprintf(root, sizeof root, "%s/ref", tmp);
     const char *r = dist_run(exp, root, "--set data.synthetic.train_size=400", 0);
     CHECK(r != NULL);
     if (!r) return;
-    char ref[4096];
     snprintf(ref, sizeof ref, "%s", r);
     CHECK_INT(dist_json_number(ref, "summary.json", "steps"), 150);
 
@@ -109,8 +172,51 @@ static void sigint_then_resume_is_bit_exact(void) {
     }
 }
 
+static void outside_launcher_auto_resume_is_bit_exact(void) {
+    if (!ref[0]) return;
+    char root[800], log[800];
+    snprintf(root, sizeof root, "%s/ext", tmp);
+    snprintf(log, sizeof log, "%s/ext.log", tmp);
+    const char *d = interrupted_run(exp_path, root, log, "auto");
+    CHECK(d != NULL);
+    if (!d) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", d);
+    double stopped = dist_json_number(dir, "summary.json", "steps");
+    CHECK(stopped >= 2 && stopped < 150);
+    /* the ranks as torchrun would start them: same command, RANK/WORLD_SIZE/MASTER_* */
+    int port = free_port();
+    CHECK(port > 0);
+    char l0[800], l1[800];
+    snprintf(l0, sizeof l0, "%s/ext-rank0.log", tmp);
+    snprintf(l1, sizeof l1, "%s/ext-rank1.log", tmp);
+    pid_t r1 = spawn_runner_as(exp_path, root, l1, 1, port, "auto");
+    pid_t r0 = spawn_runner_as(exp_path, root, l0, 0, port, "auto");
+    int rc0 = wait_code(r0), rc1 = wait_code(r1);
+    CHECK_INT(rc0, 0);
+    CHECK_INT(rc1, 0);
+    char *o0 = test_read_file(l0, NULL), *o1 = test_read_file(l1, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "continuing at step %d", (int)stopped);
+    CHECK_CONTAINS(o0, want);
+    snprintf(want, sizeof want, "resuming at step %d of 150", (int)stopped);
+    CHECK_CONTAINS(o1, want);
+    if (test_failures_) fprintf(stderr, "rank 0:\n%s\nrank 1:\n%s\n", o0 ? o0 : "", o1 ? o1 : "");
+    free(o0);
+    free(o1);
+    CHECK(only_run_dir(root, "res") != NULL);   /* continued the same directory, made no new one */
+    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 150);
+    const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
+    for (int i = 0; i < 3; i++) {
+        double m;
+        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
+        CHECK(m == 0);
+    }
+}
+
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     TEST_RUN(sigint_then_resume_is_bit_exact);
+    TEST_RUN(outside_launcher_auto_resume_is_bit_exact);
     return test_main_end();
 }
