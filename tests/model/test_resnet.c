@@ -2,7 +2,8 @@
  * counts and state_dict sizes (checked with PyTorch/torchvision), names, FLOPs,
  * unknown-arch and too-small-input errors, zero_init_residual, init statistics and
  * determinism, a Fashion-MNIST-shaped (1x28x28) step, bit-identical repeated backward,
- * eval mode, the DDP/SyncBN hooks, and AMP forwards close to fp32. */
+ * eval mode, the DDP/SyncBN hooks (grads_ready really means final), and AMP forwards
+ * close to fp32. */
 #include <stdlib.h>
 
 #include "model/cpu/cpu_backend.h"
@@ -297,6 +298,56 @@ static void test_fashion_mnist_step_determinism_hooks(void) {
     backend_free(be);
 }
 
+/* The DDP contract of grads_ready: at each call, every gradient at offset >= ready_from
+ * already has its final value. Snapshots the gradient array at each call and compares
+ * the claimed-final part with the gradients after backward. */
+typedef struct snap {
+    net_t *net;
+    int n;
+    size_t from[256];
+    float *copy[256];
+} snap_t;
+
+static void on_ready_snap(void *ctx, size_t from) {
+    snap_t *s = ctx;
+    if (s->n >= 256) return;
+    size_t np = net_num_params(s->net);
+    err_t e = {0};
+    s->copy[s->n] = malloc(np * sizeof(float));
+    net_download_grads(s->net, s->copy[s->n], &e);
+    s->from[s->n++] = from;
+}
+
+static void test_grads_ready_means_final(void) {
+    backend_t *be = cpu();
+    err_t e = {0};
+    enum { B = 2 };
+    net_t *n = resnet_build("resnet20", 3, 10, false, &e);
+    CHECK_INT(net_bind(n, be, B, 16, 16, DT_F32, &e), 0);
+    CHECK_INT(net_init(n, 2, &e), 0);
+    float img[B * 16 * 16 * 3];
+    rng_t r = rng_make(4, RNG_STREAM_MISC, 2, 0);
+    for (int i = 0; i < B * 16 * 16 * 3; i++) img[i] = (float)rng_normal(&r);
+    int32_t lab[B] = {4, 2};
+    snap_t s = {.net = n};
+    net_hooks_t h = {.ctx = &s, .grads_ready = on_ready_snap};
+    step(n, img, lab, B, &h);
+    size_t np = net_num_params(n);
+    float *fin = malloc(np * sizeof(float));
+    CHECK_INT(net_download_grads(n, fin, &e), 0);
+    CHECK(s.n >= 21);
+    CHECK_INT(s.from[s.n - 1], 0);
+    int bad = 0;
+    for (int k = 0; k < s.n; k++) {
+        if (memcmp(s.copy[k] + s.from[k], fin + s.from[k], (np - s.from[k]) * sizeof(float))) bad++;
+        free(s.copy[k]);
+    }
+    CHECK_INT(bad, 0);
+    free(fin);
+    net_free(n);
+    backend_free(be);
+}
+
 /* fp16 / bf16 activations (emulated on the CPU) give logits close to fp32. */
 static void test_amp_forward(void) {
     backend_t *be = cpu();
@@ -335,6 +386,7 @@ int main(void) {
     TEST_RUN(test_errors);
     TEST_RUN(test_init);
     TEST_RUN(test_fashion_mnist_step_determinism_hooks);
+    TEST_RUN(test_grads_ready_means_final);
     TEST_RUN(test_amp_forward);
     return test_main_end();
 }
