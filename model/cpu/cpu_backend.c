@@ -155,16 +155,17 @@ static void round_f16_n(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = round_f16(src[i]);
 }
 
+void cpu_round_n(dtype_t dt, float *dst, const float *src, int64_t n) {
+    if (dt == DT_F16) round_f16_n(dst, src, n);
+    else if (dt == DT_BF16) round_bf16_n(dst, src, n);
+    else if (dst != src) memmove(dst, src, (size_t)n * sizeof(float));
+}
+
 static void round_chunk(void *argp, int chunk) {
     round_task_t *t = argp;
     int64_t lo = (int64_t)chunk * ROUND_GRAIN, hi = lo + ROUND_GRAIN;
     if (hi > t->n) hi = t->n;
-    if (t->dt == DT_F16)
-        round_f16_n(t->dst + lo, t->src + lo, hi - lo);
-    else if (t->dt == DT_BF16)
-        round_bf16_n(t->dst + lo, t->src + lo, hi - lo);
-    else if (t->dst != t->src)
-        memcpy(t->dst + lo, t->src + lo, (size_t)(hi - lo) * sizeof(float));
+    cpu_round_n(t->dt, t->dst + lo, t->src + lo, hi - lo);
 }
 
 void cpu_round_copy(cpu_backend_t *c, dtype_t dt, float *dst, const float *src, int64_t n) {

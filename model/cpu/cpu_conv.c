@@ -56,7 +56,7 @@ static void im2col_row(void *argp, int chunk) {
                 }
                 const float *src = xb + ((int64_t)ih * s->w + iw) * s->c;
                 if (t->dt == DT_F32) memcpy(d, src, (size_t)s->c * sizeof(float));
-                else for (int ci = 0; ci < s->c; ci++) d[ci] = cpu_round(t->dt, src[ci]);
+                else cpu_round_n(t->dt, d, src, s->c);
             }
         }
     }
@@ -102,7 +102,7 @@ static void col2im_row(void *argp, int chunk) {
             }
         }
         if (t->dt != DT_F32)
-            for (int ci = 0; ci < s->c; ci++) d[ci] = cpu_round(t->dt, d[ci]);
+            cpu_round_n(t->dt, d, d, s->c);
     }
 }
 

@@ -71,6 +71,9 @@ float *cpu_scratch(cpu_backend_t *c, size_t n);
 static inline float cpu_round(dtype_t dt, float v) {
     return dt == DT_F16 ? round_f16(v) : dt == DT_BF16 ? round_bf16(v) : v;
 }
+/* Rounds n floats from src into dst (may be equal) to dt on the calling thread, vectorised
+ * (F16C for fp16 where the CPU has it); the same bits as cpu_round. */
+void cpu_round_n(dtype_t dt, float *dst, const float *src, int64_t n);
 /* Rounds n floats in place to dt, in parallel. */
 void cpu_round_array(cpu_backend_t *c, dtype_t dt, float *x, int64_t n);
 /* Copies n floats from src to dst rounding to dt (dst may equal src). */

@@ -121,7 +121,7 @@ BN_CLONES static void apply_block(void *argp, int chunk) {
             for (int j = 0; j < c; j++) yr[j] = xr[j] * sc[j] + sh[j];
         }
         if (t->dt != DT_F32)
-            for (int j = 0; j < c; j++) yr[j] = cpu_round(t->dt, yr[j]);
+            cpu_round_n(t->dt, yr, yr, c);
     }
 }
 
@@ -279,7 +279,7 @@ BN_CLONES static void bwd_apply_block(void *argp, int chunk) {
         else
             bwd_row(c, x, y, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
         if (t->dt != DT_F32)
-            for (int j = 0; j < c; j++) dx[j] = cpu_round(t->dt, dx[j]);
+            cpu_round_n(t->dt, dx, dx, c);
     }
 }
 

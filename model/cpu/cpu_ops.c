@@ -49,10 +49,8 @@ static void ew_chunk(void *argp, int chunk) {
         for (int64_t i = lo; i < hi; i++) t->y[i] = t->a[i] > 0.0f ? t->b[i] : 0.0f;
         break;
     case EW_ADD:
-        if (dt == DT_F32)
-            for (int64_t i = lo; i < hi; i++) t->y[i] = t->a[i] + t->b[i];
-        else
-            for (int64_t i = lo; i < hi; i++) t->y[i] = cpu_round(dt, t->a[i] + t->b[i]);
+        for (int64_t i = lo; i < hi; i++) t->y[i] = t->a[i] + t->b[i];
+        if (dt != DT_F32) cpu_round_n(dt, t->y + lo, t->y + lo, hi - lo);
         break;
     case EW_SCALE:
         for (int64_t i = lo; i < hi; i++) t->y[i] *= t->alpha;
