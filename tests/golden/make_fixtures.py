@@ -16,11 +16,13 @@ from a fixed seed, and writes to OUT_DIR:
                               (resnet20 only: resnet50 is chaotic under steps at batch 4);
                               all computed in float64; err.<key>: PyTorch's own fp32 error
 Usage: make_fixtures.py --model resnet20|resnet50 --out DIR [--batch B] [--if-missing]
+(--if-missing: keep existing fixtures written by this same version of the script)
 Only the resnet20 files are committed; the resnet50 ones (~190 MB) are generated into the
 build tree by ctest (tests/golden/CMakeLists.txt).
 """
 import argparse
 import copy
+import hashlib
 import json
 import os
 import struct
@@ -99,10 +101,12 @@ def build(model):
     return m, 100
 
 
-def save_safetensors(path, tensors):
+def save_safetensors(path, tensors, metadata=None):
     """Writes {name: np.ndarray} in the safetensors format (little-endian)."""
     codes = {np.dtype("float32"): "F32", np.dtype("int64"): "I64"}
     header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         a = np.array(tensors[name], order="C", copy=True)  # keeps 0-d shapes (ascontiguousarray would not)
         b = a.astype(a.dtype.newbyteorder("<")).tobytes()
@@ -160,6 +164,17 @@ def compute(model, init_sd, x, y, with_steps):
     return {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in r.items()}
 
 
+def fixture_sha(path):
+    """The script_sha256 metadata of a golden file ("" if unreadable): --if-missing
+    regenerates fixtures written by another version of this script."""
+    try:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            return json.loads(f.read(n)).get("__metadata__", {}).get("script_sha256", "")
+    except (OSError, ValueError, struct.error):
+        return ""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, choices=["resnet20", "resnet50"])
@@ -168,7 +183,9 @@ def main():
     ap.add_argument("--if-missing", action="store_true", help="do nothing if both files exist")
     a = ap.parse_args()
     outs = [os.path.join(a.out, a.model + s) for s in ("_init.safetensors", "_golden.safetensors")]
-    if a.if_missing and all(os.path.exists(o) for o in outs):
+    with open(os.path.abspath(__file__), "rb") as f:
+        script_sha = hashlib.sha256(f.read()).hexdigest()
+    if a.if_missing and all(os.path.exists(o) for o in outs) and fixture_sha(outs[1]) == script_sha:
         print("%s: fixtures present in %s" % (a.model, a.out))
         return
     torch.manual_seed(1234)
@@ -203,7 +220,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     save_safetensors(os.path.join(a.out, a.model + "_init.safetensors"),
                      {k: v.numpy() for k, v in init_sd.items()})
-    save_safetensors(os.path.join(a.out, a.model + "_golden.safetensors"), g)
+    save_safetensors(os.path.join(a.out, a.model + "_golden.safetensors"), g, {"script_sha256": script_sha})
     loss = r64["loss"][0]
     worst = max((float(v), k) for k, v in g.items() if k.startswith("err."))
     print("%s: loss %.6f, %d params; PyTorch fp32 vs fp64: worst %.3g (%s)" %
