@@ -94,9 +94,11 @@ typedef struct net net_t;
 /* Hooks backward calls (all optional; hooks itself may be NULL). */
 typedef struct net_hooks {
     void *ctx;
-    /* After each node's backward: every gradient at flat offset >= ready_from is final
-     * (params are laid out in forward order, so ready_from only decreases). DDP starts
-     * a bucket's all-reduce as soon as the bucket lies entirely above ready_from. */
+    /* After the backward of each node that owns parameters (i.e. whenever ready_from
+     * decreases), and once more with 0 if the walk ended above 0: every gradient at flat
+     * offset >= ready_from is final (params are laid out in forward order, so ready_from
+     * only decreases; test_resnet checks the claim). DDP starts a bucket's all-reduce as
+     * soon as the bucket lies entirely above ready_from. */
     void (*grads_ready)(void *ctx, size_t ready_from);
     /* SyncBN, forward: replace the local per-channel mean and biased var (backend memory,
      * c floats each) with the statistics over all ranks and set *global_count to the
