@@ -496,6 +496,7 @@ static int train_loop(trainer_t *t, err_t *e) {
         double ep_t0 = monotonic_seconds() - t->ep_seconds;
         int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
         if (epoch_end > p->total_steps) epoch_end = p->total_steps;
+        bool stopping = false;   /* interrupted at the last step of the epoch */
         while (t->step < epoch_end) {
             int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
             double lr = schedule_lr(&t->sched, t->step, p->steps_per_epoch);
@@ -528,6 +529,13 @@ static int train_loop(trainer_t *t, err_t *e) {
             if (!isfinite(row.loss))
                 return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
                                "amp loss scaling", (long long)t->step, row.loss);
+            if (stop && batch >= p->batches_per_epoch) {
+                /* interrupted by the epoch's last step: finish the epoch first (evaluation,
+                 * metrics row, epoch checkpoint with the epoch sums reset), or its row
+                 * would never be written and resume would count its sums into the next */
+                stopping = true;
+                break;
+            }
             if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
                 /* interrupted, or max_steps reached mid-way: save exactly where we are */
                 t->ep_seconds = monotonic_seconds() - ep_t0;
@@ -573,9 +581,24 @@ static int train_loop(trainer_t *t, err_t *e) {
         rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
                   (long long)t->step, t->train_loss);
         t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
-        if (t->rank0 && epoch_done && (last || (t->epoch + 1) % t->e->checkpoint.every_epochs == 0 || improved)) {
+        bool checkpointed = t->rank0 && epoch_done &&
+                            (last || (t->epoch + 1) % t->e->checkpoint.every_epochs == 0 || improved);
+        if (checkpointed) {
             t->start_batch = 0;
             if (trainer_checkpoint_epoch(t, improved, e)) return -1;
+        }
+        if (stopping) {
+            if (t->rank0) {
+                char path[CFG_PATH + 64];
+                snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
+                t->start_batch = 0;
+                if (!checkpointed && trainer_save_checkpoint(t, path, e)) return -1;
+                snprintf(line, sizeof line, "interrupted at step %lld: checkpoint written to %s",
+                         (long long)t->step, path);
+                track_console(t->track, line);
+            }
+            rank_note(t, "interrupted at step %lld with every rank", (long long)t->step);
+            return 130;
         }
     }
     return 0;

@@ -9,6 +9,11 @@
  * WORLD_SIZE, MASTER_ADDR/PORT, as torchrun or srun do) and checkpoint.resume: auto:
  * only rank 0 looks for the unfinished run, and every rank must continue it from the
  * same step (before the fix rank 1 started again at step 0 and the ranks deadlocked).
+ * And an interrupt that lands on the last step of an epoch (one step per epoch here, so
+ * every interrupt does): the epoch is finished first (its metrics row, its sums reset),
+ * so after resume every metrics row equals the uninterrupted run's; with 2 DDP ranks and
+ * with one process. Before the fix that epoch's row was never written and its sums were
+ * counted into the next epoch.
  */
 #include "tests/dist/dist_util.h"
 
@@ -214,9 +219,99 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     }
 }
 
+/* Runs argv (argv[0] = the runner) with output to log, in the background. */
+static pid_t spawn_argv(const char *log, char *const argv[]) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(test_runner_exe(), argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void epoch_end_interrupt(const char *mode) {
+    char exp[700], root[800], log[800], sets[512];
+    dist_write_exp(exp, sizeof exp, tmp, "ep1", true, aug, 30);
+    bool single = !strcmp(mode, "single");
+    /* 8 samples, batch 8: one step per epoch; epoch checkpoints every 4th epoch only */
+    snprintf(sets, sizeof sets, "--set data.synthetic.train_size=8 --set checkpoint.every_epochs=4 %s",
+             single ? "--set parallel.mode=single --set parallel.world_size=1" : "");
+    snprintf(root, sizeof root, "%s/ep_ref_%s", tmp, mode);
+    const char *r = dist_run(exp, root, sets, 1);
+    CHECK(r != NULL);
+    if (!r) return;
+    char refd[4096];
+    snprintf(refd, sizeof refd, "%s", r);
+
+    snprintf(root, sizeof root, "%s/ep_int_%s", tmp, mode);
+    snprintf(log, sizeof log, "%s/ep_int_%s.log", tmp, mode);
+    char set_root[900];
+    snprintf(set_root, sizeof set_root, "output.root=%s", root);
+    char *argv[] = {"runner", exp, "--set", set_root, "--set", "data.synthetic.train_size=8", "--set",
+                    "checkpoint.every_epochs=4", "--set", single ? "parallel.mode=single" : "parallel.mode=ddp",
+                    "--set", single ? "parallel.world_size=1" : "parallel.world_size=2", NULL};
+    pid_t pid = spawn_argv(log, argv);
+    char dir[4096] = "", steps[4200];
+    for (int i = 0; i < 30000 && !dir[0]; i++) {
+        const char *d = only_run_dir(root, "ep1");
+        if (d) {
+            snprintf(steps, sizeof steps, "%s/steps.csv", d);
+            if (dist_count_lines(steps) >= 3) snprintf(dir, sizeof dir, "%s", d);
+        }
+        if (!dir[0]) usleep(10000);
+    }
+    CHECK(dir[0] != '\0');
+    kill(pid, SIGINT);
+    int rc = wait_code(pid);
+    CHECK_INT(rc, 130);
+    if (!dir[0] || rc != 130) return;
+    double stopped = dist_json_number(dir, "summary.json", "steps");
+    fprintf(stderr, "%s: interrupted at step %g of 30 (the end of epoch %g)\n", mode, stopped, stopped);
+    CHECK(stopped >= 2 && stopped < 30);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    CHECK_INT(dist_count_lines(path), 1 + (int)stopped);   /* the interrupted epoch's row is there */
+
+    char args[4400], out[1 << 16];
+    snprintf(args, sizeof args, "resume %s", dir);
+    rc = run_runner(args, out, sizeof out);
+    CHECK_INT(rc, 0);
+    if (rc) fprintf(stderr, "%s\n", out);
+    const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
+    for (int i = 0; i < 3; i++) {
+        double m;
+        CHECK_INT(dist_compare_section(dir, refd, sections[i], 0, 0, &m), 0);
+    }
+    /* every epoch row, up to the timing columns, equals the uninterrupted run's */
+    char a[4300], b[4300];
+    snprintf(a, sizeof a, "%s/metrics.csv", refd);
+    snprintf(b, sizeof b, "%s/metrics.csv", dir);
+    CHECK_INT(dist_count_lines(a), 31);
+    CHECK_INT(dist_count_lines(b), 31);
+    int differ = 0;
+    for (int row = 1; row <= 30; row++)
+        for (int col = 0; col < 8; col++) {
+            char ca[64], cb[64];
+            dist_csv_cell(a, row, col, ca, sizeof ca);
+            dist_csv_cell(b, row, col, cb, sizeof cb);
+            if (strcmp(ca, cb)) {
+                if (!differ++) fprintf(stderr, "metrics row %d col %d: %s vs %s\n", row, col, cb, ca);
+            }
+        }
+    CHECK_INT(differ, 0);
+}
+
+static void epoch_end_interrupt_ddp(void) { epoch_end_interrupt("ddp"); }
+static void epoch_end_interrupt_single(void) { epoch_end_interrupt("single"); }
+
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     TEST_RUN(sigint_then_resume_is_bit_exact);
     TEST_RUN(outside_launcher_auto_resume_is_bit_exact);
+    TEST_RUN(epoch_end_interrupt_ddp);
+    TEST_RUN(epoch_end_interrupt_single);
     return test_main_end();
 }
