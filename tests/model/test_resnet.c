@@ -63,6 +63,25 @@ static void test_counts_and_names(void) {
     net_free(n);
 }
 
+/* net_activation_bytes (what `runner plan` prints) is what net_bind really allocates
+ * beyond params, grads and running stats. */
+static void test_activation_bytes_match_bind(void) {
+    backend_t *be = cpu();
+    err_t e = {0};
+    size_t before = be->ops->peak_memory(be);
+    net_t *n = resnet_build("resnet20", 3, 10, false, &e);
+    size_t est = net_activation_bytes(n, 64, 32, 32, backend_elem_size(be, DT_F32));
+    CHECK_INT(net_bind(n, be, 64, 32, 32, DT_F32, &e), 0);
+    size_t got = be->ops->peak_memory(be) - before;
+    size_t fixed = net_num_params(n) * 8 + net_num_buffers(n) * 4;
+    printf("resnet20 batch 64: activation estimate %zu bytes, bind allocated %zu beyond params\n", est,
+           got - fixed);
+    CHECK_NEAR((double)(got - fixed), (double)est, 0, 0.01);
+    CHECK(est > (size_t)100 << 20);
+    net_free(n);
+    backend_free(be);
+}
+
 static void test_errors(void) {
     err_t e = {0};
     CHECK(resnet_build("resnet19", 3, 10, false, &e) == NULL);
@@ -384,6 +403,7 @@ static void test_amp_forward(void) {
 int main(void) {
     TEST_RUN(test_counts_and_names);
     TEST_RUN(test_errors);
+    TEST_RUN(test_activation_bytes_match_bind);
     TEST_RUN(test_init);
     TEST_RUN(test_fashion_mnist_step_determinism_hooks);
     TEST_RUN(test_grads_ready_means_final);
