@@ -93,7 +93,7 @@ bool rundir_is_run(const char *dir) {
 
 /* True when <dir>/summary.json says the run completed. */
 static bool run_completed(const char *dir) {
-    char p[4200];
+    char p[4600];
     snprintf(p, sizeof p, "%s/summary.json", dir);
     err_t e = {0};
     json_t *j = json_parse_file(p, 1 << 20, &e);
