@@ -3,7 +3,7 @@
  *
  * Two engines: oneDNN (cpu_dnnl.c, when built with it) and im2col + OpenBLAS SGEMM, where
  * a 1x1 stride-1 convolution is one plain GEMM on the activation matrix. The engine is
- * chosen per shape (see choose_engine). AMP (DT_F16/DT_BF16) is emulated here for both
+ * chosen per shape and direction (see choose_engine_for). AMP (DT_F16/DT_BF16) is emulated here for both
  * engines: inputs and weights are rounded to half before use, the fp32 result is rounded
  * after. Backward data is a gather (col2im written per input pixel), so every output
  * element is summed in a fixed order by one thread: results are deterministic.

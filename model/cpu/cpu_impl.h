@@ -20,7 +20,8 @@
  * nothing it has not started. Results never depend on which thread ran a chunk: every
  * task writes its own outputs, and reductions write one partial per chunk that the
  * caller combines in chunk order, so results are the same bits whatever the timing or
- * the thread count. */
+ * the thread count. (oneDNN's convolutions run on OpenMP, not here; they repeat bit for
+ * bit for a given thread count.) */
 typedef void (*cpu_task_fn)(void *arg, int chunk);
 
 typedef struct cpu_pool {
