@@ -20,6 +20,7 @@
 
 #ifdef RUNNER_HAVE_CUDA
 #include "comm/nccl.h"
+#include "model/cuda/cuda_backend.h"
 #endif
 
 /* Signal state: the only process-wide mutable state, because a signal handler has no
@@ -112,6 +113,21 @@ static int open_split(trainer_t *t, data_split_t split, dataset_t **out, err_t *
     return dataset_open(&o, out, e);
 }
 
+/* Batch buffers in page-locked memory when the batches go to a GPU, so the copy to the
+ * device runs at full speed (and asynchronously). */
+#ifdef RUNNER_HAVE_CUDA
+static void *pinned_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    err_t ignore = {0};
+    return cuda_host_alloc(bytes, &ignore);
+}
+static void pinned_free(void *ctx, void *p) {
+    (void)ctx;
+    cuda_host_free(p);
+}
+static const loader_allocator_t pinned_allocator = {pinned_alloc, pinned_free, NULL};
+#endif
+
 static int setup_data(trainer_t *t, err_t *e) {
     const experiment_t *x = t->e;
     /* With a download pending, local rank 0 fetches first and the others wait. */
@@ -134,6 +150,9 @@ static int setup_data(trainer_t *t, err_t *e) {
     lo.augment.horizontal_flip = x->data.augment.horizontal_flip;
     lo.augment.rotation = x->data.augment.rotation;
     lo.dtype = LOADER_F32;
+#ifdef RUNNER_HAVE_CUDA
+    if (!strcmp(t->p->device, "cuda")) lo.allocator = &pinned_allocator;
+#endif
     fill_norm(x, t->train_ds, &lo);
     if (loader_create(t->train_ds, &lo, &t->train_ld, e)) return -1;
     loader_opts_t vo = lo;
@@ -344,7 +363,7 @@ static int write_run_files(trainer_t *t, err_t *e) {
     rc = write_file_atomic(path, buf, len, e);
     free(buf);
     if (rc) return -1;
-    return rundir_write_env(t->run_dir, NULL, 0, e);
+    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
 /* ------------------------------------------------------------------ evaluation */
@@ -416,8 +435,12 @@ static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, er
             if (net_upload_input(t->net, b->images, b->n, e) ||
                 net_forward(t->net, net_input(t->net), b->n, true, &t->hooks, e) ||
                 net_loss(t->net, b->labels, smoothing, grad_scale, &out, e) ||
-                net_backward(t->net, &t->hooks, e))
+                net_backward(t->net, &t->hooks, e)) {
+                /* a failed SyncBN hook returns -1 without an err_t: its reason is in ddp */
+                const err_t *he = t->ddp ? ddp_last_error(t->ddp) : NULL;
+                if (he && he->code) err_wrap(e, "%s", he->msg);
                 return -1;
+            }
             if (t->ddp && ddp_finish_step(t->ddp, e)) return -1;
         }
         st->loss_sum += out.loss_sum;
@@ -606,6 +629,35 @@ static int train_loop(trainer_t *t, err_t *e) {
 
 /* ------------------------------------------------------------------ run */
 
+/* Rank 0 learns every rank's host name through the store (env.json lists them). */
+static int gather_hosts(trainer_t *t, err_t *e) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (!t->store) {
+        t->n_hosts = 0;
+        return 0;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "host.%d", t->env->rank);
+    if (store_set(t->store, key, host, strlen(host) + 1, e)) return -1;
+    if (!t->rank0) return 0;
+    int w = t->env->world_size;
+    t->hosts = calloc((size_t)w, sizeof *t->hosts);
+    if (!t->hosts) return err_set(e, ERR_RUNTIME, "out of memory");
+    for (int r = 0; r < w; r++) {
+        char name[256] = "";
+        size_t len = 0;
+        snprintf(key, sizeof key, "host.%d", r);
+        if (store_get(t->store, key, name, sizeof name - 1, &len, t->e->parallel.timeout_s, e)) return -1;
+        name[sizeof name - 1] = '\0';
+        /* one entry per distinct host, in rank order */
+        bool seen = false;
+        for (int k = 0; k < t->n_hosts; k++) seen |= !strcmp(t->hosts[k], name);
+        if (!seen && !(t->hosts[t->n_hosts++] = strdup(name))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
+    return 0;
+}
+
 static void trainer_teardown(trainer_t *t) {
     loader_free(t->train_ld);
     loader_free(t->val_ld);
@@ -624,6 +676,8 @@ static void trainer_teardown(trainer_t *t) {
     dataset_free(t->train_ds);
     dataset_free(t->val_ds);
     free(t->ips);
+    for (int i = 0; i < t->n_hosts; i++) free(t->hosts[i]);
+    free(t->hosts);
 }
 
 /* DDP start: every rank takes rank 0's parameters and BN buffers (PyTorch DDP's
@@ -680,6 +734,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     t.dp_mode = !strcmp(p->mode, "dp");
     t.best_val_top1 = -1;
     t.val_loss = t.val_top1 = t.val_top5 = NAN;
+    t.train_loss = t.train_top1 = NAN;
     t.wall_start = monotonic_seconds();
     if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
 
@@ -691,7 +746,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
     rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
-    if (t.rank0 && write_run_files(&t, e)) goto done;
+    if (gather_hosts(&t, e) || (t.rank0 && write_run_files(&t, e))) goto done;
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];

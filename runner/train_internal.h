@@ -64,6 +64,8 @@ typedef struct trainer {
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
     double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;
+    char **hosts;                           /* rank 0: distinct hosts of all ranks */
+    int n_hosts;
     double epoch_seconds_sum;
     int epochs_timed;
 } trainer_t;
