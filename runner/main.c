@@ -362,16 +362,48 @@ static int run_member(void *ctx, const experiment_t *x, const char *member_dir, 
     if (rc) return -1;
     fflush(stdout);
     fflush(stderr);
+    /* the child's stderr passes through a pipe, so its last line (its one error message)
+     * can be recorded for the comparison report */
+    int pfd[2];
+    if (pipe(pfd) != 0) return err_errno(e, ERR_RUNTIME, "pipe");
     pid_t pid = fork();
     if (pid < 0) return err_errno(e, ERR_RUNTIME, "fork");
     if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        close(pfd[1]);
         execl(m->exe, "runner", "_member", member_dir, (char *)NULL);
+        fprintf(stderr, "runner: cannot start %s: %s\n", m->exe, strerror(errno));
         _exit(127);
     }
+    close(pfd[1]);
+    char last[1024] = "", line[1024];
+    size_t ll = 0;
+    char c;
+    ssize_t r;
+    while ((r = read(pfd[0], &c, 1)) != 0) {
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        fputc(c, stderr);
+        if (c == '\n') {
+            line[ll] = '\0';
+            if (ll) memcpy(last, line, ll + 1);
+            ll = 0;
+        } else if (ll + 1 < sizeof line) {
+            line[ll++] = c;
+        }
+    }
+    close(pfd[0]);
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    if (WIFEXITED(st)) return WEXITSTATUS(st);
-    return 128 + WTERMSIG(st);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != 0 && last[0]) {
+        const char *msg = strncmp(last, "runner: ", 8) ? last : last + 8;
+        err_set(e, code == 2 ? ERR_INPUT : ERR_RUNTIME, "%s", msg);
+    }
+    return code;
 }
 
 static int verb_compare(cli_t *c, err_t *e) {
