@@ -9,6 +9,7 @@
 #include "comm/store.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/sampler.h"
 #include "model/amp.h"
 #include "model/net.h"
 #include "model/optim.h"
@@ -45,6 +46,17 @@ typedef struct trainer {
     ddp_t *ddp;
     float *comm_scratch;                    /* backend memory for small all-reduces */
     net_hooks_t hooks;
+
+    /* data on the GPU (cuda, single/ddp): the train split uploaded once, batches
+     * augmented on the device from the same sampler indices the CPU loader would use */
+    bool gpu_data;
+    uint8_t *gpu_pixels;                    /* backend memory, the whole train split */
+    int64_t *gpu_indices;                   /* backend memory, one micro-batch of indices */
+    int32_t *host_labels;                   /* one micro-batch of labels (host) */
+    sampler_t gpu_sampler;
+    bool gpu_sampler_ready;
+    int64_t gpu_batch;                      /* next micro-batch of the epoch */
+    loader_opts_t train_opts;               /* what the CPU loader was given */
 
     track_t *track;
     char wandb_run_id[64];
