@@ -840,6 +840,15 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
         setup_data(&t, e) || setup_model(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
+    if (p->resumes && t.step >= p->total_steps) {
+        /* a finished run: nothing to train, and its summary and metrics stay as they are */
+        if (t.rank0)
+            printf("runner: %s already finished all %lld steps; nothing to do\n", t.run_dir,
+                   (long long)p->total_steps);
+        t.already_finished = true;
+        rc = 0;
+        goto done;
+    }
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
     rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
@@ -860,7 +869,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
 done:
     if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
     if (rc < 0 && t.store) store_set_failed(t.store, e->msg);
-    if (t.rank0 && t.run_dir[0] && t.net) {
+    if (t.rank0 && t.run_dir[0] && t.net && !t.already_finished) {
         err_t e2 = {0};
         const char *status = rc == 0 ? "completed" : rc == 130 ? "interrupted" : "failed";
         int code = rc >= 0 ? rc : (e->code ? e->code : 1);

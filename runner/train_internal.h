@@ -71,6 +71,7 @@ typedef struct trainer {
     int best_epoch;
     double train_loss, train_top1, val_loss, val_top1, val_top5;
     bool evaluated;
+    bool already_finished;                  /* resumed a run that had no steps left */
     double *ips;                            /* images/s of every step (median for summary) */
     int64_t n_ips, cap_ips;
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */

@@ -178,6 +178,15 @@ static void corrupt_checkpoints(void) {
     CHECK_CONTAINS(out, "resumed from");
     CHECK_CONTAINS(out, "epoch_3.ckpt");
 
+    /* the run was complete: its summary was left alone */
+    char sp[4400];
+    snprintf(sp, sizeof sp, "%s/summary.json", run_dir);
+    char *sum = test_read_file(sp, NULL);
+    CHECK_CONTAINS(out, "already finished all 18 steps");
+    CHECK_CONTAINS(sum, "\"status\": \"completed\"");
+    CHECK(sum && !strstr(sum, "\"train_loss\": null"));
+    free(sum);
+
     /* truncated, with no older checkpoint left: exit 2 naming the file */
     CHECK_INT(truncate(path, st.st_size / 3), 0);
     snprintf(cmd, sizeof cmd, "rm -f %s/checkpoints/epoch_*.ckpt", run_dir);
