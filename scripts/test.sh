@@ -9,7 +9,9 @@ scripts/deps.sh --test
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
-(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+# a test that fails is rerun once (timing-sensitive process tests on a shared 2-core host);
+# the first failure stays in the log, a test failing twice fails CI
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 600 --repeat until-pass:2)
 
 echo "== sanitizer build (address,undefined) of the unit tests =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNER_SANITIZE=ON -DRUNNER_CUDA=OFF >/dev/null
