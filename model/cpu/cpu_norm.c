@@ -3,8 +3,9 @@
  * SyncBN can reduce across ranks between them.
  *
  * Data is M rows of C channels (NHWC flattened). Reductions run over fixed blocks of rows,
- * each block accumulating in double, and the blocks are combined in block order: the
- * result does not depend on thread count or timing. Semantics follow torch BatchNorm2d:
+ * each block summing runs of 16 rows in float and adding each run into double, and the
+ * blocks are combined in block order: the result does not depend on thread count or
+ * timing. Semantics follow torch BatchNorm2d:
  * biased variance to normalise, unbiased variance in the running estimate.
  * Not here: eval-mode folding, the cross-rank reduction itself (comm/).
  */
@@ -14,6 +15,8 @@
 #include "model/cpu/cpu_impl.h"
 
 #define BN_ROWS 256   /* rows per reduction block and per elementwise task */
+#define SUB 16        /* rows a reduction sums in float before adding into double */
+#define TILE 64       /* channels per stack tile in the reductions and aliasing-safe loops */
 
 /* The block loops are compiled twice, for AVX2 and for the baseline, and the loader picks
  * by CPU. Results are the same bits either way: floating-point contraction is off (ISO
@@ -41,20 +44,81 @@ static void block_range(const bn_task_t *t, int chunk, int64_t *lo, int64_t *hi)
     *hi = *lo + BN_ROWS < t->m ? *lo + BN_ROWS : t->m;
 }
 
-/* Sum and sum of squares of one block, per channel. */
+/* Eight float lanes (GCC vector extension; loads and stores go through memcpy, so any
+ * alignment works). Each lane is its own channel: vector and scalar code give the same
+ * bits, and so do the AVX2 and baseline clones. */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+#define VG 4   /* 8-channel groups one pass of a reduction keeps in registers */
+
+/* A macro, not a function: a function returning v8f warns about the AVX ABI (-Wpsabi). */
+#define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v8f))
+
+/* Adds float run sums of channels [j0, j0 + 8*ng) into the block's double sums. */
+static inline __attribute__((always_inline)) void add_run(const v8f *fs, const v8f *fq, int ng,
+                                                          int j0, double *s, double *q) {
+    for (int g = 0; g < ng; g++)
+        for (int l = 0; l < 8; l++) {
+            s[j0 + 8 * g + l] += (double)fs[g][l];
+            q[j0 + 8 * g + l] += (double)fq[g][l];
+        }
+}
+
+/* One run of rows [r0, r1) of stats_block on channels [j0, j0 + 8*ng), ng <= VG constant
+ * after inlining, so the sums stay in registers. */
+static inline __attribute__((always_inline)) void stats_run(const float *x, int c, int64_t r0,
+                                                            int64_t r1, int j0, int ng,
+                                                            const float *k, double *s,
+                                                            double *q) {
+    v8f ks[VG], fs[VG], fq[VG];
+    for (int g = 0; g < ng; g++) {
+        V8_LOAD(ks[g], k + j0 + 8 * g);
+        fs[g] = fq[g] = (v8f){0};
+    }
+    for (int64_t i = r0; i < r1; i++)
+        for (int g = 0; g < ng; g++) {
+            v8f d;
+            V8_LOAD(d, x + i * c + j0 + 8 * g);
+            d -= ks[g];
+            fs[g] += d;
+            fq[g] += d * d;
+        }
+    add_run(fs, fq, ng, j0, s, q);
+}
+
+/* Sum and sum of squares of (x - shift) over one block, per channel. Runs of SUB rows
+ * accumulate in float (a short sum: fp32 rounding stays ~1e-7 relative) in registers, each
+ * run then adds into the block's double sums: float lanes are twice as many per vector as
+ * double ones and the loop no longer converts every element. Shifting by a value of the
+ * data (row 0) keeps E[d^2] - E[d]^2 free of cancellation for offset data. Channels past
+ * the last multiple of 8 take the same sums through a scalar loop. */
 BN_CLONES static void stats_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
+    const float *k = t->mean;
     double *s = t->part + (int64_t)chunk * 2 * c, *q = s + c;
     memset(s, 0, 2 * (size_t)c * sizeof(double));
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        const float *xr = t->x + i * c;
-        for (int j = 0; j < c; j++) {
-            double v = xr[j];
-            s[j] += v;
-            q[j] += v * v;
+    for (int64_t r0 = lo; r0 < hi; r0 += SUB) {
+        int64_t r1 = r0 + SUB < hi ? r0 + SUB : hi;
+        int j0 = 0;
+        for (; c - j0 >= 8 * VG; j0 += 8 * VG) stats_run(t->x, c, r0, r1, j0, VG, k, s, q);
+        switch ((c - j0) / 8) {
+        case 3: stats_run(t->x, c, r0, r1, j0, 3, k, s, q); j0 += 24; break;
+        case 2: stats_run(t->x, c, r0, r1, j0, 2, k, s, q); j0 += 16; break;
+        case 1: stats_run(t->x, c, r0, r1, j0, 1, k, s, q); j0 += 8; break;
+        default: break;
+        }
+        for (; j0 < c; j0++) {
+            float fs = 0.0f, fq = 0.0f;
+            for (int64_t i = r0; i < r1; i++) {
+                float d = t->x[i * c + j0] - k[j0];
+                fs += d;
+                fq += d * d;
+            }
+            s[j0] += (double)fs;
+            q[j0] += (double)fq;
         }
     }
 }
@@ -78,14 +142,15 @@ int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, flo
     int nb = cpu_nchunks(m, BN_ROWS);
     double *part = partials(cb, nb, c);
     if (!part) return -1;
-    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .part = part};
+    const float *shift = x;   /* row 0 */
+    bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .mean = shift, .part = part};
     cpu_pool_run(&cb->pool, nb, stats_block, &t);
     double *tot = part + (int64_t)nb * 2 * c;
     combine(part, nb, c, tot);
     for (int j = 0; j < c; j++) {
-        double mu = tot[j] / (double)m;
-        double v = tot[c + j] / (double)m - mu * mu;
-        mean[j] = (float)mu;
+        double md = tot[j] / (double)m;
+        double v = tot[c + j] / (double)m - md * md;
+        mean[j] = (float)((double)shift[j] + md);
         var[j] = (float)(v > 0 ? v : 0);
     }
     return 0;
@@ -153,33 +218,38 @@ int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *
     return 0;
 }
 
-#define TILE 64   /* channels per stack tile in the reduce and aliasing-safe loops */
-
-/* One row's contribution to sum(dy) and sum(dy * (x - mean)), dy masked by y > 0 when y is
- * given. restrict: the accumulators are private scratch, so the loops vectorise. The mask
- * is applied in a float-only loop into a stack tile first (GCC 12 does not vectorise a
- * float select that feeds a double sum). */
-static inline void reduce_row(int c, const float *restrict x, const float *restrict y,
-                              const float *restrict dy, const float *restrict mean,
-                              double *restrict s, double *restrict q) {
-    for (int j0 = 0; j0 < c; j0 += TILE) {
-        int nj = c - j0 < TILE ? c - j0 : TILE;
-        float dm[TILE];
-        if (y)
-            for (int j = 0; j < nj; j++) {
-                float dv = dy[j0 + j], yv = y[j0 + j];
-                dm[j] = yv > 0.0f ? dv : 0.0f;
-            }
-        else
-            memcpy(dm, dy + j0, (size_t)nj * sizeof(float));
-        for (int j = 0; j < nj; j++) {
-            s[j0 + j] += (double)dm[j];
-            q[j0 + j] += (double)dm[j] * (double)(x[j0 + j] - mean[j0 + j]);
-        }
+/* One run of rows [r0, r1) of reduce_block on channels [j0, j0 + 8*ng) (as stats_run). */
+static inline __attribute__((always_inline)) void reduce_run(const bn_task_t *t, int64_t r0,
+                                                             int64_t r1, int j0, int ng,
+                                                             double *s, double *q) {
+    int c = t->c;
+    v8f mu[VG], fs[VG], fq[VG];
+    for (int g = 0; g < ng; g++) {
+        V8_LOAD(mu[g], t->mean + j0 + 8 * g);
+        fs[g] = fq[g] = (v8f){0};
     }
+    for (int64_t i = r0; i < r1; i++)
+        for (int g = 0; g < ng; g++) {
+            int64_t o = i * c + j0 + 8 * g;
+            v8f d, xv;
+            V8_LOAD(d, t->dy + o);
+            V8_LOAD(xv, t->x + o);
+            if (t->y) {
+                v8f yv;
+                V8_LOAD(yv, t->y + o);
+                v8i keep = yv > (v8f){0};
+                d = (v8f)((v8i)d & keep);
+            }
+            fs[g] += d;
+            fq[g] += d * (xv - mu[g]);
+        }
+    add_run(fs, fq, ng, j0, s, q);
 }
 
-/* Sum of masked dy and of masked dy * (x - mean) over one block, per channel, in double. */
+/* Sum of masked dy and of masked dy * (x - mean) over one block, per channel: runs of SUB
+ * rows accumulate in float registers, each run then adds into the block's double sums (as
+ * in stats_block). dy is masked by y > 0 when y is given (NaN in y masks, as y > 0 is
+ * false). */
 BN_CLONES static void reduce_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
@@ -187,8 +257,28 @@ BN_CLONES static void reduce_block(void *argp, int chunk) {
     memset(s, 0, 2 * (size_t)c * sizeof(double));
     int64_t lo, hi;
     block_range(t, chunk, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++)
-        reduce_row(c, t->x + i * c, t->y ? t->y + i * c : NULL, t->dy + i * c, t->mean, s, q);
+    for (int64_t r0 = lo; r0 < hi; r0 += SUB) {
+        int64_t r1 = r0 + SUB < hi ? r0 + SUB : hi;
+        int j0 = 0;
+        for (; c - j0 >= 8 * VG; j0 += 8 * VG) reduce_run(t, r0, r1, j0, VG, s, q);
+        switch ((c - j0) / 8) {
+        case 3: reduce_run(t, r0, r1, j0, 3, s, q); j0 += 24; break;
+        case 2: reduce_run(t, r0, r1, j0, 2, s, q); j0 += 16; break;
+        case 1: reduce_run(t, r0, r1, j0, 1, s, q); j0 += 8; break;
+        default: break;
+        }
+        for (; j0 < c; j0++) {
+            float fs = 0.0f, fq = 0.0f;
+            for (int64_t i = r0; i < r1; i++) {
+                float d = t->dy[i * c + j0];
+                if (t->y && !(t->y[i * c + j0] > 0.0f)) d = 0.0f;
+                fs += d;
+                fq += d * (t->x[i * c + j0] - t->mean[j0]);
+            }
+            s[j0] += (double)fs;
+            q[j0] += (double)fq;
+        }
+    }
 }
 
 int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
