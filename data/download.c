@@ -9,6 +9,7 @@
  * reader (tar.c) and MD5 (md5.c).
  */
 #include "data/download.h"
+#include "runner/util/fs.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
@@ -176,19 +177,6 @@ static int single_top_dir(const char *dir, char *out, size_t len) {
     return lstat(out, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Creates every missing directory of path (mkdir -p). */
-static int mkdir_p(const char *path) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -1;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    return (mkdir(p, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
 int download_dataset_archive(const download_opts_t *o, err_t *e) {
     if (!o->url || !*o->url || !o->target || !*o->target)
         return err_set(e, ERR_INPUT, "download: no URL or no target directory");
@@ -211,9 +199,8 @@ int download_dataset_archive(const download_opts_t *o, err_t *e) {
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", t);
     char *par = dirname(parent);
-    if (mkdir_p(par) != 0)
-        return err_errno(e, ERR_INPUT, "download of %s: cannot create the directory %s for %s",
-                         o->url, par, t);
+    if (mkdir_p(par, ERR_INPUT, e) != 0)
+        return err_wrap(e, "download of %s into %s", o->url, t);
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", t) >= (int)sizeof tmp)
         return err_set(e, ERR_INPUT, "download: target path too long");

@@ -168,6 +168,10 @@ int config_load(const char *path, const char *const *sets, int n_sets, experimen
  * equal experiment. */
 int config_write_yaml(const experiment_t *e, FILE *f);
 
+/* The same YAML in a malloc'd, NUL-terminated string (length in *len); NULL when out of
+ * memory. The caller frees it. */
+char *config_yaml_string(const experiment_t *e, size_t *len);
+
 /* A 64-bit hash of the settings that define the numbers a run produces (model, data,
  * optimizer, schedule, train, amp, seed, parallel semantics) but not of logging, output
  * or checkpoint cadence. Checkpoints store it; resume refuses a mismatch. */

@@ -209,6 +209,20 @@ int config_write_yaml(const experiment_t *e, FILE *f) {
     return ferror(f) ? -1 : 0;
 }
 
+char *config_yaml_string(const experiment_t *e, size_t *len) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return NULL;
+    int rc = config_write_yaml(e, f);
+    if (fclose(f) != 0 || rc != 0) {
+        free(buf);
+        return NULL;
+    }
+    if (len) *len = n;
+    return buf;
+}
+
 /* FNV-1a, 64 bit. */
 static uint64_t fnv1a(uint64_t h, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {

@@ -11,6 +11,7 @@
  * parse the CLI.
  */
 #include "runner/launch.h"
+#include "runner/util/fs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -296,22 +297,6 @@ static void exec_rank(const char *exe, char *const argv[], char **env, int out_f
     _exit(127);
 }
 
-/* Creates dir and its parents (mode 0755); existing directories are fine. */
-static int mkdir_p(const char *dir, err_t *e) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            return err_errno(e, ERR_INPUT, "cannot create directory %s", p);
-        *s = '/';
-    }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        return err_errno(e, ERR_INPUT, "cannot create directory %s", p);
-    return 0;
-}
-
 /* Copies what rank 0 wrote into its log and the tee stream. Returns bytes read, 0 at
  * EOF, -1 when nothing was available. */
 static ssize_t pump_tee(int pipe_fd, int log_fd, FILE *tee) {
@@ -366,7 +351,7 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
     const char *exe = o->exe ? o->exe : "/proc/self/exe";
     char logs[PATH_MAX];
     snprintf(logs, sizeof logs, "%.4000s/logs", o->run_dir);
-    if (mkdir_p(logs, e) < 0) return ERR_INPUT;
+    if (mkdir_p(logs, ERR_INPUT, e) < 0) return ERR_INPUT;
 
     rank_proc_t *r = calloc((size_t)nproc, sizeof *r);
     if (!r) { err_set(e, ERR_RUNTIME, "out of memory"); return ERR_RUNTIME; }

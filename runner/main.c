@@ -169,9 +169,9 @@ static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err
         p->resumes = access(ck, R_OK) == 0;
         snprintf(p->resume_from, sizeof p->resume_from, "%s", p->resumes ? ck : "");
         snprintf(ck, sizeof ck, "%s/logs", p->run_dir);
-        if (mkdir_p(ck, e)) return -1;
+        if (mkdir_p(ck, ERR_INPUT, e)) return -1;
         snprintf(ck, sizeof ck, "%s/checkpoints", p->run_dir);
-        return mkdir_p(ck, e);
+        return mkdir_p(ck, ERR_INPUT, e);
     }
     if (p->resumes) return 0;
     return rundir_create(x->output.root, x->name, p->run_dir, sizeof p->run_dir, e);
@@ -348,15 +348,12 @@ typedef struct member_ctx { const char *exe; } member_ctx_t;
 
 static int run_member(void *ctx, const experiment_t *x, const char *member_dir, err_t *e) {
     member_ctx_t *m = ctx;
-    if (mkdir_p(member_dir, e)) return -1;
+    if (mkdir_p(member_dir, ERR_INPUT, e)) return -1;
     char path[CFG_PATH + 64];
     snprintf(path, sizeof path, "%s/experiment.yaml", member_dir);
-    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
-    config_write_yaml(x, f);
-    fclose(f);
+    char *buf = config_yaml_string(x, &len);
+    if (!buf) return err_set(e, ERR_RUNTIME, "out of memory");
     int rc = write_file_atomic(path, buf, len, e);
     free(buf);
     if (rc) return -1;

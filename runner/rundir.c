@@ -26,21 +26,6 @@
 const char *runner_version(void) { return RUNNER_VERSION; }
 const char *runner_commit(void) { return RUNNER_GIT_COMMIT; }
 
-int mkdir_p(const char *path, err_t *e) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return err_errno(e, ERR_INPUT, "%s: cannot create directory", buf);
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return err_errno(e, ERR_INPUT, "%s: cannot create directory", buf);
-    return 0;
-}
-
 static void random_id(char out[7]) {
     static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
     unsigned char b[6];
@@ -69,7 +54,7 @@ void rundir_propose(const char *root, const char *name, char *out, size_t len) {
 int rundir_create(const char *root, const char *name, char *out, size_t len, err_t *e) {
     char parent[4096];
     snprintf(parent, sizeof parent, "%s/%s", root, name);
-    if (mkdir_p(parent, e)) return err_wrap(e, "output.root");
+    if (mkdir_p(parent, ERR_INPUT, e)) return err_wrap(e, "output.root");
     for (int attempt = 0; attempt < 100; attempt++) {
         rundir_propose(root, name, out, len);
         if (mkdir(out, 0755) == 0) {
@@ -123,33 +108,6 @@ int rundir_find_resumable(const char *root, const char *name, char *out, size_t 
     if (!best[0]) return 0;
     snprintf(out, len, "%s/%s", parent, best);
     return 1;
-}
-
-int write_file_atomic(const char *path, const void *data, size_t n, err_t *e) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return err_errno(e, ERR_RUNTIME, "%s: cannot create", tmp);
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            err_errno(e, ERR_RUNTIME, "%s: write failed", tmp);
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
 }
 
 int copy_file(const char *src, const char *dst, err_t *e) {

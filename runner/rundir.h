@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "runner/util/err.h"
+#include "runner/util/fs.h"   /* mkdir_p, write_file_atomic */
 
 /* Creates <root>/<name>/<timestamp>-<id>/ (and logs/, checkpoints/) with an exclusive
  * mkdir, retrying with a new id on collision; writes the path to out. */
@@ -28,14 +29,8 @@ int rundir_find_resumable(const char *root, const char *name, char *out, size_t 
 /* True when dir looks like a run directory (has resolved.yaml). */
 bool rundir_is_run(const char *dir);
 
-/* Writes data to path atomically (temp file, fsync, rename). */
-int write_file_atomic(const char *path, const void *data, size_t n, err_t *e);
-
 /* Copies src to dst (atomically). */
 int copy_file(const char *src, const char *dst, err_t *e);
-
-/* mkdir -p. */
-int mkdir_p(const char *path, err_t *e);
 
 /* Writes <run_dir>/env.json: host, OS, CPU, GPUs, driver/CUDA/cuDNN/NCCL, runner commit;
  * hosts lists every host of a multi-host run (may be NULL). */

@@ -305,10 +305,8 @@ static int allreduce_small(trainer_t *t, float *vals, int n, err_t *e) {
 static char *experiment_json(const trainer_t *t) {
     /* W&B config: the plan's numbers plus the resolved YAML text, which is the full
      * experiment (config_write_yaml). */
-    char *buf = NULL, *yaml = NULL;
-    size_t len = 0, ylen = 0;
-    FILE *y = open_memstream(&yaml, &ylen);
-    if (y) { config_write_yaml(t->e, y); fclose(y); }
+    char *buf = NULL, *yaml = config_yaml_string(t->e, NULL);
+    size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) { free(yaml); return NULL; }
     jw_t w;
@@ -376,17 +374,14 @@ static int write_run_files(trainer_t *t, err_t *e) {
     }
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
-    config_write_yaml(t->e, f);
-    fclose(f);
+    if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");
     snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
     int rc = write_file_atomic(path, buf, len, e);
     free(buf);
     if (rc) return -1;
     plan_t p = *t->p;
     snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
-    f = open_memstream(&buf, &len);
+    FILE *f = open_memstream(&buf, &len);
     if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
     plan_write_json(&p, f);
     fclose(f);

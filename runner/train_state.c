@@ -102,10 +102,8 @@ int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e) {
         }
     }
     meta = meta_json(t);
-    FILE *y = open_memstream(&yaml, &ylen);
-    if (!meta || !y) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); if (y) fclose(y); goto out; }
-    config_write_yaml(t->e, y);
-    fclose(y);
+    yaml = config_yaml_string(t->e, &ylen);
+    if (!meta || !yaml) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); goto out; }
     ckpt_section_t s[8];
     int n = 0;
     memset(s, 0, sizeof s);
@@ -140,26 +138,33 @@ static int link_over(const char *src, const char *dst, err_t *e) {
     return copy_file(src, dst, e);
 }
 
-/* Removes epoch_<N>.ckpt files beyond the newest keep_last. */
-static void prune_epochs(const char *dir, int keep_last) {
+/* The N of every epoch_<N>.ckpt in dir, newest first (at most max). Returns the count. */
+static int list_epoch_checkpoints(const char *dir, int *epochs, int max) {
     DIR *d = opendir(dir);
-    if (!d) return;
-    int epochs[4096], n = 0;
+    if (!d) return 0;
+    int n = 0;
     struct dirent *de;
-    while ((de = readdir(d)) && n < 4096) {
+    while ((de = readdir(d)) && n < max) {
         int ep;
         char tail[8];
         if (sscanf(de->d_name, "epoch_%d.ck%7s", &ep, tail) == 2 && !strcmp(tail, "pt")) epochs[n++] = ep;
     }
     closedir(d);
-    for (int i = 0; i < n; i++) {
-        int newer = 0;
-        for (int j = 0; j < n; j++) newer += epochs[j] > epochs[i];
-        if (newer >= keep_last) {
-            char p[CFG_PATH + 64];
-            snprintf(p, sizeof p, "%s/epoch_%d.ckpt", dir, epochs[i]);
-            unlink(p);
+    for (int i = 1; i < n; i++)   /* insertion sort, descending */
+        for (int j = i; j > 0 && epochs[j - 1] < epochs[j]; j--) {
+            int x = epochs[j]; epochs[j] = epochs[j - 1]; epochs[j - 1] = x;
         }
+    return n;
+}
+
+/* Removes epoch_<N>.ckpt files beyond the newest keep_last. */
+static void prune_epochs(const char *dir, int keep_last) {
+    int epochs[4096];
+    int n = list_epoch_checkpoints(dir, epochs, 4096);
+    for (int i = keep_last; i < n; i++) {
+        char p[CFG_PATH + 64];
+        snprintf(p, sizeof p, "%s/epoch_%d.ckpt", dir, epochs[i]);
+        unlink(p);
     }
 }
 
@@ -190,19 +195,8 @@ static int resume_candidates(const trainer_t *t, char out[][CFG_PATH + 128], int
     snprintf(out[n++], CFG_PATH + 128, "%s", t->p->resume_from);
     char dir[CFG_PATH + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
-    DIR *d = opendir(dir);
-    if (!d) return n;
-    int epochs[256], ne = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && ne < 256) {
-        int ep;
-        char tail[8];
-        if (sscanf(de->d_name, "epoch_%d.ck%7s", &ep, tail) == 2 && !strcmp(tail, "pt")) epochs[ne++] = ep;
-    }
-    closedir(d);
-    for (int i = 0; i < ne; i++)
-        for (int j = i + 1; j < ne; j++)
-            if (epochs[j] > epochs[i]) { int x = epochs[i]; epochs[i] = epochs[j]; epochs[j] = x; }
+    int epochs[256];
+    int ne = list_epoch_checkpoints(dir, epochs, 256);
     for (int i = 0; i < ne && n < max; i++) snprintf(out[n++], CFG_PATH + 128, "%s/epoch_%d.ckpt", dir, epochs[i]);
     return n;
 }

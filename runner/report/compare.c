@@ -202,7 +202,7 @@ int compare_find_unfinished(const char *matrix_root, const experiment_matrix_t *
 }
 
 int compare_new_parent(const char *matrix_root, char *out, size_t cap, err_t *e) {
-    if (report_make_dirs(matrix_root, e)) return -1;
+    if (mkdir_p(matrix_root, ERR_INPUT, e)) return -1;
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);

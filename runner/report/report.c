@@ -319,24 +319,6 @@ int report_write_md(const report_t *r, FILE *f) {
 
 /* ---- files ---- */
 
-int report_make_dirs(const char *path, err_t *e) {
-    char tmp[REPORT_PATH];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
-        return err_set(e, ERR_INPUT, "%s: path too long", path);
-    for (char *p = tmp + 1; ; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
-            return err_errno(e, ERR_INPUT, "%s: cannot create the directory", tmp);
-        *p = c;
-        if (!c) break;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_set(e, ERR_INPUT, "%s: exists and is not a directory; choose another path", path);
-    return 0;
-}
 
 /* What one output file holds: a table rendering of the report, or one chart. */
 typedef struct render_job {
@@ -374,7 +356,7 @@ static int write_atomic(const char *dir, const char *name, const render_job_t *j
 int report_write(const report_t *r, const char *out_dir, err_t *e) {
     char plots[REPORT_PATH + 16], name[128];
     snprintf(plots, sizeof plots, "%s/plots", out_dir);
-    if (report_make_dirs(plots, e)) return -1;
+    if (mkdir_p(plots, ERR_INPUT, e)) return -1;
     for (int p = 0; p < RP_COUNT; p++)
         for (int png = 0; png <= 1; png++) {
             render_job_t job = {.r = r, .plot = (report_plot_t)p, .png = png};

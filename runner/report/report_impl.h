@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "runner/report/report.h"
+#include "runner/util/fs.h"   /* mkdir_p */
 
 typedef enum {
     RC_NAME, RC_MODE, RC_WORLD, RC_PRECISION, RC_BATCH, RC_DEVICE, RC_IMAGES, RC_SEC_EPOCH,
@@ -32,6 +33,5 @@ int report_plot(const report_t *r, report_plot_t which, bool png, FILE *f);
 
 /* mkdir -p: creates path and its missing parents; ERR_INPUT naming the part that could
  * not be created, or path when it exists and is not a directory. Returns 0 / -1. */
-int report_make_dirs(const char *path, err_t *e);
 
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runner/track/track_impl.h"
+#include "runner/util/fs.h"
 #include "runner/util/json.h"
 
 #define STEPS_HEADER "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds," \
@@ -75,22 +76,6 @@ static const char *env_or(const char *name, const char *fallback) {
     return v && *v ? v : nonempty(fallback);
 }
 
-/* Creates dir (and its parents) if missing. */
-static int make_dirs(const char *dir, err_t *e) {
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return err_errno(e, ERR_RUNTIME, "%s: cannot create directory", tmp);
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return err_errno(e, ERR_RUNTIME, "%s: cannot create directory", tmp);
-    return 0;
-}
-
 /* A fresh run id: 8 characters [a-z0-9] from /dev/urandom (time and pid as fallback). */
 static void new_run_id(char *id) {
     static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -133,7 +118,7 @@ static int choose_run_id(track_t *t, const track_opts_t *o, err_t *e) {
     }
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/wandb", t->run_dir);
-    if (make_dirs(dir, e) != 0) return -1;
+    if (mkdir_p(dir, ERR_RUNTIME, e) != 0) return -1;
     FILE *f = fopen(path, "w");
     if (!f) return err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
     fprintf(f, "%s\n", t->run_id);
@@ -190,7 +175,7 @@ static int open_wandb(track_t *t, const track_opts_t *o, const char *mode, err_t
     const char *wdir = getenv("WANDB_DIR");
     if (wdir && *wdir) snprintf(dir, sizeof dir, "%s/wandb", wdir);
     else snprintf(dir, sizeof dir, "%s/wandb", t->run_dir);
-    if (make_dirs(dir, e) != 0) return -1;
+    if (mkdir_p(dir, ERR_RUNTIME, e) != 0) return -1;
     t->wlog = track_wlog_open(dir, &run, e);
     if (!t->wlog) return -1;
     if (strcmp(mode, "online") != 0) return 0;
@@ -261,7 +246,7 @@ track_t *track_open(const track_opts_t *o, err_t *e) {
     }
     if (o->tensorboard) {
         snprintf(path, sizeof path, "%s/tensorboard", t->run_dir);
-        if (make_dirs(path, e) != 0) goto fail;
+        if (mkdir_p(path, ERR_RUNTIME, e) != 0) goto fail;
         t->tb = track_tb_open(path, nonempty(o->host) ? o->host : "localhost", t->t0_wall, e);
         if (!t->tb) goto fail;
     }
