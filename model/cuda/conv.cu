@@ -4,9 +4,12 @@
  *
  * Plans. The first call for a (shape, dtype, direction) builds the descriptors and
  * measures the candidate algorithms once with cudnnFind*AlgorithmEx on the real buffers
- * (like torch.backends.cudnn.benchmark), keeping the fastest one that succeeded, fits the
- * workspace limit, and is deterministic when the backend was created with deterministic.
- * Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
+ * (like torch.backends.cudnn.benchmark), keeping the fastest one that succeeded and fits
+ * the workspace limit. With deterministic, timing must not decide (two processes, e.g. a
+ * run and its resume, could time differently and pick different algorithms, which differ
+ * in the last bits): among the deterministic algorithms that succeeded, the one first in
+ * the heuristic's order (cudnnGet*Algorithm_v7: a function of shape, device and library
+ * only) is taken. Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
  * quarter of the free memory at most); the backend's shared workspace then grows to what
  * the chosen algorithms need, so nothing is allocated once every shape was seen once.
  *
@@ -90,11 +93,21 @@ static int plan_init(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, struct co
     return 0;
 }
 
-/* The alignment class of three pointers: 16 when all are 16-byte aligned (tensor-core
- * kernels may need it), else 2. Layers of one shape whose weights sit at offsets of other
- * alignment get their own plan, found with such pointers. */
+/* Largest power of two <= 16 dividing the address. */
+static int ptr_align16(const void *p) {
+    int al = 16;
+    while (al > 1 && !cb_aligned(p, (size_t)al)) al /= 2;
+    return al;
+}
+
+/* The alignment class of three pointers: the largest power of two <= 16 that divides all
+ * three (kernels may need 16, 8 or 4 bytes). A plan is found with pointers of its class,
+ * so layers of one shape whose weights sit at offsets of another alignment get their own
+ * plan rather than an algorithm that may reject their pointers. */
 static int align_class(const void *a, const void *b, const void *c) {
-    return (cb_aligned(a, 16) && cb_aligned(b, 16) && cb_aligned(c, 16)) ? 16 : 2;
+    int x = ptr_align16(a), y = ptr_align16(b), z = ptr_align16(c);
+    int m = x < y ? x : y;
+    return m < z ? m : z;
 }
 
 /* The cached plan for (s, dt, align), created on first use; NULL with the error set. */
@@ -129,15 +142,39 @@ static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t 
     return &cb->convs[cb->n_convs++];
 }
 
-/* Index of the first usable result (results come sorted fastest first), or -1. */
 template <typename P>
-static int pick_algo(const P *res, int count, size_t ws_limit, bool deterministic) {
-    for (int i = 0; i < count; i++) {
-        if (res[i].status != CUDNN_STATUS_SUCCESS || res[i].memory > ws_limit) continue;
-        if (deterministic && res[i].determinism != CUDNN_DETERMINISTIC) continue;
-        return i;
+static bool usable(const P &r, size_t ws_limit, bool deterministic) {
+    return r.status == CUDNN_STATUS_SUCCESS && r.memory <= ws_limit &&
+           (!deterministic || r.determinism == CUDNN_DETERMINISTIC);
+}
+
+/* Index into found (cudnnFind's results, fastest first) of the algorithm to use, or -1.
+ * Not deterministic: the fastest usable one. Deterministic: the usable one that comes
+ * first in heur (the heuristic's order, independent of timing), matching algorithm and
+ * math type, then algorithm only; failing both, the usable one with the lowest algorithm
+ * number. The choice then depends on nothing measured. */
+template <typename P>
+static int pick_algo(const P *found, int nfound, const P *heur, int nheur, size_t ws_limit,
+                     bool deterministic) {
+    if (!deterministic) {
+        for (int i = 0; i < nfound; i++)
+            if (usable(found[i], ws_limit, false)) return i;
+        return -1;
     }
-    return -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < nheur; h++)
+            for (int i = 0; i < nfound; i++)
+                if (usable(found[i], ws_limit, true) && found[i].algo == heur[h].algo &&
+                    (pass == 1 || found[i].mathType == heur[h].mathType))
+                    return i;
+    int best = -1;
+    for (int i = 0; i < nfound; i++)
+        if (usable(found[i], ws_limit, true) &&
+            (best < 0 || (int)found[i].algo < (int)found[best].algo ||
+             ((int)found[i].algo == (int)found[best].algo &&
+              (int)found[i].mathType < (int)found[best].mathType)))
+            best = i;
+    return best;
 }
 
 /* The workspace the search may use: the largest need among the heuristic's candidates,
@@ -171,66 +208,92 @@ static const char *dir_name(int dir) {
     return dir == DIR_FWD ? "forward" : (dir == DIR_BWD_DATA ? "backward data" : "backward filter");
 }
 
-static int no_algo(cuda_be_t *cb, const struct conv_plan *p, int dir) {
+/* Fails naming the shape, and what cudnnFind reported for each algorithm (status,
+ * workspace, determinism), so a NOT_SUPPORTED on a new GPU or library shows at once
+ * which constraint excluded what. */
+template <typename P>
+static int no_algo(cuda_be_t *cb, const struct conv_plan *p, int dir, const P *res, int count,
+                   size_t ws_limit) {
     const conv_shape_t *s = &p->s;
+    char detail[640];
+    size_t used = 0;
+    detail[0] = '\0';
+    for (int i = 0; i < count && used + 1 < sizeof detail; i++) {
+        int w = snprintf(detail + used, sizeof detail - used, "%s algo %d: %s, %zu B%s%s", i ? ";" : "",
+                         (int)res[i].algo, cudnnGetErrorString(res[i].status), (size_t)res[i].memory,
+                         res[i].memory > ws_limit ? " (over the limit)" : "",
+                         res[i].determinism == CUDNN_DETERMINISTIC ? "" : ", non-deterministic");
+        if (w < 0) break;
+        used += (size_t)w;
+        if (used >= sizeof detail) used = sizeof detail - 1;
+    }
     return cb_fail(cb, "cuDNN has no usable %s algorithm for conv n%d h%d w%d c%d k%d r%d s%d stride %d "
-                   "pad %d (%s)%s", dir_name(dir), s->n, s->h, s->w, s->c, s->k, s->r, s->s, s->stride,
-                   s->pad, dtype_names[p->dt],
-                   cb->deterministic ? "; set train.deterministic: false to allow non-deterministic ones" : "");
+                   "pad %d (%s, pointer alignment %d, workspace limit %zu B)%s; cudnnFind reported:%s",
+                   dir_name(dir), s->n, s->h, s->w, s->c, s->k, s->r, s->s, s->stride, s->pad,
+                   dtype_names[p->dt], p->align, ws_limit,
+                   cb->deterministic ? "; set train.deterministic: false to allow non-deterministic ones" : "",
+                   count ? detail : " nothing");
+}
+
+/* The common tail of a search: the choice among found (cudnnFind's results) given heur
+ * (the heuristic's), committed to the plan, or the failure naming what was found. */
+template <typename P>
+static int plan_choose(cuda_be_t *cb, struct conv_plan *p, int dir, const P *found, int nfound,
+                       const P *heur, int nheur, size_t wsz) {
+    int i = pick_algo(found, nfound, heur, nheur, wsz, cb->deterministic);
+    if (i < 0) return no_algo(cb, p, dir, found, nfound, wsz);
+    return plan_commit(cb, p, dir, found[i]);
 }
 
 /* Searches the algorithm of one direction on the real buffers (a, b: inputs; out: an
  * output the search may overwrite). */
 static int plan_find(cuda_be_t *cb, struct conv_plan *p, int dir, const void *a, const void *b,
                      void *out) {
-    int count = 0, i = -1;
+    int nheur = 0, nfound = 0;
     CUDA_CHECK(cb, cudaStreamSynchronize(cb->stream));
     if (dir == DIR_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t res[CONV_ALGO_MAX];
+        cudnnConvolutionFwdAlgoPerf_t heur[CONV_ALGO_MAX], found[CONV_ALGO_MAX];
         CUDNN_CHECK(cb, cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->xd, p->wd, p->cd[0], p->yd,
-                                                               CONV_ALGO_MAX, &count, res));
-        size_t wsz = find_ws_size(res, count);
+                                                               CONV_ALGO_MAX, &nheur, heur));
+        size_t wsz = find_ws_size(heur, nheur);
         void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
         if (wsz && !ws) return -1;
         cudnnStatus_t st = cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->xd, a, p->wd, b, p->cd[0],
-                                                                  p->yd, out, CONV_ALGO_MAX, &count, res,
+                                                                  p->yd, out, CONV_ALGO_MAX, &nfound, found,
                                                                   ws, wsz);
         cb_free(cb, ws);
         if (st != CUDNN_STATUS_SUCCESS)
             return cb_fail_call(cb, "cudnnFindConvolutionForwardAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
-        if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
-        return plan_commit(cb, p, dir, res[i]);
+        return plan_choose(cb, p, dir, found, nfound, heur, nheur, wsz);
     }
     if (dir == DIR_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t res[CONV_ALGO_MAX];
+        cudnnConvolutionBwdDataAlgoPerf_t heur[CONV_ALGO_MAX], found[CONV_ALGO_MAX];
         CUDNN_CHECK(cb, cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->wd, p->yd, p->cd[1], p->xd,
-                                                                    CONV_ALGO_MAX, &count, res));
-        size_t wsz = find_ws_size(res, count);
+                                                                    CONV_ALGO_MAX, &nheur, heur));
+        size_t wsz = find_ws_size(heur, nheur);
         void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
         if (wsz && !ws) return -1;
         cudnnStatus_t st = cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->wd, b, p->yd, a, p->cd[1],
-                                                                       p->xd, out, CONV_ALGO_MAX, &count,
-                                                                       res, ws, wsz);
+                                                                       p->xd, out, CONV_ALGO_MAX, &nfound,
+                                                                       found, ws, wsz);
         cb_free(cb, ws);
         if (st != CUDNN_STATUS_SUCCESS)
             return cb_fail_call(cb, "cudnnFindConvolutionBackwardDataAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
-        if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
-        return plan_commit(cb, p, dir, res[i]);
+        return plan_choose(cb, p, dir, found, nfound, heur, nheur, wsz);
     }
-    cudnnConvolutionBwdFilterAlgoPerf_t res[CONV_ALGO_MAX];
+    cudnnConvolutionBwdFilterAlgoPerf_t heur[CONV_ALGO_MAX], found[CONV_ALGO_MAX];
     CUDNN_CHECK(cb, cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->xd, p->yd, p->cd[2], p->wd,
-                                                                  CONV_ALGO_MAX, &count, res));
-    size_t wsz = find_ws_size(res, count);
+                                                                  CONV_ALGO_MAX, &nheur, heur));
+    size_t wsz = find_ws_size(heur, nheur);
     void *ws = wsz ? cb_malloc(cb, wsz, "cuDNN algorithm search") : NULL;
     if (wsz && !ws) return -1;
     cudnnStatus_t st = cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->xd, a, p->yd, b, p->cd[2],
-                                                                     p->wd, out, CONV_ALGO_MAX, &count,
-                                                                     res, ws, wsz);
+                                                                     p->wd, out, CONV_ALGO_MAX, &nfound,
+                                                                     found, ws, wsz);
     cb_free(cb, ws);
     if (st != CUDNN_STATUS_SUCCESS)
         return cb_fail_call(cb, "cudnnFindConvolutionBackwardFilterAlgorithmEx", cudnnGetErrorString(st), __FILE__, __LINE__);
-    if ((i = pick_algo(res, count, wsz, cb->deterministic)) < 0) return no_algo(cb, p, dir);
-    return plan_commit(cb, p, dir, res[i]);
+    return plan_choose(cb, p, dir, found, nfound, heur, nheur, wsz);
 }
 
 int cu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w,
