@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
         for (int k = 0; k < V; k++) {
             float o = (v[k] - mu[k]) * sc[k] + bt[k];
             if (z) o += w[k];
-            if (relu) o = o > 0.0f ? o : 0.0f;
+            if (relu) o = o < 0.0f ? 0.0f : o;   /* NaN passes, as in torch and the cpu backend */
             v[k] = o;
         }
         store_v<T, V>(y + r * c + ch0, v);
@@ -166,8 +166,8 @@ __global__ void bn_running_k(int c, const float *mean, const float *var, float u
                              float momentum, float *run_mean, float *run_var) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    run_mean[ch] = (1.0f - momentum) * run_mean[ch] + momentum * mean[ch];
-    run_var[ch] = (1.0f - momentum) * run_var[ch] + momentum * var[ch] * unbias;
+    run_mean[ch] = momentum * mean[ch] + (1.0f - momentum) * run_mean[ch];
+    run_var[ch] = momentum * (var[ch] * unbias) + (1.0f - momentum) * run_var[ch];
 }
 
 /* Partial sums of g and g * (x - mean), g = dy masked by y > 0 when y is given. */
@@ -211,8 +211,8 @@ __global__ void bn_bwd_final_k(int c, int splits, const float *part, const float
     double s, sx;
     if (!sum_splits(c, splits, part, &s, &sx)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
-    float invstd = 1.0f / sqrtf(var[ch] + eps);
-    float sdy = (float)s, sdyx = (float)(sx * (double)invstd);
+    double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as the cpu backend */
+    float sdy = (float)s, sdyx = (float)(sx * invstd);
     sum_dy[ch] = sdy;
     sum_dy_xhat[ch] = sdyx;
     if (dbeta) dbeta[ch] += sdy;
