@@ -73,15 +73,39 @@ static int nccl_fail(nccl_comm_t *nc, const char *what, ncclResult_t r, const ch
                      err_t *e) {
     const char *detail = nc->nc && !nc->aborted ? ncclGetLastError(nc->nc) : "";
     err_set(e, ERR_RUNTIME, "NCCL %s failed on rank %d of %d: %s%s%s at %s:%d; set NCCL_DEBUG=INFO "
-            "for details", what, nc->base.rank, nc->base.world, ncclGetErrorString(r),
+            "for details", what, nc->base.rank, nc->base.world,
+            r == ncclInProgress ? "still in progress after parallel.timeout_s" : ncclGetErrorString(r),
             detail && *detail ? " - " : "", detail ? detail : "", file, line);
     abort_comm(nc, e ? e->msg : "NCCL failure");
     return -1;
 }
 
+/* Waits out an ncclInProgress. A non-blocking communicator (NCCL_COMM_BLOCKING=0 in the
+ * environment) may return from a call before the operation is on the NCCL stream, so an
+ * event recorded right after would not cover it, and a communicator still initialising
+ * cannot be used. Polls ncclCommGetAsyncError until the state leaves ncclInProgress or
+ * the comm's timeout passes (then ncclInProgress is returned). Blocking communicators
+ * (the default) never return ncclInProgress: then this returns r at once. */
+static ncclResult_t settle(nccl_comm_t *nc, ncclResult_t r) {
+    if (r != ncclInProgress || !nc->nc) return r;
+    double t0 = now_s();
+    long nap_ns = 10000;
+    for (;;) {
+        ncclResult_t ae = ncclInProgress, q = ncclCommGetAsyncError(nc->nc, &ae);
+        if (q != ncclSuccess) return q;
+        if (ae != ncclInProgress) return ae;
+        if (now_s() - t0 > nc->base.timeout_s) return ncclInProgress;
+        struct timespec ts = {0, nap_ns};
+        nanosleep(&ts, NULL);
+        if (nap_ns < 1000000) nap_ns *= 2;
+    }
+}
+
+/* The status of an NCCL call once settled; a call still in progress after the timeout
+ * fails as ncclInProgress (its message then says so). */
 #define CU(nc, x, e) do { cudaError_t s_ = (x); if (s_ != cudaSuccess) \
     return cuda_fail((nc), #x, s_, __FILE__, __LINE__, (e)); } while (0)
-#define NC(nc, what, x, e) do { ncclResult_t r_ = (x); if (r_ != ncclSuccess && r_ != ncclInProgress) \
+#define NC(nc, what, x, e) do { ncclResult_t r_ = settle((nc), (x)); if (r_ != ncclSuccess) \
     return nccl_fail((nc), (what), r_, __FILE__, __LINE__, (e)); } while (0)
 
 /* Fails at once after an earlier abort; otherwise makes the device current and orders
@@ -188,9 +212,9 @@ static int start_allreduce(nccl_comm_t *nc, void *buf, size_t count, dtype_t dt,
     if (begin_op(nc, e) < 0) return -1;
     nccl_work_t *w = work_get(nc, "all-reduce", count * dt_bytes(dt), e);
     if (!w) return -1;
-    ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(dt), op == COMM_AVG ? ncclAvg : ncclSum,
-                                   nc->nc, nc->stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    ncclResult_t r = settle(nc, ncclAllReduce(buf, buf, count, nccl_type(dt),
+                                              op == COMM_AVG ? ncclAvg : ncclSum, nc->nc, nc->stream));
+    if (r != ncclSuccess) {
         work_put(nc, w);
         return nccl_fail(nc, "all-reduce", r, __FILE__, __LINE__, e);
     }
@@ -226,8 +250,8 @@ static int op_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *e) 
     if (begin_op(nc, e) < 0) return -1;
     nccl_work_t *w = work_get(nc, "broadcast", bytes, e);
     if (!w) return -1;
-    ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc->nc, nc->stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    ncclResult_t r = settle(nc, ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc->nc, nc->stream));
+    if (r != ncclSuccess) {
         work_put(nc, w);
         return nccl_fail(nc, "broadcast", r, __FILE__, __LINE__, e);
     }
@@ -244,8 +268,8 @@ static int op_allgather(comm_t *c, const void *send, void *recv, size_t bytes, e
     if (begin_op(nc, e) < 0) return -1;
     nccl_work_t *w = work_get(nc, "all-gather", bytes * (size_t)c->world, e);
     if (!w) return -1;
-    ncclResult_t r = ncclAllGather(send, recv, bytes, ncclUint8, nc->nc, nc->stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    ncclResult_t r = settle(nc, ncclAllGather(send, recv, bytes, ncclUint8, nc->nc, nc->stream));
+    if (r != ncclSuccess) {
         work_put(nc, w);
         return nccl_fail(nc, "all-gather", r, __FILE__, __LINE__, e);
     }
