@@ -125,12 +125,12 @@ static int w_lin_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const vo
     TIMED(P_LINEAR, PROF(be)->orig->linear_bwd(be, n, in, out, dt, x, w, dy, dx, dw, db));
 }
 static int w_loss(backend_t *be, int n, int classes, dtype_t dt, const void *logits, const int32_t *labels,
-                  float sm, float gs, void *dl, float *ls, int32_t *corr) {
-    TIMED(P_LOSS, PROF(be)->orig->softmax_xent(be, n, classes, dt, logits, labels, sm, gs, dl, ls, corr));
+                  float sm, float gs, const step_ctl_t *ctl, void *dl, float *ls, int32_t *corr) {
+    TIMED(P_LOSS, PROF(be)->orig->softmax_xent(be, n, classes, dt, logits, labels, sm, gs, ctl, dl, ls, corr));
 }
-static int w_sgd(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr, float mom,
-                 float damp, float wd, bool nest, bool first) {
-    TIMED(P_SGD, PROF(be)->orig->sgd_step(be, n, p, g, buf, lr, mom, damp, wd, nest, first));
+static int w_sgd(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr, double mom,
+                 double damp, double wd, bool nest, const step_ctl_t *ctl) {
+    TIMED(P_SGD, PROF(be)->orig->sgd_step(be, n, p, g, buf, lr, mom, damp, wd, nest, ctl));
 }
 static int w_zero(backend_t *be, void *dst, size_t bytes) {
     TIMED(P_ZERO, PROF(be)->orig->zero(be, dst, bytes));

@@ -68,18 +68,14 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
     return 0;
 }
 
-/* One training step as the trainer does it. */
-static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, const int32_t *labels, int batch,
-                      err_t *e) {
-    net_loss_out_t out;
-    bool found_inf = false;
+/* One training step as the trainer does it: labels already on the device, the loss
+ * scale, overflow skip and step count handled there, nothing waited for. */
+static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, int batch, err_t *e) {
     if (net_zero_grads(n, e) || net_forward(n, net_input(n), batch, true, NULL, e) ||
-        net_loss(n, labels, 0.0f, (float)(loss_scaler_scale(ls) / batch), &out, e) ||
-        net_backward(n, NULL, e) ||
-        loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), &found_inf, e))
+        net_loss_async(n, NULL, 0.0f, 1.0f / (float)batch, optim_ctl(opt), NULL, NULL, e) ||
+        net_backward(n, NULL, e) || loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), e) ||
+        optim_step(opt, 0.1, e))
         return -1;
-    if (!found_inf && optim_step(opt, 0.1, e)) return -1;
-    loss_scaler_update(ls, found_inf);
     return 0;
 }
 
@@ -106,7 +102,7 @@ int main(int argc, char **argv) {
     oo.momentum = 0.9;
     oo.weight_decay = 5e-4;
     if (!(opt = optim_create(n, &oo, &e))) goto fail;
-    if (loss_scaler_init(&ls, be, dt, 65536.0, 2000, &e)) goto fail;
+    if (loss_scaler_init(&ls, be, optim_ctl(opt), dt, 65536.0, 2000, &e)) goto fail;
 
     size_t npix = (size_t)o.batch * 32 * 32 * 3;
     float *img = malloc(npix * sizeof(float));
@@ -116,13 +112,17 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < npix; i++) img[i] = rng_uniform(&r) * 4.0f - 2.0f;
     for (int i = 0; i < o.batch; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)o.classes);
     if (net_upload_input(n, img, o.batch, &e)) goto fail_free;
+    if (be->ops->upload(be, net_labels(n), labels, (size_t)o.batch * sizeof(int32_t))) {
+        e = be->err;
+        goto fail_free;
+    }
 
     for (int s = 0; s < o.warmup; s++)
-        if (train_step(n, opt, &ls, labels, o.batch, &e)) goto fail_free;
+        if (train_step(n, opt, &ls, o.batch, &e)) goto fail_free;
     if (be->ops->sync(be)) { e = be->err; goto fail_free; }
     double t0 = now_s();
     for (int s = 0; s < o.steps; s++)
-        if (train_step(n, opt, &ls, labels, o.batch, &e)) goto fail_free;
+        if (train_step(n, opt, &ls, o.batch, &e)) goto fail_free;
     if (be->ops->sync(be)) { e = be->err; goto fail_free; }
     double dt_s = now_s() - t0;
 
@@ -138,7 +138,6 @@ fail_free:
     free(labels);
 fail:
     if (rc) fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : be->err.msg);
-    if (ls.be) loss_scaler_deinit(&ls);
     optim_free(opt);
     net_free(n);
     backend_free(be);

@@ -1,68 +1,90 @@
-/* amp.c: the dynamic loss scaler of amp.h (torch.amp.GradScaler update rule). */
+/* amp.c: the dynamic loss scaler of amp.h over the step control in backend memory. */
 #include "model/amp.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
-int loss_scaler_init(loss_scaler_t *s, backend_t *be, dtype_t act_dt, double init_scale,
-                     int64_t growth_interval, err_t *e) {
+static int ctl_read(const loss_scaler_t *s, step_ctl_t *c, err_t *e) {
+    if (s->be->ops->download(s->be, c, s->ctl, sizeof *c) < 0)
+        return err_set(e, ERR_RUNTIME, "loss scaler: reading the step control: %s", s->be->err.msg);
+    return 0;
+}
+
+static int ctl_write(loss_scaler_t *s, const step_ctl_t *c, err_t *e) {
+    if (s->be->ops->upload(s->be, s->ctl, c, sizeof *c) < 0)
+        return err_set(e, ERR_RUNTIME, "loss scaler: writing the step control: %s", s->be->err.msg);
+    return 0;
+}
+
+int loss_scaler_init(loss_scaler_t *s, backend_t *be, step_ctl_t *ctl, dtype_t act_dt,
+                     double init_scale, int64_t growth_interval, err_t *e) {
     memset(s, 0, sizeof *s);
     s->enabled = act_dt == DT_F16;
-    s->scale = s->enabled ? init_scale : 1.0;
-    s->growth_factor = 2.0;
-    s->backoff_factor = 0.5;
-    s->growth_interval = growth_interval;
     s->be = be;
-    if (s->enabled && !(init_scale > 0))
-        return err_set(e, ERR_INPUT, "amp.init_scale: %g must be > 0", init_scale);
-    if (s->enabled && growth_interval < 1)
-        return err_set(e, ERR_INPUT, "amp.growth_interval: %lld must be >= 1", (long long)growth_interval);
+    s->ctl = ctl;
     if (!s->enabled) return 0;
-    s->found_inf = be->ops->alloc(be, sizeof(int32_t));
-    if (!s->found_inf) return err_set(e, ERR_RUNTIME, "loss scaler: allocation failed: %s", be->err.msg);
-    return 0;
+    if (!(init_scale > 0) || init_scale > FLT_MAX)
+        return err_set(e, ERR_INPUT, "amp.init_scale: %g must be > 0 and at most %g", init_scale, (double)FLT_MAX);
+    if (growth_interval < 1 || growth_interval > INT32_MAX)
+        return err_set(e, ERR_INPUT, "amp.growth_interval: %lld must be in [1, %d]", (long long)growth_interval,
+                       INT32_MAX);
+    step_ctl_t c;
+    if (ctl_read(s, &c, e)) return -1;
+    c.loss_scale = (float)init_scale;
+    c.growth_tracker = 0;
+    c.growth_interval = (int32_t)growth_interval;
+    c.growth_factor = 2.0f;
+    c.backoff_factor = 0.5f;
+    return ctl_write(s, &c, e);
 }
 
-void loss_scaler_deinit(loss_scaler_t *s) {
-    if (s->found_inf && s->be) s->be->ops->release(s->be, s->found_inf);
-    s->found_inf = NULL;
-}
-
-double loss_scaler_scale(const loss_scaler_t *s) { return s->enabled ? s->scale : 1.0; }
-
-int loss_scaler_unscale(loss_scaler_t *s, float *g, int64_t n, bool *found_inf, err_t *e) {
-    *found_inf = false;
+int loss_scaler_unscale(loss_scaler_t *s, float *g, int64_t n, err_t *e) {
     if (!s->enabled) return 0;
     backend_t *be = s->be;
-    int32_t flag = 0;
-    /* inv_scale in fp32 as GradScaler computes it (scale.double().reciprocal().float()) */
-    float inv = (float)(1.0 / s->scale);
-    if (be->ops->zero(be, s->found_inf, sizeof flag) < 0 ||
-        be->ops->unscale_check_finite(be, n, g, inv, s->found_inf) < 0 ||
-        be->ops->download(be, &flag, s->found_inf, sizeof flag) < 0)
+    if (be->ops->zero(be, &s->ctl->found_inf, sizeof(int32_t)) < 0 ||
+        be->ops->unscale_check_finite(be, n, g, s->ctl) < 0)
         return err_set(e, ERR_RUNTIME, "loss scaler: unscaling gradients: %s", be->err.msg);
-    *found_inf = flag != 0;
     return 0;
 }
 
-void loss_scaler_update(loss_scaler_t *s, bool found_inf) {
-    if (!s->enabled) return;
-    if (found_inf) {
-        s->scale *= s->backoff_factor;
-        s->growth_tracker = 0;
-        return;
-    }
-    if (++s->growth_tracker >= s->growth_interval) {
-        s->scale *= s->growth_factor;
-        s->growth_tracker = 0;
-    }
+int loss_scaler_scale(const loss_scaler_t *s, double *scale, err_t *e) {
+    *scale = 1.0;
+    if (!s->enabled) return 0;
+    step_ctl_t c;
+    if (ctl_read(s, &c, e)) return -1;
+    *scale = c.loss_scale;
+    return 0;
 }
 
-void loss_scaler_get_state(const loss_scaler_t *s, double *scale, int64_t *growth_tracker) {
-    *scale = s->scale;
-    *growth_tracker = s->growth_tracker;
+int loss_scaler_found_inf(const loss_scaler_t *s, bool *found_inf, err_t *e) {
+    *found_inf = false;
+    if (!s->enabled) return 0;
+    step_ctl_t c;
+    if (ctl_read(s, &c, e)) return -1;
+    *found_inf = c.found_inf != 0;
+    return 0;
 }
 
-void loss_scaler_set_state(loss_scaler_t *s, double scale, int64_t growth_tracker) {
-    s->scale = scale;
-    s->growth_tracker = growth_tracker;
+int loss_scaler_get_state(const loss_scaler_t *s, double *scale, int64_t *growth_tracker, err_t *e) {
+    *scale = 1.0;
+    *growth_tracker = 0;
+    if (!s->enabled) return 0;
+    step_ctl_t c;
+    if (ctl_read(s, &c, e)) return -1;
+    *scale = c.loss_scale;
+    *growth_tracker = c.growth_tracker;
+    return 0;
+}
+
+int loss_scaler_set_state(loss_scaler_t *s, double scale, int64_t growth_tracker, err_t *e) {
+    if (!s->enabled) return 0;
+    if (!(scale > 0) || scale > FLT_MAX || growth_tracker < 0 || growth_tracker > INT32_MAX)
+        return err_set(e, ERR_INPUT, "loss scaler state: scale %g / growth tracker %lld out of range", scale,
+                       (long long)growth_tracker);
+    step_ctl_t c;
+    if (ctl_read(s, &c, e)) return -1;
+    c.loss_scale = (float)scale;
+    c.growth_tracker = (int32_t)growth_tracker;
+    return ctl_write(s, &c, e);
 }

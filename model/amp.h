@@ -1,13 +1,16 @@
 /* amp.h: the dynamic loss scaler for fp16 mixed precision (torch.amp.GradScaler semantics).
  *
- * fp16: the loss gradient is multiplied by `scale` (net_loss's grad_scale); before the
- * optimizer step the gradients are unscaled (g *= 1/scale) and checked for inf/NaN with
- * the backend op unscale_check_finite. If any is non-finite the step is skipped and the
- * scale multiplied by backoff_factor (0.5), the growth tracker reset; otherwise the
- * tracker counts clean steps and after growth_interval of them the scale is multiplied
- * by growth_factor (2) and the tracker reset. bf16 and fp32: scale is 1 and nothing is
- * checked or skipped (loss_scaler_unscale reports finite without touching gradients).
- * The state (scale, growth_tracker) is two numbers a checkpoint saves and restores.
+ * The scaler's state lives in the optimizer's step control (step_ctl_t in backend memory,
+ * optim_ctl), so nothing here makes the host wait for the GPU inside a step:
+ * - net_loss_async multiplies the loss gradient by ctl->loss_scale on the device;
+ * - loss_scaler_unscale enqueues found_inf = 0 and g *= 1/scale with the inf/NaN check
+ *   (backend op unscale_check_finite);
+ * - optim_step's ops skip the update when found_inf is set, and its step_ctl_update then
+ *   halves the scale (backoff_factor 0.5) and resets the growth tracker, or counts a clean
+ *   step and doubles the scale (growth_factor 2) after growth_interval of them.
+ * bf16 and fp32: the scale stays 1 and nothing is checked or skipped.
+ * The host reads the state only when it asks (loss_scaler_scale, _found_inf, _get_state:
+ * each a download, which waits for the queued work).
  * What it does not do: per-optimizer bookkeeping, inf checks across ranks (DDP
  * all-reduces gradients before unscaling, so every rank sees the same inf).
  */
@@ -26,35 +29,28 @@ extern "C" {
 
 typedef struct loss_scaler {
     bool enabled;            /* true only for fp16 */
-    double scale;            /* current scale (1 when disabled) */
-    double growth_factor;    /* 2.0 */
-    double backoff_factor;   /* 0.5 */
-    int64_t growth_interval; /* 2000 */
-    int64_t growth_tracker;  /* consecutive clean steps since the last change */
     backend_t *be;
-    int32_t *found_inf;      /* backend memory, one int */
+    step_ctl_t *ctl;         /* backend memory: the optimizer's step control (not owned) */
 } loss_scaler_t;
 
-/* Sets up s for activation dtype act_dt: DT_F16 enables scaling starting at init_scale;
- * DT_F32/DT_BF16 disable it. Allocates one int in be (free with loss_scaler_deinit). */
-int loss_scaler_init(loss_scaler_t *s, backend_t *be, dtype_t act_dt, double init_scale,
-                     int64_t growth_interval, err_t *e);
-void loss_scaler_deinit(loss_scaler_t *s);
+/* Sets up s for activation dtype act_dt over the step control ctl (optim_ctl of the
+ * optimizer that will take the steps): DT_F16 enables scaling starting at init_scale
+ * (growth interval growth_interval, factors 2 and 0.5), written into ctl; DT_F32/DT_BF16
+ * disable it (ctl keeps scale 1, interval 0). init_scale must be a finite float > 0. */
+int loss_scaler_init(loss_scaler_t *s, backend_t *be, step_ctl_t *ctl, dtype_t act_dt,
+                     double init_scale, int64_t growth_interval, err_t *e);
 
-/* The factor to pass as (part of) net_loss's grad_scale: scale, or 1 when disabled. */
-double loss_scaler_scale(const loss_scaler_t *s);
+/* Unscales n gradients at g (backend memory) by 1/scale and sets ctl->found_inf if any
+ * is inf or NaN; enqueued, no wait. Disabled: nothing. */
+int loss_scaler_unscale(loss_scaler_t *s, float *g, int64_t n, err_t *e);
 
-/* Unscales n gradients at g (backend memory) by 1/scale and sets *found_inf if any is
- * inf or NaN. Disabled: *found_inf = false and g untouched. */
-int loss_scaler_unscale(loss_scaler_t *s, float *g, int64_t n, bool *found_inf, err_t *e);
+/* Reads the current scale (1 when disabled) / the last unscale's verdict; these wait. */
+int loss_scaler_scale(const loss_scaler_t *s, double *scale, err_t *e);
+int loss_scaler_found_inf(const loss_scaler_t *s, bool *found_inf, err_t *e);
 
-/* Updates the scale after a step attempt: found_inf halves it (the caller skipped the
- * optimizer step), else counts a clean step and doubles it after growth_interval. */
-void loss_scaler_update(loss_scaler_t *s, bool found_inf);
-
-/* Checkpoint state. */
-void loss_scaler_get_state(const loss_scaler_t *s, double *scale, int64_t *growth_tracker);
-void loss_scaler_set_state(loss_scaler_t *s, double scale, int64_t growth_tracker);
+/* Checkpoint state (download / upload). */
+int loss_scaler_get_state(const loss_scaler_t *s, double *scale, int64_t *growth_tracker, err_t *e);
+int loss_scaler_set_state(loss_scaler_t *s, double scale, int64_t growth_tracker, err_t *e);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,22 @@ typedef struct conv_shape {
 
 typedef struct backend backend_t;
 
+/* Step control: the numbers one optimizer step reads and writes, kept in backend memory
+ * and touched only by ops on the backend's own queue, so that a step (loss-gradient
+ * scaling, unscale and inf/NaN check, skipping the update, scale growth/backoff, the
+ * optimizer's step count) needs no round trip to the host. torch's GradScaler keeps the
+ * same numbers in device tensors (_scale, _growth_tracker, found_inf) for the same reason.
+ * The optimizer owns one (optim_ctl); host code reads it only through download. */
+typedef struct step_ctl {
+    float loss_scale;         /* multiplies the loss gradient; 1 without fp16 scaling */
+    int32_t found_inf;        /* set by unscale_check_finite; the optimizer ops skip when set */
+    int32_t growth_tracker;   /* clean steps since the scale last changed */
+    int32_t growth_interval;  /* 0: no dynamic scaling (fp32, bf16) */
+    float growth_factor;      /* 2 */
+    float backoff_factor;     /* 0.5 */
+    int64_t optim_steps;      /* optimizer steps taken; skipped steps do not count */
+} step_ctl_t;
+
 /* Options for creating a backend. Zero-initialise and set what you need. */
 typedef struct backend_opts {
     backend_kind_t kind;
@@ -117,24 +133,34 @@ typedef struct backend_ops {
                       const void *w, const void *dy, void *dx, float *dw, float *db);
         /* dx may be NULL; dw, db accumulate */
     /* softmax cross-entropy with label smoothing (torch.nn.CrossEntropyLoss semantics).
-     * dlogits = grad_scale * d(sum of per-sample losses)/dlogits; loss_sum[0] = sum of
-     * per-sample losses (fp32, overwritten); correct[0], correct[1] = top-1 and top-5 hits
-     * (overwritten). dlogits may be NULL (evaluation). */
+     * dlogits = grad_scale * [ctl->loss_scale] * d(sum of per-sample losses)/dlogits
+     * (ctl may be NULL: factor 1); loss_sum[0] = sum of per-sample losses (fp32,
+     * overwritten); correct[0], correct[1] = top-1 and top-5 hits (overwritten). dlogits
+     * may be NULL (evaluation). */
     int (*softmax_xent)(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                         const int32_t *labels, float smoothing, float grad_scale,
-                        void *dlogits, float *loss_sum, int32_t *correct);
-    /* optimizers over a contiguous range of the flat fp32 arrays */
-    int (*sgd_step)(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
-                    float momentum, float dampening, float weight_decay, bool nesterov,
-                    bool first_step);                             /* torch.optim.SGD */
+                        const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
+    /* optimizers over a contiguous range of the flat fp32 arrays. Both read ctl on the
+     * device: nothing is written when ctl->found_inf is set; SGD initialises the momentum
+     * buffer when ctl->optim_steps == 0, AdamW bias-corrects with step ctl->optim_steps + 1
+     * (the count is advanced afterwards by step_ctl_update). beta1/beta2/lr/dampening/
+     * weight_decay are given as the doubles torch would hold (see optim.c). */
+    int (*sgd_step)(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
+                    double momentum, double dampening, double weight_decay, bool nesterov,
+                    const step_ctl_t *ctl);                       /* torch.optim.SGD */
     int (*adamw_step)(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      int64_t step);                              /* torch.optim.AdamW, step >= 1 */
+                      double lr, double beta1, double beta2, double eps, double weight_decay,
+                      const step_ctl_t *ctl);                     /* torch.optim.AdamW */
+    /* After the optimizer ops of a step: found_inf clear: optim_steps++, and with
+     * growth_interval > 0 growth_tracker++ (at growth_interval: loss_scale *=
+     * growth_factor, tracker 0); found_inf set: loss_scale *= backoff_factor, tracker 0.
+     * found_inf itself is left as it is (the trainer reads it for the step's record). */
+    int (*step_ctl_update)(backend_t *be, step_ctl_t *ctl);
     /* mixed precision */
     int (*cast)(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
                 dtype_t dst_dt);
-    int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, float inv_scale,
-                                int32_t *found_inf);              /* g *= inv_scale; found_inf[0] |= any non-finite */
+    int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
+        /* g *= (float)(1 / (double)ctl->loss_scale); ctl->found_inf |= any non-finite g */
     int (*scale)(backend_t *be, int64_t n, float *x, float alpha); /* x *= alpha */
 } backend_ops_t;
 

@@ -216,6 +216,18 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
 int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
              net_loss_out_t *out, err_t *e);
 
+/* net_loss without waiting for the result: labels (host, checked, then uploaded) may be
+ * NULL when net_labels(n) already holds the batch's labels on the device; the gradient
+ * factor is grad_scale * ctl->loss_scale (ctl in backend memory, NULL: 1), read on the
+ * device; the loss sum (float) goes to loss_sum[0] and the top-1/top-5 hits to
+ * correct[0..1] (backend memory; NULL: the net's own, which net_loss reads). */
+int net_loss_async(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
+                   const step_ctl_t *ctl, float *loss_sum, int32_t *correct, err_t *e);
+
+/* The net's label buffer (backend memory, max_batch int32) that net_loss_async reads
+ * when given no host labels. */
+int32_t *net_labels(net_t *n);
+
 /* Backward of the last training forward from the dlogits net_loss wrote. ADDS into the
  * gradient array (zero it per optimizer step with net_zero_grads). hooks may be NULL. */
 int net_backward(net_t *n, const net_hooks_t *hooks, err_t *e);

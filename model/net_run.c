@@ -123,22 +123,32 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
     return 0;
 }
 
-int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
-             net_loss_out_t *out, err_t *e) {
+int net_loss_async(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
+                   const step_ctl_t *ctl, float *loss_sum, int32_t *correct, err_t *e) {
     if (!n->be || !n->last_batch) return err_set(e, ERR_RUNTIME, "net_loss: no forward to take the loss of");
     int batch = n->last_batch, classes = n->nodes[n->n_nodes - 1].c;
-    for (int i = 0; i < batch; i++)
-        if (labels[i] < 0 || labels[i] >= classes)
-            return err_set(e, ERR_INPUT, "net_loss: label %d of sample %d is outside [0, %d); "
-                           "check the dataset's classes and model.num_classes", labels[i], i, classes);
     backend_t *be = n->be;
+    if (labels) {
+        for (int i = 0; i < batch; i++)
+            if (labels[i] < 0 || labels[i] >= classes)
+                return err_set(e, ERR_INPUT, "net_loss: label %d of sample %d is outside [0, %d); "
+                               "check the dataset's classes and model.num_classes", labels[i], i, classes);
+        if (be->ops->upload(be, n->labels, labels, (size_t)batch * 4) < 0)
+            return err_set(e, ERR_RUNTIME, "net_loss: uploading labels: %s", be->err.msg);
+    }
     const node_t *d = &n->nodes[n->n_nodes - 1];
-    if (be->ops->upload(be, n->labels, labels, (size_t)batch * 4) < 0)
-        return err_set(e, ERR_RUNTIME, "net_loss: uploading labels: %s", be->err.msg);
     void *dlogits = n->last_train ? n->slots[d->gslot] : NULL;
-    OP(be->ops->softmax_xent(be, batch, classes, n->dt, d->y, n->labels, smoothing, grad_scale,
-                             dlogits, n->loss_sum, n->correct),
+    OP(be->ops->softmax_xent(be, batch, classes, n->dt, d->y, n->labels, smoothing, grad_scale, ctl,
+                             dlogits, loss_sum ? loss_sum : n->loss_sum, correct ? correct : n->correct),
        "softmax cross-entropy");
+    n->have_dlogits = n->last_train;
+    return 0;
+}
+
+int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
+             net_loss_out_t *out, err_t *e) {
+    if (net_loss_async(n, labels, smoothing, grad_scale, NULL, NULL, NULL, e)) return -1;
+    backend_t *be = n->be;
     float loss;
     int32_t correct[2];
     if (be->ops->download(be, &loss, n->loss_sum, 4) < 0 || be->ops->download(be, correct, n->correct, 8) < 0)
@@ -148,9 +158,10 @@ int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
         out->correct1 = correct[0];
         out->correct5 = correct[1];
     }
-    n->have_dlogits = n->last_train;
     return 0;
 }
+
+int32_t *net_labels(net_t *n) { return n->labels; }
 
 /* Where the gradient for input a of the current node goes: a's slot if nothing was
  * written there yet in this backward, else scratch[which] (the caller then adds it in). */

@@ -11,7 +11,7 @@
 
 typedef struct range {
     size_t off, len;
-    float wd;
+    double wd;
 } range_t;
 
 struct optim {
@@ -23,12 +23,14 @@ struct optim {
     range_t *ranges;
     int n_state;
     float *state[2];
+    step_ctl_t *ctl;      /* backend memory */
 };
 
 void optim_free(optim_t *o) {
     if (!o) return;
     for (int i = 0; i < 2; i++)
         if (o->state[i]) o->be->ops->release(o->be, o->state[i]);
+    if (o->ctl) o->be->ops->release(o->be, o->ctl);
     free(o->ranges);
     free(o);
 }
@@ -47,7 +49,7 @@ static int build_ranges(optim_t *o, err_t *e) {
             return err_set(e, ERR_RUNTIME, "optim: parameter %s at offset %zu, expected %zu", t->name,
                            t->offset, expect);
         expect += t->numel;
-        float wd = (o->o.no_weight_decay_on_bn_and_bias && t->no_decay) ? 0.0f : (float)o->o.weight_decay;
+        double wd = (o->o.no_weight_decay_on_bn_and_bias && t->no_decay) ? 0.0 : o->o.weight_decay;
         range_t *last = o->n_ranges ? &o->ranges[o->n_ranges - 1] : NULL;
         if (last && last->wd == wd) {
             last->len += t->numel;
@@ -92,6 +94,12 @@ optim_t *optim_create(net_t *n, const optim_opts_t *opts, err_t *e) {
             goto fail;
         }
     }
+    o->ctl = be->ops->alloc(be, sizeof(step_ctl_t));
+    step_ctl_t c = {.loss_scale = 1.0f, .growth_factor = 2.0f, .backoff_factor = 0.5f};
+    if (!o->ctl || be->ops->upload(be, o->ctl, &c, sizeof c) < 0) {
+        err_set(e, ERR_RUNTIME, "optim: allocating the step control: %s", be->err.msg);
+        goto fail;
+    }
     return o;
 fail:
     optim_free(o);
@@ -102,27 +110,44 @@ int optim_step(optim_t *o, double lr, err_t *e) {
     backend_t *be = o->be;
     float *p = net_params(o->net);
     const float *g = net_grads(o->net);
-    o->steps++;
     for (int i = 0; i < o->n_ranges; i++) {
         const range_t *r = &o->ranges[i];
         int rc;
         if (o->o.kind == OPTIM_SGD) {
             rc = be->ops->sgd_step(be, (int64_t)r->len, p + r->off, g + r->off,
-                                   o->n_state ? o->state[0] + r->off : NULL, (float)lr,
-                                   (float)o->o.momentum, (float)o->o.dampening, r->wd, o->o.nesterov,
-                                   o->steps == 1);
+                                   o->n_state ? o->state[0] + r->off : NULL, lr, o->o.momentum,
+                                   o->o.dampening, r->wd, o->o.nesterov, o->ctl);
         } else {
             rc = be->ops->adamw_step(be, (int64_t)r->len, p + r->off, g + r->off, o->state[0] + r->off,
-                                     o->state[1] + r->off, (float)lr, (float)o->o.beta1,
-                                     (float)o->o.beta2, (float)o->o.eps, r->wd, o->steps);
+                                     o->state[1] + r->off, lr, o->o.beta1, o->o.beta2, o->o.eps, r->wd,
+                                     o->ctl);
         }
-        if (rc < 0) return err_set(e, ERR_RUNTIME, "optim: step %lld: %s", (long long)o->steps, be->err.msg);
+        if (rc < 0) return err_set(e, ERR_RUNTIME, "optim: step: %s", be->err.msg);
     }
+    if (be->ops->step_ctl_update(be, o->ctl) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: step control update: %s", be->err.msg);
     return 0;
 }
 
-int64_t optim_steps(const optim_t *o) { return o->steps; }
-void optim_set_steps(optim_t *o, int64_t steps) { o->steps = steps; }
+int optim_steps(const optim_t *o, int64_t *steps, err_t *e) {
+    step_ctl_t c;
+    if (o->be->ops->download(o->be, &c, o->ctl, sizeof c) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: reading the step count: %s", o->be->err.msg);
+    *steps = c.optim_steps;
+    return 0;
+}
+
+int optim_set_steps(optim_t *o, int64_t steps, err_t *e) {
+    step_ctl_t c;
+    if (o->be->ops->download(o->be, &c, o->ctl, sizeof c) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: reading the step control: %s", o->be->err.msg);
+    c.optim_steps = steps;
+    if (o->be->ops->upload(o->be, o->ctl, &c, sizeof c) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: writing the step count: %s", o->be->err.msg);
+    return 0;
+}
+
+step_ctl_t *optim_ctl(optim_t *o) { return o->ctl; }
 int optim_num_state(const optim_t *o) { return o->n_state; }
 float *optim_state(optim_t *o, int i) { return i >= 0 && i < o->n_state ? o->state[i] : NULL; }
 size_t optim_state_numel(const optim_t *o) { return net_num_params(o->net); }

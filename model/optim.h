@@ -43,14 +43,19 @@ typedef struct optim optim_t;
 optim_t *optim_create(net_t *n, const optim_opts_t *opts, err_t *e);
 void optim_free(optim_t *o);
 
-/* One optimizer step at learning rate lr on net_params with net_grads; increments the
- * step count first (AdamW bias correction uses the new count; SGD initialises the
- * momentum buffer from the gradient when the count becomes 1). */
+/* One optimizer step at learning rate lr on net_params with net_grads, enqueued on the
+ * backend without waiting: the ops skip the update on the device when the step control
+ * (optim_ctl) says found_inf, and step_ctl_update then advances the step count (AdamW
+ * bias-corrects with the count after this step; SGD initialises the momentum buffer
+ * from the gradient on the first step taken) and the loss scale (amp.h). */
 int optim_step(optim_t *o, double lr, err_t *e);
 
-/* Optimizer steps taken (set it when restoring a checkpoint). */
-int64_t optim_steps(const optim_t *o);
-void optim_set_steps(optim_t *o, int64_t steps);
+/* Optimizer steps taken (a download, which waits); set it when restoring a checkpoint. */
+int optim_steps(const optim_t *o, int64_t *steps, err_t *e);
+int optim_set_steps(optim_t *o, int64_t steps, err_t *e);
+
+/* The step control in backend memory (loss scale, found_inf, step count); owned by o. */
+step_ctl_t *optim_ctl(optim_t *o);
 
 /* State arrays (backend memory, net_num_params floats each): sgd with momentum:
  * 1 (momentum_buffer); adamw: 2 (exp_avg, exp_avg_sq); plain sgd: 0. */

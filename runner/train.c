@@ -225,9 +225,25 @@ static int setup_model(trainer_t *t, err_t *e) {
     oo.beta2 = x->optimizer.betas[1];
     oo.eps = x->optimizer.eps;
     if (!(t->opt = optim_create(t->net, &oo, e))) return -1;
-    if (loss_scaler_init(&t->scaler, t->be, t->act_dt, x->amp.init_scale, x->amp.growth_interval, e))
+    if (loss_scaler_init(&t->scaler, t->be, optim_ctl(t->opt), t->act_dt, x->amp.init_scale,
+                         x->amp.growth_interval, e))
         return -1;
-    t->scaler_ready = true;
+    /* The CPU backend computes synchronously, so reading each step back costs nothing;
+     * a GPU reads back once per print interval (at most TRAIN_MAX_WINDOW steps), so the
+     * host can queue the next steps while the device runs. DP waits per micro-batch
+     * anyway. */
+    int window = x->logging.print_every;
+    if (window > TRAIN_MAX_WINDOW) window = TRAIN_MAX_WINDOW;
+    t->window = t->be->kind == BACKEND_CPU || t->dp ? 1 : window;
+    size_t rec_bytes = (size_t)t->window * (2 + 3 * (size_t)t->p->grad_accum) * sizeof(int32_t);
+    if (!(t->step_recs = t->be->ops->alloc(t->be, rec_bytes))) {
+        *e = t->be->err;
+        return -1;
+    }
+    t->host_recs = malloc(rec_bytes);
+    t->pending = calloc((size_t)t->window, sizeof *t->pending);
+    t->pending_loss = calloc((size_t)t->window, sizeof *t->pending_loss);
+    if (!t->host_recs || !t->pending || !t->pending_loss) return err_set(e, ERR_RUNTIME, "out of memory");
     plan_schedule(x, &t->sched);
     return 0;
 }
@@ -253,7 +269,7 @@ static int setup_ddp(trainer_t *t, err_t *e) {
         t->comm = comm_shm_create(t->store, e);
     }
     if (!t->comm) return -1;
-    if (!(t->comm_scratch = t->be->ops->alloc(t->be, 64 * sizeof(float)))) {
+    if (!(t->comm_scratch = t->be->ops->alloc(t->be, (1 + 3 * TRAIN_MAX_WINDOW) * sizeof(float)))) {
         *e = t->be->err;
         return -1;
     }
@@ -427,12 +443,10 @@ static int evaluate(trainer_t *t, err_t *e) {
 
 /* ------------------------------------------------------------------ the step */
 
-typedef struct step_stats {
-    double loss_sum;
-    int64_t correct, samples;
-    double data_wait_s, comm_exposed_s, comm_allreduce_s;
-    bool skipped;
-} step_stats_t;
+/* Words of one step record: loss_scale (float) and found_inf (int32), copied from the
+ * step control after the unscale, then per micro-batch the loss sum (float) and the
+ * top-1/top-5 hits (int32). */
+static int step_rec_words(int grad_accum) { return 2 + 3 * grad_accum; }
 
 /* Starts the training epoch at micro-batch t->start_batch. */
 static int start_train_epoch(trainer_t *t, err_t *e) {
@@ -497,32 +511,49 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     return 1;
 }
 
-/* One optimizer step: n_micro micro-batches, gradient reduction, unscale, optimizer. */
-static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, err_t *e) {
-    memset(st, 0, sizeof *st);
+/* One optimizer step: n_micro micro-batches, gradient reduction, unscale, optimizer,
+ * enqueued without waiting for the device (except where DP or a host-staged
+ * communicator must); the step's numbers are written to the device record rec. */
+static int train_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_step_t *ps, err_t *e) {
+    memset(ps, 0, sizeof *ps);
+    ps->lr = lr;
+    ps->n_micro = n_micro;
+    backend_t *be = t->be;
     if (net_zero_grads(t->net, e)) return -1;
     if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
-    double scale = loss_scaler_scale(&t->scaler);
     float smoothing = (float)t->e->train.label_smoothing;
+    double dp_scale = 1.0;
+    if (t->dp && loss_scaler_scale(&t->scaler, &dp_scale, e)) return -1;
     for (int m = 0; m < n_micro; m++) {
         train_batch_t b;
         int r = next_train_batch(t, &b, e);
         if (r < 0) return -1;
         if (r == 0) return err_set(e, ERR_RUNTIME, "internal: the epoch ended %d micro-batches early", n_micro - m);
-        st->data_wait_s += b.data_wait_s;
-        net_loss_out_t out;
+        ps->data_wait_s += b.data_wait_s;
+        float *loss_dst = (float *)(rec + 2 + 3 * m);
+        int32_t *correct_dst = rec + 3 + 3 * m;
         if (t->dp) {
+            net_loss_out_t out;
             if (dp_forward_backward(t->dp, b.images, b.labels, b.n, b.n * n_micro, smoothing,
-                                    (float)scale, &out, e))
+                                    (float)dp_scale, &out, e))
                 return -1;
+            int32_t words[3];
+            memcpy(&words[0], &out.loss_sum, 4);
+            words[1] = (int32_t)out.correct1;
+            words[2] = (int32_t)out.correct5;
+            if (be->ops->upload(be, loss_dst, words, sizeof words)) {
+                *e = be->err;
+                return -1;
+            }
         } else {
-            float grad_scale = (float)(scale / ((double)b.n * n_micro));
+            float grad_scale = (float)(1.0 / ((double)b.n * n_micro));
             if (t->ddp) {
                 ddp_set_sync(t->ddp, m == n_micro - 1);
                 ddp_begin_backward(t->ddp);
             }
             if (net_forward(t->net, net_input(t->net), b.n, true, &t->hooks, e) ||
-                net_loss(t->net, b.labels, smoothing, grad_scale, &out, e) ||
+                net_loss_async(t->net, b.labels, smoothing, grad_scale, optim_ctl(t->opt), loss_dst, correct_dst,
+                               e) ||
                 net_backward(t->net, &t->hooks, e)) {
                 /* a failed SyncBN hook returns -1 without an err_t: its reason is in ddp */
                 const err_t *he = t->ddp ? ddp_last_error(t->ddp) : NULL;
@@ -531,23 +562,22 @@ static int train_step(trainer_t *t, int n_micro, double lr, step_stats_t *st, er
             }
             if (t->ddp && ddp_finish_step(t->ddp, e)) return -1;
         }
-        st->loss_sum += out.loss_sum;
-        st->correct += out.correct1;
-        st->samples += b.n;
+        ps->samples += b.n;
     }
     if (t->ddp) {
         ddp_timing_t tm;
         ddp_take_timing(t->ddp, &tm);
-        st->comm_exposed_s = tm.exposed_s;
-        st->comm_allreduce_s = tm.allreduce_s;
+        ps->comm_exposed_s = tm.exposed_s;
+        ps->comm_allreduce_s = tm.allreduce_s;
     }
-    bool found_inf = false;
-    if (loss_scaler_unscale(&t->scaler, net_grads(t->net), (int64_t)net_num_params(t->net), &found_inf, e))
+    /* unscale + inf check, the record of the scale used and the verdict, then the update
+     * (skipped on the device after an overflow) and the step-control advance */
+    if (loss_scaler_unscale(&t->scaler, net_grads(t->net), (int64_t)net_num_params(t->net), e)) return -1;
+    if (be->ops->copy(be, rec, optim_ctl(t->opt), 2 * sizeof(int32_t))) {
+        *e = be->err;
         return -1;
-    if (!found_inf && optim_step(t->opt, lr, e)) return -1;
-    loss_scaler_update(&t->scaler, found_inf);
-    st->skipped = found_inf;
-    return 0;
+    }
+    return optim_step(t->opt, lr, e);
 }
 
 static void record_ips(trainer_t *t, double ips) {
@@ -561,21 +591,78 @@ static void record_ips(trainer_t *t, double ips) {
     t->ips[t->n_ips++] = ips;
 }
 
-/* After a step, agrees with the other ranks on what happened: one all-reduce of
- * (stop requested, loss sum, top-1 hits, samples). Every rank then holds the step's
- * global loss and accuracy (so rank 0 logs the numbers of the whole batch, as a single
- * process would, and every rank fails on the same non-finite loss), and every rank stops
- * after the same step when any of them got SIGINT/SIGTERM. Without a communicator the
- * local numbers are kept as they are. */
-static int agree_step(trainer_t *t, step_stats_t *st, bool *stop, err_t *e) {
+/* Reads back the window of steps issued since the last flush (one download, which waits
+ * for the device), agrees with the other ranks on what happened (one all-reduce of the
+ * stop flag and each step's loss sum, top-1 hits and samples: every rank then holds the
+ * global numbers, so rank 0 logs what a single process would, every rank fails on the
+ * same non-finite loss, and every rank stops after the same step when any got
+ * SIGINT/SIGTERM), and hands one row per step to tracking. The window's wall time is
+ * shared equally by its steps (a window of one step on the CPU: its own time). */
+static int flush_window(trainer_t *t, bool *stop, err_t *e) {
+    int np = t->n_pending, words = step_rec_words(t->p->grad_accum);
+    backend_t *be = t->be;
     *stop = train_stop_requested();
-    if (!t->comm) return 0;
-    float v[4] = {*stop ? 1.0f : 0.0f, (float)st->loss_sum, (float)st->correct, (float)st->samples};
-    if (allreduce_small(t, v, 4, e)) return -1;
-    *stop = v[0] > 0.0f;
-    st->loss_sum = v[1];
-    st->correct = (int64_t)v[2];
-    st->samples = (int64_t)v[3];
+    if (be->ops->download(be, t->host_recs, t->step_recs, (size_t)np * words * sizeof(int32_t))) {
+        *e = be->err;
+        return -1;
+    }
+    double window_s = monotonic_seconds() - t->window_t0;
+    float v[1 + 3 * TRAIN_MAX_WINDOW];
+    v[0] = *stop ? 1.0f : 0.0f;
+    for (int i = 0; i < np; i++) {
+        const int32_t *rec = t->host_recs + (size_t)i * words;
+        double loss = 0;
+        int64_t correct = 0;
+        for (int m = 0; m < t->pending[i].n_micro; m++) {
+            float l;
+            memcpy(&l, &rec[2 + 3 * m], sizeof l);
+            loss += l;
+            correct += rec[3 + 3 * m];
+        }
+        v[1 + 3 * i] = (float)loss;
+        v[2 + 3 * i] = (float)correct;
+        v[3 + 3 * i] = (float)t->pending[i].samples;
+        if (!t->comm) t->pending_loss[i] = loss;   /* keep the double sum without a peer */
+    }
+    if (t->comm) {
+        if (allreduce_small(t, v, 1 + 3 * np, e)) return -1;
+        *stop = v[0] > 0.0f;
+        for (int i = 0; i < np; i++) t->pending_loss[i] = v[1 + 3 * i];
+    }
+    int64_t first_step = t->step - np + 1;
+    for (int i = 0; i < np; i++) {
+        const pending_step_t *ps = &t->pending[i];
+        const int32_t *rec = t->host_recs + (size_t)i * words;
+        double loss_sum = t->pending_loss[i];
+        int64_t correct = (int64_t)v[2 + 3 * i], samples = (int64_t)v[3 + 3 * i];
+        float scale;
+        memcpy(&scale, &rec[0], sizeof scale);
+        double dt = window_s / np;
+        int64_t step = first_step + i;
+        t->ep_loss_sum += loss_sum;
+        t->ep_correct += correct;
+        t->ep_samples += samples;
+        double ips = dt > 0 ? (double)samples / dt : 0;
+        record_ips(t, ips);
+        t->sum_step_s += dt;
+        t->sum_comm_exposed_s += ps->comm_exposed_s;
+        t->sum_comm_allreduce_s += ps->comm_allreduce_s;
+        track_step_t row = {
+            .step = step, .epoch = t->epoch + 1, .lr = ps->lr,
+            .loss = samples ? loss_sum / (double)samples : NAN,
+            .top1 = samples ? (double)correct / (double)samples : NAN,
+            .images_per_second = ips, .step_seconds = dt,
+            .compute_seconds = dt - ps->data_wait_s - ps->comm_exposed_s,
+            .comm_exposed_seconds = t->ddp ? ps->comm_exposed_s : NAN,
+            .data_wait_seconds = ps->data_wait_s,
+            .loss_scale = t->scaler.enabled ? (double)scale : NAN};
+        if (track_step(t->track, &row, e)) return -1;
+        if (!isfinite(row.loss))
+            return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
+                           "amp loss scaling", (long long)step, row.loss);
+    }
+    t->n_pending = 0;
+    t->window_t0 = monotonic_seconds();
     return 0;
 }
 
@@ -608,38 +695,19 @@ static int train_loop(trainer_t *t, err_t *e) {
         int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
         if (epoch_end > p->total_steps) epoch_end = p->total_steps;
         bool stopping = false;   /* interrupted at the last step of the epoch */
+        t->n_pending = 0;
+        t->window_t0 = monotonic_seconds();
         while (t->step < epoch_end) {
             int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
             double lr = schedule_lr(&t->sched, t->step, p->steps_per_epoch);
-            double t0 = monotonic_seconds();
-            step_stats_t st;
-            if (train_step(t, n_micro, lr, &st, e)) return -1;
-            double dt = monotonic_seconds() - t0;
-            bool stop;
-            if (agree_step(t, &st, &stop, e)) return -1;   /* st: now over all ranks */
+            int32_t *rec = t->step_recs + (size_t)t->n_pending * step_rec_words(A);
+            if (train_step(t, n_micro, lr, rec, &t->pending[t->n_pending], e)) return -1;
+            t->n_pending++;
             batch += n_micro;
             t->step++;
-            t->ep_loss_sum += st.loss_sum;
-            t->ep_correct += st.correct;
-            t->ep_samples += st.samples;
-            double ips = dt > 0 ? (double)st.samples / dt : 0;
-            record_ips(t, ips);
-            t->sum_step_s += dt;
-            t->sum_comm_exposed_s += st.comm_exposed_s;
-            t->sum_comm_allreduce_s += st.comm_allreduce_s;
-            track_step_t row = {
-                .step = t->step, .epoch = t->epoch + 1, .lr = lr,
-                .loss = st.samples ? st.loss_sum / (double)st.samples : NAN,
-                .top1 = st.samples ? (double)st.correct / (double)st.samples : NAN,
-                .images_per_second = ips, .step_seconds = dt,
-                .compute_seconds = dt - st.data_wait_s - st.comm_exposed_s,
-                .comm_exposed_seconds = t->ddp ? st.comm_exposed_s : NAN,
-                .data_wait_seconds = st.data_wait_s,
-                .loss_scale = t->scaler.enabled ? loss_scaler_scale(&t->scaler) : NAN};
-            if (track_step(t->track, &row, e)) return -1;
-            if (!isfinite(row.loss))
-                return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
-                               "amp loss scaling", (long long)t->step, row.loss);
+            if (t->n_pending < t->window && t->step < epoch_end) continue;
+            bool stop;
+            if (flush_window(t, &stop, e)) return -1;   /* numbers now over all ranks */
             if (stop && batch >= p->batches_per_epoch) {
                 /* interrupted by the epoch's last step: finish the epoch first (evaluation,
                  * metrics row, epoch checkpoint with the epoch sums reset), or its row
@@ -755,8 +823,11 @@ static void trainer_teardown(trainer_t *t) {
     comm_free(t->comm);
     store_close(t->store);
     if (t->srv) store_server_stop(t->srv);
+    if (t->step_recs) t->be->ops->release(t->be, t->step_recs);
+    free(t->host_recs);
+    free(t->pending);
+    free(t->pending_loss);
     optim_free(t->opt);
-    if (t->scaler_ready) loss_scaler_deinit(&t->scaler);
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
     for (int i = 0; i < TRAIN_MAX_REPLICAS; i++) {

@@ -17,7 +17,17 @@
 #include "runner/track/track.h"
 #include "runner/train.h"
 
-enum { TRAIN_MAX_REPLICAS = 16 };
+enum { TRAIN_MAX_REPLICAS = 16, TRAIN_MAX_WINDOW = 32 };
+
+/* What the host keeps of a step until its window of steps is read back (flush_window in
+ * train.c); the loss, hits, loss scale and overflow flag stay on the device until then,
+ * in the step's record of step_recs. */
+typedef struct pending_step {
+    double lr;
+    int n_micro;
+    int64_t samples;
+    double data_wait_s, comm_exposed_s, comm_allreduce_s;
+} pending_step_t;
 
 typedef struct trainer {
     const experiment_t *e;
@@ -36,7 +46,6 @@ typedef struct trainer {
     dp_t *dp;
     optim_t *opt;
     loss_scaler_t scaler;
-    bool scaler_ready;
     schedule_t sched;
     dtype_t act_dt;
 
@@ -74,6 +83,16 @@ typedef struct trainer {
     bool already_finished;                  /* resumed a run that had no steps left */
     double *ips;                            /* images/s of every step (median for summary) */
     int64_t n_ips, cap_ips;
+    /* steps issued but not yet read back: each writes its loss, hits, loss scale and
+     * overflow flag into its record on the device (step_recs); flush_window reads a whole
+     * window at once, so the host waits for the device once per window, not per step */
+    int window;                             /* steps per read-back: 1 on the CPU */
+    int n_pending;
+    pending_step_t *pending;                /* window entries */
+    double *pending_loss;                   /* window entries: the steps' loss sums */
+    int32_t *step_recs;                     /* backend memory: window records */
+    int32_t *host_recs;                     /* their host copy */
+    double window_t0;                       /* when the window's first step was issued */
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
     double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;

@@ -35,7 +35,8 @@ static void host_state_free(host_state_t *h) {
     for (int i = 0; i < h->n_optim; i++) free(h->optim[i]);
 }
 
-static char *meta_json(trainer_t *t) {
+/* scale, tracker, opt_steps: the step control's values, read by the caller. */
+static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_steps) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -65,12 +66,9 @@ static char *meta_json(trainer_t *t) {
     jw_knum(&w, "val_top1", t->val_top1);
     jw_knum(&w, "epoch_seconds_sum", t->epoch_seconds_sum);
     jw_kint(&w, "epochs_timed", t->epochs_timed);
-    double scale;
-    int64_t tracker;
-    loss_scaler_get_state(&t->scaler, &scale, &tracker);
     jw_knum(&w, "loss_scale", scale);
     jw_kint(&w, "growth_tracker", tracker);
-    jw_kint(&w, "optim_steps", optim_steps(t->opt));
+    jw_kint(&w, "optim_steps", opt_steps);
     jw_kstr(&w, "wandb_run_id", t->wandb_run_id);
     jw_key(&w, "bn_counters");
     jw_arr_begin(&w);
@@ -101,7 +99,10 @@ int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e) {
             goto out;
         }
     }
-    meta = meta_json(t);
+    double scale;
+    int64_t tracker, opt_steps;
+    if (loss_scaler_get_state(&t->scaler, &scale, &tracker, e) || optim_steps(t->opt, &opt_steps, e)) goto out;
+    meta = meta_json(t, scale, tracker, opt_steps);
     yaml = config_yaml_string(t->e, &ylen);
     if (!meta || !yaml) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); goto out; }
     ckpt_section_t s[8];
@@ -257,9 +258,10 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     int64_t *counters = net_counters(t->net);
     for (int i = 0; cn && cn->type == JSON_ARRAY && i < (int)cn->count && i < net_num_counters(t->net); i++)
         counters[i] = (int64_t)cn->items[i]->number;
-    optim_set_steps(t->opt, (int64_t)json_get_number(m, "optim_steps", 0));
-    loss_scaler_set_state(&t->scaler, json_get_number(m, "loss_scale", 1),
-                          (int64_t)json_get_number(m, "growth_tracker", 0));
+    if (optim_set_steps(t->opt, (int64_t)json_get_number(m, "optim_steps", 0), e) ||
+        loss_scaler_set_state(&t->scaler, json_get_number(m, "loss_scale", 1),
+                              (int64_t)json_get_number(m, "growth_tracker", 0), e))
+        goto out;
     t->step = (int64_t)json_get_number(m, "step", 0);
     t->epoch = (int)json_get_number(m, "epoch", 0);
     t->start_batch = (int64_t)json_get_number(m, "start_batch", 0);

@@ -225,6 +225,7 @@ static const backend_ops_t cpu_ops = {
     .softmax_xent = cpu_softmax_xent,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
+    .step_ctl_update = cpu_step_ctl_update,
     .cast = cpu_cast,
     .unscale_check_finite = cpu_unscale_check_finite,
     .scale = cpu_scale,

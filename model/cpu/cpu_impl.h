@@ -125,17 +125,17 @@ int cpu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void
                    const void *w, const void *dy, void *dx, float *dw, float *db);
 int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                      const int32_t *labels, float smoothing, float grad_scale,
-                     void *dlogits, float *loss_sum, int32_t *correct);
-int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
-                 float momentum, float dampening, float weight_decay, bool nesterov,
-                 bool first_step);
+                     const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
+int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
+                 double momentum, double dampening, double weight_decay, bool nesterov,
+                 const step_ctl_t *ctl);
 int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
-                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                   int64_t step);
+                   double lr, double beta1, double beta2, double eps, double weight_decay,
+                   const step_ctl_t *ctl);
+int cpu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
 int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
              dtype_t dst_dt);
-int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
-                             int32_t *found_inf);
+int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
 int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
 
 /* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */

@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "model/cpu/cpu_impl.h"
+#include "model/step_ctl.h"
 
 #define EW_GRAIN 32768   /* elements per elementwise task */
 
@@ -124,60 +125,55 @@ int cpu_scale(backend_t *be, int64_t n, float *x, float alpha) {
     return 0;
 }
 
-int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
-                             int32_t *found_inf) {
+int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl) {
     int nc = cpu_nchunks(n, EW_GRAIN);
     int32_t *flags = (int32_t *)cpu_scratch(cpu_of(be), (size_t)nc + 1);
     if (!flags) return -1;
-    ew_task_t t = {.op = EW_UNSCALE, .n = n, .y = g, .alpha = inv_scale, .flags = flags};
+    /* inv_scale in fp32 as GradScaler computes it (scale.double().reciprocal().float()) */
+    float inv = (float)(1.0 / (double)ctl->loss_scale);
+    ew_task_t t = {.op = EW_UNSCALE, .n = n, .y = g, .alpha = inv, .flags = flags};
     ew_run(be, &t);
     for (int i = 0; i < nc; i++)
-        if (flags[i]) found_inf[0] = 1;
+        if (flags[i]) ctl->found_inf = 1;
     return 0;
 }
 
-/* The shortest decimal that rounds to f, as a double: the value the user wrote (0.999)
- * rather than its float (0.99900001). torch keeps optimizer hyperparameters as Python
- * doubles and forms 1 - beta, lr / bias_correction, ... in double before the tensor op
- * casts the result to float; doing the same here keeps us within an ulp of torch. */
-static double decimal_of(float f) {
-    char buf[32];
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
-
-int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
-                 float momentum, float dampening, float weight_decay, bool nesterov,
-                 bool first_step) {
-    if (momentum != 0.0f && !buf)
+/* The hyperparameters arrive as the doubles torch holds (Python floats); torch forms
+ * 1 - dampening, 1 - lr*wd, lr / bias_correction, ... in double and casts the result to
+ * float when a tensor op applies it, and so does this. */
+int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
+                 double momentum, double dampening, double weight_decay, bool nesterov,
+                 const step_ctl_t *ctl) {
+    if (momentum != 0.0 && !buf)
         return err_set(&be->err, ERR_RUNTIME, "cpu sgd_step: momentum without a buffer");
-    ew_task_t t = {.op = EW_SGD, .n = n, .a = g, .y = p, .buf = buf, .lr = lr,
-                   .momentum = momentum, .wd = weight_decay,
-                   .one_minus_damp = (float)(1.0 - decimal_of(dampening)),
-                   .nesterov = nesterov, .first = first_step};
+    if (ctl->found_inf) return 0;
+    ew_task_t t = {.op = EW_SGD, .n = n, .a = g, .y = p, .buf = buf, .lr = (float)lr,
+                   .momentum = (float)momentum, .wd = (float)weight_decay,
+                   .one_minus_damp = (float)(1.0 - dampening),
+                   .nesterov = nesterov, .first = ctl->optim_steps == 0};
     ew_run(be, &t);
     return 0;
 }
 
 int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
-                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                   int64_t step) {
-    if (step < 1) return err_set(&be->err, ERR_RUNTIME, "cpu adamw_step: step %lld < 1",
-                                 (long long)step);
-    /* the scalars are Python floats (double) in torch, cast to float when applied */
-    double b1 = decimal_of(beta1), b2 = decimal_of(beta2), lrd = decimal_of(lr);
-    double bc1 = 1.0 - pow(b1, (double)step);
-    double bc2 = 1.0 - pow(b2, (double)step);
+                   double lr, double beta1, double beta2, double eps, double weight_decay,
+                   const step_ctl_t *ctl) {
+    if (ctl->found_inf) return 0;
+    double step = (double)(ctl->optim_steps + 1);
+    double bc1 = 1.0 - pow(beta1, step);
+    double bc2 = 1.0 - pow(beta2, step);
     ew_task_t t = {.op = EW_ADAMW, .n = n, .a = g, .y = p, .m = m, .v = v,
-                   .decay = (float)(1.0 - lrd * decimal_of(weight_decay)),
-                   .beta1 = beta1, .beta2 = beta2, .eps = eps,
-                   .one_minus_b1 = (float)(1.0 - b1), .one_minus_b2 = (float)(1.0 - b2),
-                   .step_size = (float)(lrd / bc1), .bc2_sqrt = (float)sqrt(bc2)};
+                   .decay = (float)(1.0 - lr * weight_decay),
+                   .beta1 = (float)beta1, .beta2 = (float)beta2, .eps = (float)eps,
+                   .one_minus_b1 = (float)(1.0 - beta1), .one_minus_b2 = (float)(1.0 - beta2),
+                   .step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2)};
     ew_run(be, &t);
+    return 0;
+}
+
+int cpu_step_ctl_update(backend_t *be, step_ctl_t *ctl) {
+    (void)be;
+    step_ctl_advance(ctl);
     return 0;
 }
 
@@ -322,7 +318,7 @@ static void xent_chunk(void *argp, int chunk) {
 
 int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                      const int32_t *labels, float smoothing, float grad_scale,
-                     void *dlogits, float *loss_sum, int32_t *correct) {
+                     const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct) {
     if (n < 1 || classes < 1)
         return err_set(&be->err, ERR_RUNTIME, "cpu softmax_xent: n=%d classes=%d", n, classes);
     for (int i = 0; i < n; i++)
@@ -332,6 +328,7 @@ int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *
                            labels[i], i, classes);
     double *ws = (double *)cpu_scratch(cpu_of(be), (size_t)n * 3);
     if (!ws) return -1;
+    if (ctl) grad_scale *= ctl->loss_scale;
     xent_task_t t = {n, classes, dt, logits, labels, smoothing, grad_scale, dlogits, ws,
                      (int32_t *)(ws + n)};
     cpu_pool_run(&cpu_of(be)->pool, cpu_nchunks(n, XENT_ROWS), xent_chunk, &t);

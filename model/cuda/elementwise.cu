@@ -99,25 +99,28 @@ __global__ void cast_k(int64_t n, const S *__restrict__ src, D *__restrict__ dst
 /* g *= inv; any non-finite product sets *found (every writer writes 1, so the race is
  * benign; one write per block at most). */
 template <int N>
-__global__ void unscale_k(int64_t n, float *__restrict__ g, float inv, int32_t *found) {
+__global__ void unscale_k(int64_t n, float *__restrict__ g, step_ctl_t *ctl) {
+    /* inv_scale in fp32 as GradScaler computes it (scale.double().reciprocal().float());
+     * the check looks at the value before scaling, as torch's does */
+    float inv = (float)(1.0 / (double)ctl->loss_scale);
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     bool bad = false;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<float, N> a = reinterpret_cast<pack_t<float, N> *>(g)[i];
 #pragma unroll
         for (int k = 0; k < N; k++) {
-            a.v[k] *= inv;
             bad |= !isfinite(a.v[k]);
+            a.v[k] *= inv;
         }
         reinterpret_cast<pack_t<float, N> *>(g)[i] = a;
     }
     if (blockIdx.x == 0)
         for (int64_t i = nv * N + threadIdx.x; i < n; i += blockDim.x) {
-            float v = g[i] * inv;
-            g[i] = v;
+            float v = g[i];
             bad |= !isfinite(v);
+            g[i] = v * inv;
         }
-    if (__syncthreads_or(bad) && threadIdx.x == 0) *found = 1;
+    if (__syncthreads_or(bad) && threadIdx.x == 0) ctl->found_inf = 1;
 }
 
 template <int N>
@@ -213,15 +216,14 @@ int cu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst
     return 0;
 }
 
-int cu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
-                            int32_t *found_inf) {
+int cu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl) {
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
     if (cb_aligned(g, 16))
-        unscale_k<4><<<cb_blocks(cb, n / 4 + 1, 256), 256, 0, cb->stream>>>(n, g, inv_scale, found_inf);
+        unscale_k<4><<<cb_blocks(cb, n / 4 + 1, 256), 256, 0, cb->stream>>>(n, g, ctl);
     else
-        unscale_k<1><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, g, inv_scale, found_inf);
+        unscale_k<1><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, g, ctl);
     KERNEL_CHECK(cb, "unscale_k");
     return 0;
 }

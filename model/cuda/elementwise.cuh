@@ -14,8 +14,7 @@ int cu_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, v
 int cu_avgpool_fwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
 int cu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
 int cu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst, dtype_t dst_dt);
-int cu_unscale_check_finite(backend_t *be, int64_t n, float *g, float inv_scale,
-                            int32_t *found_inf);
+int cu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
 int cu_scale(backend_t *be, int64_t n, float *x, float alpha);
 /* dw[i] += (float)src[i] for i < n; src of src_dt (any dtype). */
 int cu_accumulate(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);

@@ -3,7 +3,7 @@
  *
  * Per row i with label l, C classes, smoothing s, lse = log(sum_j exp(x_j)):
  *   loss_i = lse - (1 - s) * x_l - (s / C) * sum_j x_j
- *   dlogits_ij = grad_scale * (softmax_ij - (1 - s) * [j == l] - s / C)
+ *   dlogits_ij = grad_scale * [ctl->loss_scale] * (softmax_ij - (1 - s) * [j == l] - s / C)
  * Rank of the label: #{j : x_j > x_l} + #{j < l : x_j == x_l} (ties go to the lower
  * index, as argmax does); top-1 hit when rank < 1, top-5 when rank < 5. A label out of
  * [0, C) makes that row's loss NaN and its gradient zero (net_loss checks labels on the
@@ -34,7 +34,8 @@ struct op_addi { __device__ int operator()(int a, int b) const { return a + b; }
 
 template <typename T>
 __global__ void xent_row_k(int classes, const T *logits, const int32_t *labels, float smoothing,
-                           float grad_scale, T *dlogits, float *row_loss, int32_t *row_hits) {
+                           float grad_scale, const step_ctl_t *ctl, T *dlogits, float *row_loss,
+                           int32_t *row_hits) {
     __shared__ float redf[32];
     __shared__ int redi[32];
     int row = blockIdx.x;
@@ -65,6 +66,7 @@ __global__ void xent_row_k(int classes, const T *logits, const int32_t *labels, 
 
     float lse = mx + logf(se), inv_se = 1.0f / se, sc = smoothing / (float)classes;
     if (dlogits) {
+        if (ctl) grad_scale *= ctl->loss_scale;
         T *d = dlogits + (int64_t)row * classes;
         for (int j = threadIdx.x; j < classes; j += blockDim.x) {
             float p = expf(to_f32(x[j]) - mx) * inv_se;
@@ -111,8 +113,8 @@ __global__ void xent_sum_k(int n, const float *row_loss, const int32_t *row_hits
 }
 
 int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
-                    const int32_t *labels, float smoothing, float grad_scale, void *dlogits,
-                    float *loss_sum, int32_t *correct) {
+                    const int32_t *labels, float smoothing, float grad_scale,
+                    const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct) {
     cuda_be_t *cb = cb_of(be);
     if (n <= 0 || classes <= 0)
         return cb_fail(cb, "softmax_xent: empty batch (n %d, classes %d)", n, classes);
@@ -123,7 +125,7 @@ int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *l
     int32_t *row_hits = (int32_t *)((char *)cb->scratch.p + (((size_t)n * sizeof(float) + 255) & ~(size_t)255));
     int threads = classes <= 128 ? 128 : (classes <= 512 ? 256 : 512);
     DISPATCH_DT(cb, dt, T, xent_row_k<T><<<n, threads, 0, cb->stream>>>(
-        classes, (const T *)logits, labels, smoothing, grad_scale, (T *)dlogits, row_loss, row_hits));
+        classes, (const T *)logits, labels, smoothing, grad_scale, ctl, (T *)dlogits, row_loss, row_hits));
     KERNEL_CHECK(cb, "xent_row_k");
     xent_sum_k<<<1, 256, 0, cb->stream>>>(n, row_loss, row_hits, loss_sum, correct);
     KERNEL_CHECK(cb, "xent_sum_k");

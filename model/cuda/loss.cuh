@@ -7,7 +7,7 @@
 #include "model/backend.h"
 
 int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
-                    const int32_t *labels, float smoothing, float grad_scale, void *dlogits,
-                    float *loss_sum, int32_t *correct);
+                    const int32_t *labels, float smoothing, float grad_scale,
+                    const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
 
 #endif

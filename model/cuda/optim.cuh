@@ -1,16 +1,19 @@
 /* optim.cuh: torch.optim.SGD and torch.optim.AdamW steps over flat fp32 arrays on the GPU
- * (backend_ops_t.sgd_step / adamw_step). Not here: learning-rate schedules, AMP skipping.
+ * (backend_ops_t.sgd_step / adamw_step), skipped on the device when the step control
+ * says found_inf, and the step control update (backend_ops_t.step_ctl_update).
+ * Not here: learning-rate schedules.
  */
 #ifndef RUNNER_MODEL_CUDA_OPTIM_CUH
 #define RUNNER_MODEL_CUDA_OPTIM_CUH
 
 #include "model/backend.h"
 
-int cu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, float lr,
-                float momentum, float dampening, float weight_decay, bool nesterov,
-                bool first_step);
+int cu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                const step_ctl_t *ctl);
 int cu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, float *v,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  int64_t step);
+                  double lr, double beta1, double beta2, double eps, double weight_decay,
+                  const step_ctl_t *ctl);
+int cu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
 
 #endif

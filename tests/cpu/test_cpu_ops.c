@@ -208,7 +208,7 @@ static void xent_case(float smoothing) {
     double zd[NB * CL];
     for (int i = 0; i < NB * CL; i++) zd[i] = z[i];
     float gs = 0.25f;
-    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, smoothing, gs, d, &loss,
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, smoothing, gs, NULL, d, &loss,
                                       correct), 0);
     CHECK_NEAR(loss, ref_xent(zd, lab, NB, CL, smoothing), 1e-6, 1e-6);
     for (int i = 0; i < NB * CL; i++) {
@@ -220,9 +220,16 @@ static void xent_case(float smoothing) {
         zd[i] = keep;
         CHECK_NEAR(d[i], gs * (lp - lm) / (2 * h), 1e-6, 1e-4);
     }
+    /* with a step control the factor is grad_scale * loss_scale: 1024 * the above */
+    step_ctl_t ctl = {.loss_scale = 1024.0f};
+    float d2[NB * CL], loss3;
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, smoothing, gs, &ctl, d2, &loss3,
+                                      correct), 0);
+    CHECK(loss3 == loss);
+    for (int i = 0; i < NB * CL; i++) CHECK(d2[i] == d[i] * 1024.0f);
     /* evaluation: no gradient */
     float loss2;
-    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, smoothing, 1.0f, NULL,
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, smoothing, 1.0f, NULL, NULL,
                                       &loss2, correct), 0);
     CHECK(loss2 == loss);
 }
@@ -240,18 +247,18 @@ static void test_topk(void) {
     };
     int32_t lab[4] = {0, 2, 5, 3}, correct[2] = {-1, -1};
     float loss;
-    CHECK_INT(g_be->ops->softmax_xent(g_be, 4, 7, DT_F32, z, lab, 0, 1, NULL, &loss, correct), 0);
+    CHECK_INT(g_be->ops->softmax_xent(g_be, 4, 7, DT_F32, z, lab, 0, 1, NULL, NULL, &loss, correct), 0);
     CHECK_INT(correct[0], 1);
     CHECK_INT(correct[1], 3);
     /* fewer than 5 classes: every sample is a top-5 hit */
     float z3[2 * 3] = {0, 1, 2, 2, 1, 0};
     int32_t lab3[2] = {0, 0};
-    CHECK_INT(g_be->ops->softmax_xent(g_be, 2, 3, DT_F32, z3, lab3, 0, 1, NULL, &loss, correct), 0);
+    CHECK_INT(g_be->ops->softmax_xent(g_be, 2, 3, DT_F32, z3, lab3, 0, 1, NULL, NULL, &loss, correct), 0);
     CHECK_INT(correct[0], 1);
     CHECK_INT(correct[1], 2);
     /* a label outside [0, classes) is bad input */
     int32_t badlab[2] = {0, 3};
-    CHECK_INT(g_be->ops->softmax_xent(g_be, 2, 3, DT_F32, z3, badlab, 0, 1, NULL, &loss,
+    CHECK_INT(g_be->ops->softmax_xent(g_be, 2, 3, DT_F32, z3, badlab, 0, 1, NULL, NULL, &loss,
                                       correct), -1);
     CHECK_INT(g_be->err.code, ERR_INPUT);
     CHECK_CONTAINS(g_be->err.msg, "label 3 of sample 1");
@@ -260,12 +267,16 @@ static void test_topk(void) {
 static const float grads[3][4] = {{0.1f, -0.2f, 0.3f, 0.0f}, {0.5f, 0.25f, -1.0f, 2.0f},
                                   {-0.3f, 0.7f, 0.05f, -1.5f}};
 
-static void sgd_case(float lr, float mom, float damp, float wd, bool nesterov,
+/* Three steps through the step control, as optim.c drives them. */
+static void sgd_case(double lr, double mom, double damp, double wd, bool nesterov,
                      const double *want_p, const double *want_buf) {
     float p[4] = {1.0f, -2.0f, 0.5f, 3.0f}, buf[4] = {0};
-    for (int s = 0; s < 3; s++)
-        CHECK_INT(g_be->ops->sgd_step(g_be, 4, p, grads[s], buf, lr, mom, damp, wd, nesterov,
-                                      s == 0), 0);
+    step_ctl_t ctl = {.loss_scale = 1.0f};
+    for (int s = 0; s < 3; s++) {
+        CHECK_INT(g_be->ops->sgd_step(g_be, 4, p, grads[s], buf, lr, mom, damp, wd, nesterov, &ctl), 0);
+        CHECK_INT(g_be->ops->step_ctl_update(g_be, &ctl), 0);
+    }
+    CHECK_INT(ctl.optim_steps, 3);
     for (int i = 0; i < 4; i++) {
         CHECK_NEAR(p[i], want_p[i], 1e-7, 1e-6);
         if (want_buf) CHECK_NEAR(buf[i], want_buf[i], 1e-7, 1e-6);
@@ -274,29 +285,43 @@ static void sgd_case(float lr, float mom, float damp, float wd, bool nesterov,
 
 /* Trajectories printed by torch.optim.SGD (PyTorch 1.13), p0 = [1, -2, 0.5, 3]. */
 static void test_sgd(void) {
-    sgd_case(0.1f, 0.9f, 0, 0, false, (double[]){0.907899976, -2.06329989, 0.603699982, 2.76999998},
+    sgd_case(0.1, 0.9, 0, 0, false, (double[]){0.907899976, -2.06329989, 0.603699982, 2.76999998},
              (double[]){0.230999947, 0.763000011, -0.606999993, 0.299999952});
-    sgd_case(0.1f, 0.9f, 0, 0.01f, true,
+    sgd_case(0.1, 0.9, 0, 0.01, true,
              (double[]){0.879358292, -2.1160152, 0.654260159, 2.71961665},
              (double[]){0.256645173, 0.709334552, -0.592906475, 0.377310395});
-    sgd_case(0.1f, 0.9f, 0.5f, 0.05f, false,
+    sgd_case(0.1, 0.9, 0.5, 0.05, false,
              (double[]){0.91981113, -1.96321607, 0.500986695, 2.82301092},
              (double[]){0.242263407, 0.126410604, -0.139054209, 0.410263419});
-    sgd_case(0.1f, 0, 0, 0.1f, false,
+    sgd_case(0.1, 0, 0, 0.1, false,
              (double[]){0.940998018, -2.01574588, 0.549746513, 2.86289692}, NULL);
     /* first step by hand: buf = g + wd*p, p -= lr*buf (dampening ignored on step 1) */
     float p[1] = {2.0f}, g[1] = {0.5f}, buf[1] = {123.0f};
-    CHECK_INT(g_be->ops->sgd_step(g_be, 1, p, g, buf, 0.1f, 0.9f, 0.5f, 0.25f, false, true), 0);
+    step_ctl_t ctl = {.loss_scale = 1.0f};
+    CHECK_INT(g_be->ops->sgd_step(g_be, 1, p, g, buf, 0.1, 0.9, 0.5, 0.25, false, &ctl), 0);
     CHECK_NEAR(buf[0], 1.0, 1e-7, 0);
     CHECK_NEAR(p[0], 1.9, 1e-7, 0);
+    /* an overflowed step writes nothing and is not counted; the next one is still the
+     * first (momentum buffer = gradient) */
+    float p2[1] = {2.0f}, buf2[1] = {123.0f};
+    step_ctl_t skip = {.loss_scale = 1.0f, .found_inf = 1};
+    CHECK_INT(g_be->ops->sgd_step(g_be, 1, p2, g, buf2, 0.1, 0.9, 0.5, 0.25, false, &skip), 0);
+    CHECK(p2[0] == 2.0f && buf2[0] == 123.0f);
+    CHECK_INT(g_be->ops->step_ctl_update(g_be, &skip), 0);
+    CHECK_INT(skip.optim_steps, 0);
+    skip.found_inf = 0;
+    CHECK_INT(g_be->ops->sgd_step(g_be, 1, p2, g, buf2, 0.1, 0.9, 0.5, 0.25, false, &skip), 0);
+    CHECK(p2[0] == p[0] && buf2[0] == buf[0]);
 }
 
-static void adamw_case(float lr, float b1, float b2, float eps, float wd, const double *want_p,
+static void adamw_case(double lr, double b1, double b2, double eps, double wd, const double *want_p,
                        const double *want_m, const double *want_v) {
     float p[4] = {1.0f, -2.0f, 0.5f, 3.0f}, m[4] = {0}, v[4] = {0};
-    for (int s = 0; s < 3; s++)
-        CHECK_INT(g_be->ops->adamw_step(g_be, 4, p, grads[s], m, v, lr, b1, b2, eps, wd, s + 1),
-                  0);
+    step_ctl_t ctl = {.loss_scale = 1.0f};
+    for (int s = 0; s < 3; s++) {
+        CHECK_INT(g_be->ops->adamw_step(g_be, 4, p, grads[s], m, v, lr, b1, b2, eps, wd, &ctl), 0);
+        CHECK_INT(g_be->ops->step_ctl_update(g_be, &ctl), 0);
+    }
     for (int i = 0; i < 4; i++) {
         CHECK_NEAR(p[i], want_p[i], 1e-7, 1e-6);
         CHECK_NEAR(m[i], want_m[i], 1e-9, 1e-6);
@@ -306,18 +331,24 @@ static void adamw_case(float lr, float b1, float b2, float eps, float wd, const 
 
 /* Trajectories printed by torch.optim.AdamW (PyTorch 1.13). */
 static void test_adamw(void) {
-    adamw_case(0.01f, 0.9f, 0.999f, 1e-8f, 0.1f,
+    adamw_case(0.01, 0.9, 0.999, 1e-8, 0.1,
                (double[]){0.975925922, -1.99198484, 0.497431427, 2.98280859},
                (double[]){0.0230999961, 0.0763000026, -0.0606999956, 0.02999999},
                (double[]){0.000349730049, 0.000592357537, 0.00109132018, 0.00624600006});
-    adamw_case(0.1f, 0.8f, 0.99f, 1e-3f, 0.0f,
+    adamw_case(0.1, 0.8, 0.99, 1e-3, 0.0,
                (double[]){0.792475998, -1.99323952, 0.495177716, 2.91885209},
                (double[]){0.0328000039, 0.154400006, -0.111599997, 0.0200000182},
                (double[]){0.00347301015, 0.00591078959, 0.0108070904, 0.0621000007});
     /* step 1 by hand: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2: p -= lr*g/(|g|+eps) */
     float p[1] = {1.0f}, g[1] = {0.5f}, m[1] = {0}, v[1] = {0};
-    CHECK_INT(g_be->ops->adamw_step(g_be, 1, p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1), 0);
+    step_ctl_t ctl = {.loss_scale = 1.0f};
+    CHECK_INT(g_be->ops->adamw_step(g_be, 1, p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, &ctl), 0);
     CHECK_NEAR(p[0], 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-7, 0);
+    /* skipped on found_inf: nothing written */
+    ctl.found_inf = 1;
+    CHECK_INT(g_be->ops->adamw_step(g_be, 1, p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, &ctl), 0);
+    CHECK_NEAR(p[0], 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-7, 0);
+    CHECK(m[0] == 0.05f);
 }
 
 /* The bulk rounding (vectorised) gives exactly util/half.h's bits on random values of
@@ -372,24 +403,31 @@ static void test_cast_unscale(void) {
     CHECK(src[1] == 65536.0f);
 
     float g[4] = {2.0f, -4.0f, 8.0f, 1.0f};
-    int32_t found = 0;
-    CHECK_INT(ops->unscale_check_finite(g_be, 4, g, 0.5f, &found), 0);
-    CHECK_INT(found, 0);
+    step_ctl_t ctl = {.loss_scale = 2.0f};
+    CHECK_INT(ops->unscale_check_finite(g_be, 4, g, &ctl), 0);
+    CHECK_INT(ctl.found_inf, 0);
     CHECK(g[0] == 1.0f && g[1] == -2.0f && g[2] == 4.0f && g[3] == 0.5f);
     enum { N = 100000 };
     float *big = falloc(N);
     big[N - 7] = INFINITY;
-    CHECK_INT(ops->unscale_check_finite(g_be, N, big, 0.5f, &found), 0);
-    CHECK_INT(found, 1);
-    found = 0;
+    CHECK_INT(ops->unscale_check_finite(g_be, N, big, &ctl), 0);
+    CHECK_INT(ctl.found_inf, 1);
+    ctl.found_inf = 0;
     big[N - 7] = 0;
     big[3] = NAN;
-    CHECK_INT(ops->unscale_check_finite(g_be, N, big, 0.5f, &found), 0);
-    CHECK_INT(found, 1);
+    CHECK_INT(ops->unscale_check_finite(g_be, N, big, &ctl), 0);
+    CHECK_INT(ctl.found_inf, 1);
     /* found_inf is only ever set, never cleared */
     big[3] = 0;
-    CHECK_INT(ops->unscale_check_finite(g_be, N, big, 0.5f, &found), 0);
-    CHECK_INT(found, 1);
+    CHECK_INT(ops->unscale_check_finite(g_be, N, big, &ctl), 0);
+    CHECK_INT(ctl.found_inf, 1);
+    /* the check looks at each value before scaling, as torch's does: with scale 1/4 a
+     * large finite gradient becomes inf when unscaled and is not reported */
+    float huge[1] = {3.0e38f};
+    step_ctl_t small = {.loss_scale = 0.25f};
+    CHECK_INT(ops->unscale_check_finite(g_be, 1, huge, &small), 0);
+    CHECK_INT(small.found_inf, 0);
+    CHECK(isinf(huge[0]));
     free(big);
 }
 

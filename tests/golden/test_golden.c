@@ -258,7 +258,9 @@ static void run_optimizer(optim_kind_t kind, int steps, const char *prefix, doub
         fwd_bwd(&c, &lo);
         CHECK_INT(optim_step(o, lr, &e), 0);
     }
-    CHECK_INT(optim_steps(o), steps);
+    int64_t taken = -1;
+    CHECK_INT(optim_steps(o, &taken, &e), 0);
+    CHECK_INT(taken, steps);
     CHECK_INT(net_download_params(c.net, c.hp, &e), 0);
     CHECK_INT(net_download_buffers(c.net, c.hb, &e), 0);
     compare(&c, prefix, false, true, true, tol);

@@ -115,7 +115,7 @@ static void check_xent(dtype_t dt, int classes, float smoothing) {
         lab[i] = be->ops->alloc(be, sizeof labels);
         cor[i] = be->ops->alloc(be, 2 * sizeof(int32_t));
         OK(be, be->ops->upload(be, lab[i], labels, sizeof labels));
-        OK(be, be->ops->softmax_xent(be, n, classes, dt, S(lg), (int32_t *)lab[i], smoothing, 0.5f,
+        OK(be, be->ops->softmax_xent(be, n, classes, dt, S(lg), (int32_t *)lab[i], smoothing, 0.5f, NULL,
                                      S(dl), (float *)S(loss), (int32_t *)cor[i]));
         OK(be, be->ops->download(be, got[i], cor[i], sizeof got[i]));
         OK(be, be->ops->download(be, &lsum[i], S(loss), sizeof(float)));
@@ -129,7 +129,7 @@ static void check_xent(dtype_t dt, int classes, float smoothing) {
     int32_t ev[2];
     float el;
     OK(p.gpu, p.gpu->ops->softmax_xent(p.gpu, n, classes, dt, lg.g, (int32_t *)lab[1], smoothing, 0.5f,
-                                       NULL, (float *)loss.g, (int32_t *)cor[1]));
+                                       NULL, NULL, (float *)loss.g, (int32_t *)cor[1]));
     OK(p.gpu, p.gpu->ops->download(p.gpu, ev, cor[1], sizeof ev));
     OK(p.gpu, p.gpu->ops->download(p.gpu, &el, loss.g, sizeof el));
     CHECK_INT(ev[0], got[0][0]);
@@ -149,36 +149,101 @@ static void test_softmax_xent(void) {
     check_xent(DT_BF16, 1000, 0.0f);
 }
 
+/* A step control in backend memory with the given count and verdict. */
+static step_ctl_t *ctl_new(backend_t *be, int64_t steps, int32_t found_inf, float scale) {
+    step_ctl_t h = {.loss_scale = scale, .found_inf = found_inf, .growth_interval = 0,
+                    .growth_factor = 2.0f, .backoff_factor = 0.5f, .optim_steps = steps};
+    step_ctl_t *c = (step_ctl_t *)be->ops->alloc(be, sizeof h);
+    OK(be, be->ops->upload(be, c, &h, sizeof h));
+    return c;
+}
+
+static step_ctl_t ctl_get(backend_t *be, const step_ctl_t *c) {
+    step_ctl_t h;
+    OK(be, be->ops->download(be, &h, c, sizeof h));
+    return h;
+}
+
+/* SGD (momentum: a first step then a second, through step_ctl_update; nesterov) and
+ * AdamW at step 3 against the CPU backend; then a found_inf step control: nothing
+ * written, the count not advanced. */
 static void test_optimizers(void) {
     pair_t p = pair_make(true, false);
     const int64_t n = 5003;
     float *hp = hrand(n, 61, -1, 1), *hg = hrand(n, 62, -1, 1), *hm = hrand(n, 63, -0.1f, 0.1f);
     float *hv = hrand(n, 64, 0.0f, 0.01f);
     backend_t *bes[2] = {p.cpu, p.gpu};
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         twin_t pp = twin_new(&p, n, DT_F32, hp), g = twin_new(&p, n, DT_F32, hg);
         twin_t m = twin_new(&p, n, DT_F32, hm), v = twin_new(&p, n, DT_F32, hv);
         for (int i = 0; i < 2; i++) {
             backend_t *be = bes[i];
+            step_ctl_t *c = ctl_new(be, variant == 2 ? 2 : (variant == 1 ? 5 : 0), variant == 3, 1.0f);
             if (variant == 0) {   /* momentum, first step then a second one */
-                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1f, 0.9f, 0.0f,
-                                         5e-4f, false, true));
-                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1f, 0.9f, 0.0f,
-                                         5e-4f, false, false));
-            } else if (variant == 1) {   /* nesterov with dampening 0 */
-                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.05f, 0.9f, 0.0f,
-                                         1e-4f, true, false));
-            } else {
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1, 0.9, 0.0,
+                                         5e-4, false, c));
+                OK(be, be->ops->step_ctl_update(be, c));
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1, 0.9, 0.0,
+                                         5e-4, false, c));
+                OK(be, be->ops->step_ctl_update(be, c));
+                CHECK_INT(ctl_get(be, c).optim_steps, 2);
+            } else if (variant == 1) {   /* nesterov with dampening 0, not the first step */
+                OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.05, 0.9, 0.0,
+                                         1e-4, true, c));
+            } else {   /* adamw at step 3; variant 3: skipped */
                 OK(be, be->ops->adamw_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), (float *)S(v),
-                                           1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3));
+                                           1e-3, 0.9, 0.999, 1e-8, 0.01, c));
+                if (variant == 3) {
+                    OK(be, be->ops->sgd_step(be, n, (float *)S(pp), (float *)S(g), (float *)S(m), 0.1, 0.9,
+                                             0.0, 5e-4, false, c));
+                    OK(be, be->ops->step_ctl_update(be, c));
+                    CHECK_INT(ctl_get(be, c).optim_steps, 0);
+                }
             }
+            be->ops->release(be, c);
         }
-        CHECK_INT(twin_cmp(variant == 2 ? "adamw p" : "sgd p", &p, &pp, 1e-5), 0);
-        CHECK_INT(twin_cmp(variant == 2 ? "adamw m" : "sgd buf", &p, &m, 1e-5), 0);
-        if (variant == 2) CHECK_INT(twin_cmp("adamw v", &p, &v, 1e-5), 0);
+        const char *what = variant == 2 ? "adamw" : variant == 3 ? "skipped" : "sgd";
+        CHECK_INT(twin_cmp(what, &p, &pp, 1e-5), 0);
+        CHECK_INT(twin_cmp(what, &p, &m, 1e-5), 0);
+        if (variant >= 2) CHECK_INT(twin_cmp(what, &p, &v, 1e-5), 0);
+        if (variant == 3) {   /* and both still hold the inputs */
+            float *cv, *gv;
+            twin_get(&p, &pp, &cv, &gv);
+            CHECK(memcmp(gv, hp, (size_t)n * 4) == 0);
+            free(cv);
+            free(gv);
+        }
         twin_free(&p, &pp); twin_free(&p, &g); twin_free(&p, &m); twin_free(&p, &v);
     }
     free(hp); free(hg); free(hm); free(hv);
+    pair_free(&p);
+}
+
+/* step_ctl_update on the device follows the same rule as the CPU (model/step_ctl.h):
+ * backoff on overflow, growth after the interval, the count only on clean steps. */
+static void test_step_ctl(void) {
+    pair_t p = pair_make(true, false);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    step_ctl_t got[2];
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        step_ctl_t h = {.loss_scale = 1024.0f, .growth_interval = 2, .growth_factor = 2.0f,
+                        .backoff_factor = 0.5f};
+        step_ctl_t *c = (step_ctl_t *)be->ops->alloc(be, sizeof h);
+        int32_t verdicts[6] = {0, 1, 0, 0, 0, 1}, one = 1, zero = 0;
+        OK(be, be->ops->upload(be, c, &h, sizeof h));
+        for (int k = 0; k < 6; k++) {
+            OK(be, be->ops->upload(be, &c->found_inf, verdicts[k] ? &one : &zero, 4));
+            OK(be, be->ops->step_ctl_update(be, c));
+        }
+        got[i] = ctl_get(be, c);
+        be->ops->release(be, c);
+    }
+    /* 1024: clean (t1), inf -> 512 (t0), clean (t1), clean -> 1024 (t0), clean (t1), inf -> 512 */
+    CHECK_NEAR(got[0].loss_scale, 512.0, 0, 0);
+    CHECK_INT(got[0].optim_steps, 4);
+    CHECK_INT(got[0].growth_tracker, 0);
+    CHECK(memcmp(&got[0], &got[1], sizeof got[0]) == 0);
     pair_free(&p);
 }
 
@@ -225,10 +290,11 @@ static void test_amp_overflow(void) {
     const int64_t n = 1001;
     float *h = hrand(n, 81, -100, 100), *out = hbuf(n);
     float *dev = (float *)g->ops->alloc(g, (size_t)n * 4);
-    int32_t *found = (int32_t *)g->ops->alloc(g, 4), f = -1;
+    step_ctl_t *ctl = ctl_new(g, 0, 0, 1024.0f);
+    int32_t *found = &ctl->found_inf, f = -1;
     OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
     OK(g, g->ops->zero(g, found, 4));
-    OK(g, g->ops->unscale_check_finite(g, n, dev, 1.0f / 1024.0f, found));
+    OK(g, g->ops->unscale_check_finite(g, n, dev, ctl));
     OK(g, g->ops->download(g, &f, found, 4));
     OK(g, g->ops->download(g, out, dev, (size_t)n * 4));
     CHECK_INT(f, 0);
@@ -241,13 +307,13 @@ static void test_amp_overflow(void) {
         OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
         OK(g, g->ops->upload(g, dev + where[k], &bad_v, 4));
         OK(g, g->ops->zero(g, found, 4));
-        OK(g, g->ops->unscale_check_finite(g, n, dev, 0.5f, found));
+        OK(g, g->ops->unscale_check_finite(g, n, dev, ctl));
         OK(g, g->ops->download(g, &f, found, 4));
         CHECK_INT(f, 1);
     }
     /* found_inf is only ever raised, never cleared */
     OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
-    OK(g, g->ops->unscale_check_finite(g, n, dev, 1.0f, found));
+    OK(g, g->ops->unscale_check_finite(g, n, dev, ctl));
     OK(g, g->ops->download(g, &f, found, 4));
     CHECK_INT(f, 1);
     OK(g, g->ops->upload(g, dev, h, (size_t)n * 4));
@@ -257,7 +323,7 @@ static void test_amp_overflow(void) {
     for (int64_t i = 0; i < n; i++) bad += out[i] != h[i] * 3.0f;
     CHECK_INT(bad, 0);
     g->ops->release(g, dev);
-    g->ops->release(g, found);
+    g->ops->release(g, ctl);
     free(h); free(out);
     pair_free(&p);
 }
@@ -301,6 +367,7 @@ int main(void) {
     TEST_RUN(test_pool);
     TEST_RUN(test_linear);
     TEST_RUN(test_softmax_xent);
+    TEST_RUN(test_step_ctl);
     TEST_RUN(test_optimizers);
     TEST_RUN(test_cast_exact);
     TEST_RUN(test_amp_overflow);
