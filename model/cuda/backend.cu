@@ -233,6 +233,7 @@ static backend_ops_t make_ops(void) {
     o.softmax_xent = cu_softmax_xent;
     o.sgd_step = cu_sgd_step;
     o.adamw_step = cu_adamw_step;
+    o.step_ctl_update = cu_step_ctl_update;
     o.cast = cu_cast;
     o.unscale_check_finite = cu_unscale_check_finite;
     o.scale = cu_scale;
