@@ -44,6 +44,11 @@ struct ddp {
     err_t err;                /* first error of a hook */
     bool failed;
     ddp_timing_t t;
+    double t0;                   /* ddp_begin_backward (CLOCK_MONOTONIC seconds) */
+    ddp_bucket_time_t *tl;       /* this backward's bucket timeline (seconds since t0) */
+    ddp_bucket_time_t *tl_last;  /* the last completed synchronised step's */
+    ddp_step_times_t step_last;
+    bool have_last;
 };
 
 static double now_s(void) {
@@ -62,28 +67,22 @@ static int be_fail(ddp_t *d, err_t *e, const char *what) {
     return -1;
 }
 
-/* Assigns buckets PyTorch's way: walk tensors from the last, add each to the open
- * bucket, close the bucket once it reaches its cap (first_cap for bucket 0). Without
- * tensor offsets the array is cut at exact cap sizes. */
-static int assign_buckets(ddp_t *d, const int64_t *off, int n_tensors, err_t *e) {
-    int64_t first_cap = (int64_t)(d->o.first_bucket_mb * 1048576.0 / 4.0);
-    int64_t cap = (int64_t)(d->o.bucket_mb * 1048576.0 / 4.0);
+int ddp_plan_buckets(int64_t n_params, const int64_t *off, int n_tensors, double first_bucket_mb,
+                     double bucket_mb, int64_t *begin, int64_t *end) {
+    if (first_bucket_mb <= 0) first_bucket_mb = 1;
+    if (bucket_mb <= 0) bucket_mb = 25;
+    int64_t first_cap = (int64_t)(first_bucket_mb * 1048576.0 / 4.0);
+    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / 4.0);
     if (first_cap < 1) first_cap = 1;
     if (cap < 1) cap = 1;
-    int max = 1;
-    if (off) max = n_tensors;
-    else max = (int)(d->n / cap + 2);
-    d->begin = calloc((size_t)max + 1, sizeof *d->begin);
-    d->end = calloc((size_t)max + 1, sizeof *d->end);
-    if (!d->begin || !d->end) return err_set(e, ERR_RUNTIME, "out of memory");
     int nb = 0;
-    int64_t hi = d->n, size = 0, limit = first_cap;
+    int64_t hi = n_params, size = 0, limit = first_cap;
     if (off) {
         for (int t = n_tensors - 1; t >= 0; t--) {
             size += off[t + 1] - off[t];
             if (size >= limit || t == 0) {
-                d->begin[nb] = off[t];
-                d->end[nb] = hi;
+                if (begin) begin[nb] = off[t];
+                if (end) end[nb] = hi;
                 nb++;
                 hi = off[t];
                 size = 0;
@@ -93,14 +92,26 @@ static int assign_buckets(ddp_t *d, const int64_t *off, int n_tensors, err_t *e)
     } else {
         while (hi > 0) {
             int64_t lo = hi - limit > 0 ? hi - limit : 0;
-            d->begin[nb] = lo;
-            d->end[nb] = hi;
+            if (begin) begin[nb] = lo;
+            if (end) end[nb] = hi;
             nb++;
             hi = lo;
             limit = cap;
         }
     }
-    d->n_buckets = nb;
+    return nb;
+}
+
+/* Assigns buckets PyTorch's way (ddp_plan_buckets) into d->begin, d->end. */
+static int assign_buckets(ddp_t *d, const int64_t *off, int n_tensors, err_t *e) {
+    int nb = ddp_plan_buckets(d->n, off, n_tensors, d->o.first_bucket_mb, d->o.bucket_mb, NULL, NULL);
+    d->begin = calloc((size_t)nb + 1, sizeof *d->begin);
+    d->end = calloc((size_t)nb + 1, sizeof *d->end);
+    d->tl = calloc((size_t)nb + 1, sizeof *d->tl);
+    d->tl_last = calloc((size_t)nb + 1, sizeof *d->tl_last);
+    if (!d->begin || !d->end || !d->tl || !d->tl_last) return err_set(e, ERR_RUNTIME, "out of memory");
+    d->n_buckets = ddp_plan_buckets(d->n, off, n_tensors, d->o.first_bucket_mb, d->o.bucket_mb,
+                                    d->begin, d->end);
     return 0;
 }
 
@@ -135,6 +146,7 @@ ddp_t *ddp_create(comm_t *comm, backend_t *be, float *grads, int64_t n_params,
     if (d->o.first_bucket_mb <= 0) d->o.first_bucket_mb = 1;
     if (d->o.compression != DT_F16 && d->o.compression != DT_BF16) d->o.compression = DT_F32;
     d->sync = true;
+    d->t0 = now_s();
     d->stage = !comm->device_memory && be->kind != BACKEND_CPU;
     if (assign_buckets(d, tensor_offsets, n_tensors, e) < 0) goto fail;
     d->work = calloc((size_t)d->n_buckets, sizeof *d->work);
@@ -167,6 +179,8 @@ void ddp_free(ddp_t *d) {
     free(d->begin);
     free(d->end);
     free(d->work);
+    free(d->tl);
+    free(d->tl_last);
     free(d->host);
     free(d->half);
     free(d->scratch);
@@ -236,7 +250,10 @@ int ddp_sync_buffers(ddp_t *d, float *buffers, int64_t n_buffers, err_t *e) {
 
 void ddp_set_sync(ddp_t *d, bool sync) { d->sync = sync; }
 
-void ddp_begin_backward(ddp_t *d) { d->next = 0; }
+void ddp_begin_backward(ddp_t *d) {
+    d->next = 0;
+    d->t0 = now_s();
+}
 
 /* Starts bucket i's all-reduce: stage / compress it as configured, then start. */
 static int start_bucket(ddp_t *d, int i, err_t *e) {
@@ -295,11 +312,15 @@ static int finish_bucket(ddp_t *d, int i, err_t *e) {
 void ddp_grads_ready(void *ctx, size_t ready_from) {
     ddp_t *d = ctx;
     if (!d->sync || d->failed) return;
+    double now = now_s() - d->t0;
     while (d->next < d->n_buckets && (size_t)d->begin[d->next] >= ready_from) {
+        ddp_bucket_time_t *bt = &d->tl[d->next];
+        *bt = (ddp_bucket_time_t){now, 0, 0, 0};
         if (start_bucket(d, d->next, &d->err) < 0) {
             d->failed = true;
             return;
         }
+        bt->started_s = now_s() - d->t0;
         d->next++;
     }
 }
@@ -307,6 +328,7 @@ void ddp_grads_ready(void *ctx, size_t ready_from) {
 int ddp_finish_step(ddp_t *d, err_t *e) {
     if (!d->sync) return 0;
     double t0 = now_s();
+    ddp_step_times_t st = {t0 - d->t0, 0, d->n_buckets};
     ddp_grads_ready(d, 0);   /* buckets whose gradients were never reported */
     int rc = 0;
     for (int i = 0; i < d->n_buckets; i++) {
@@ -318,6 +340,8 @@ int ddp_finish_step(ddp_t *d, err_t *e) {
             if (e) *e = we;
         }
         d->work[i] = NULL;
+        d->tl[i].op_s = secs;
+        d->tl[i].done_s = now_s() - d->t0;
         d->t.allreduce_s += secs;
         d->t.buckets++;
         if (rc == 0 && finish_bucket(d, i, e) < 0) rc = -1;
@@ -328,8 +352,22 @@ int ddp_finish_step(ddp_t *d, err_t *e) {
     }
     d->failed = false;
     d->next = 0;
-    d->t.exposed_s += now_s() - t0;
+    double t1 = now_s();
+    d->t.exposed_s += t1 - t0;
+    if (rc == 0) {
+        st.finish_exit_s = t1 - d->t0;
+        memcpy(d->tl_last, d->tl, (size_t)d->n_buckets * sizeof *d->tl);
+        d->step_last = st;
+        d->have_last = true;
+    }
     return rc < 0 ? err_wrap(e, "ddp gradient all-reduce") : 0;
+}
+
+int ddp_last_timeline(const ddp_t *d, ddp_step_times_t *step, ddp_bucket_time_t *buckets) {
+    if (!d->have_last) return -1;
+    if (step) *step = d->step_last;
+    if (buckets) memcpy(buckets, d->tl_last, (size_t)d->n_buckets * sizeof *buckets);
+    return 0;
 }
 
 void ddp_take_timing(ddp_t *d, ddp_timing_t *t) {

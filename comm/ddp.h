@@ -38,6 +38,7 @@
  *         (AMP: unscale / check finite AFTER ddp_finish_step, so every rank sees the same)
  *         optimizer step
  *         ddp_take_timing(d, &t);   // exposed comm seconds + all-reduce seconds, for steps.csv
+ *         (ddp_last_timeline: when each bucket became ready, started and finished)
  * On a failure path call ddp_abort(d, msg) so the other ranks stop waiting. ddp_free.
  */
 #ifndef RUNNER_COMM_DDP_H
@@ -84,6 +85,34 @@ int ddp_bucket_count(const ddp_t *d);
 void ddp_bucket_range(const ddp_t *d, int i, int64_t *begin, int64_t *end);
 /* Buckets whose all-reduce was started in the current backward (0 after finish). */
 int ddp_buckets_started(const ddp_t *d);
+/* The bucket assignment ddp_create makes, without a comm or backend (for benchmarks and
+ * models): buckets of the n_params gradient array with the given tensor offsets (NULL:
+ * split purely by size) and caps in MiB (<= 0: the defaults 1 and 25). Writes bucket i
+ * = [begin[i], end[i]) in all-reduce order when begin / end are non-NULL (room for
+ * n_tensors + 1 entries with offsets, n_params / cap + 2 without) and returns the count. */
+int ddp_plan_buckets(int64_t n_params, const int64_t *tensor_offsets, int n_tensors,
+                     double first_bucket_mb, double bucket_mb, int64_t *begin, int64_t *end);
+
+/* The timeline of the last synchronised step that ddp_finish_step completed, on the host
+ * clock, in seconds since that step's ddp_begin_backward (the trainer calls it before the
+ * forward; a benchmark may call it just before net_backward). With a GPU backend the
+ * host runs ahead of the device: "ready" is when backward had QUEUED the bucket's last
+ * gradient kernels, not when they ran. */
+typedef struct ddp_bucket_time {
+    double ready_s;     /* ddp_grads_ready found every gradient of the bucket final */
+    double started_s;   /* its all-reduce was handed to the comm (after staging / compression) */
+    double op_s;        /* the operation's time as comm_wait reports it (shm: how long it ran
+                           on the comm thread; nccl: from its start until its wait returned) */
+    double done_s;      /* ddp_finish_step's wait for it returned */
+} ddp_bucket_time_t;
+typedef struct ddp_step_times {
+    double finish_enter_s;   /* ddp_finish_step was entered (backward had returned) */
+    double finish_exit_s;    /* ddp_finish_step returned */
+    int buckets;             /* = ddp_bucket_count */
+} ddp_step_times_t;
+/* Copies the last completed step's times into *step and buckets[0 .. ddp_bucket_count)
+ * (either may be NULL). Returns -1 (nothing written) before the first such step. */
+int ddp_last_timeline(const ddp_t *d, ddp_step_times_t *step, ddp_bucket_time_t *buckets);
 
 /* Broadcasts params (n_params) and buffers (n_buffers, may be 0/NULL) from rank 0. */
 int ddp_broadcast_initial(ddp_t *d, float *params, int64_t n_params, float *buffers,
