@@ -198,10 +198,11 @@ static int plan_commit(cuda_be_t *cb, struct conv_plan *p, int dir, const P &r) 
     cudnnMathType_t math = r.mathType;
     if (p->dt == DT_F32 && !cb->allow_tf32) math = CUDNN_FMA_MATH;   /* never TF32 by accident */
     CUDNN_CHECK(cb, cudnnSetConvolutionMathType(p->cd[dir], math));
+    if (cb_grow(cb, &cb->ws, r.memory, "cuDNN workspace")) return -1;   /* found only once it fits */
     p->algo[dir] = (int)r.algo;
     p->ws[dir] = r.memory;
     p->found[dir] = true;
-    return cb_grow(cb, &cb->ws, r.memory, "cuDNN workspace");
+    return 0;
 }
 
 static const char *dir_name(int dir) {
