@@ -347,8 +347,9 @@ static int message_row(rank_ctx_t *c, dtype_t dt, double mib, int staging, err_t
         if (!src && !(src = malloc(bytes))) { err_set(e, ERR_RUNTIME, "out of memory"); goto done; }
         if (src != host) fill_host(src, count, dt);
         int up = c->be->ops->upload(c->be, dev, src, bytes);
+        if (up == 0) up = c->be->ops->sync(c->be);
         if (src != host) free(src);
-        if (up < 0 || c->be->ops->sync(c->be) < 0) { fail_be(c, e, "uploading a message"); goto done; }
+        if (up < 0) { fail_be(c, e, "uploading a message"); goto done; }
         iters = bytes <= (4u << 20) ? 20 : bytes <= (32u << 20) ? 5 : 2;
     }
     for (int i = -2; i < reps; i++) {
@@ -767,6 +768,13 @@ static int rank_main(const opts_t *o, int rank, int world, int port, int n_gpus,
         bo.allow_tf32 = o->tf32;
     }
     if (!(c.be = backend_create(&bo, e))) goto done;
+#ifdef RUNNER_HAVE_CUDA
+    /* this thread's CUDA calls (events, the bench's NCCL stream) go to the rank's GPU */
+    if (bo.kind == BACKEND_CUDA && cudaSetDevice(bo.device) != cudaSuccess) {
+        err_set(e, ERR_RUNTIME, "cudaSetDevice(%d) failed", bo.device);
+        goto done;
+    }
+#endif
 #ifdef RUNNER_HAVE_CUDA
     if (o->backend == BK_NCCL) c.comm = comm_nccl_create(c.st, c.be, e);
     else
