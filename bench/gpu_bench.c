@@ -6,16 +6,20 @@
  * fixed random batch, exactly the step the trainer runs: zero grads, forward (train),
  * loss (+ fp16 loss scaling), backward, unscale/check (fp16), optimizer step. After
  * --warmup steps (algorithm search, workspace growth) it times --steps steps with the
- * wall clock and a device sync at the end, and prints one JSON line:
+ * wall clock and a device sync at the end. Then, unless --graphs 0, it records the
+ * micro-batch (forward, loss, backward) as a CUDA graph, as train.cuda_graphs does, and
+ * times the same number of steps replaying it (zero grads, replay, unscale, optimizer
+ * stay normal launches). It prints one JSON line:
  *   {"device": ..., "precision": ..., "batch": ..., "runner_img_per_s": ...,
- *    "step_ms": ..., "peak_memory_bytes": ..., "arch": ...}
+ *    "step_ms": ..., "runner_graphs_img_per_s": ... (null if recording failed),
+ *    "graphs_step_ms": ..., "peak_memory_bytes": ..., "arch": ...}
  * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
  *
  * Usage: bench_gpu_bench [--arch resnet50] [--classes 100] [--batch 128]
  *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
- *                        [--device 0]
+ *                        [--device 0] [--graphs 1]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <stdio.h>
@@ -32,7 +36,7 @@
 
 typedef struct bench_opts {
     const char *arch, *precision;
-    int classes, batch, warmup, steps, device;
+    int classes, batch, warmup, steps, device, graphs;
 } bench_opts_t;
 
 static double now_s(void) {
@@ -42,7 +46,7 @@ static double now_s(void) {
 }
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0};
+    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "gpu_bench: %s needs a value\n", a); return -1; }
@@ -53,6 +57,7 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
         else if (!strcmp(a, "--device")) o->device = atoi(v);
+        else if (!strcmp(a, "--graphs")) o->graphs = atoi(v);
         else { fprintf(stderr, "gpu_bench: unknown option %s\n", a); return -1; }
         i++;
     }
@@ -79,6 +84,39 @@ static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, int batch, err_
     return 0;
 }
 
+/* Records forward + loss + backward of the bound batch as a graph; NULL (with the reason
+ * on stderr) when the backend cannot. */
+static void *record_step(net_t *n, optim_t *opt, int batch) {
+    backend_t *be = net_backend(n);
+    err_t e = {0};
+    void *g = NULL;
+    if (!be->ops->graph_capture_begin || be->ops->graph_capture_begin(be)) {
+        fprintf(stderr, "gpu_bench: no graph capture: %s\n", be->err.msg);
+        return NULL;
+    }
+    int rc = net_forward(n, net_input(n), batch, true, NULL, &e) ||
+             net_loss_async(n, NULL, 0.0f, 1.0f / (float)batch, optim_ctl(opt), NULL, NULL, &e) ||
+             net_backward(n, NULL, &e);
+    int end = be->ops->graph_capture_end(be, &g);
+    if (rc || end || !g) {
+        fprintf(stderr, "gpu_bench: recording failed: %s\n", e.code ? e.msg : be->err.msg);
+        if (g) be->ops->graph_free(be, g);
+        return NULL;
+    }
+    return g;
+}
+
+/* The trainer's step with the micro-batch replayed from g. */
+static int graph_step(net_t *n, optim_t *opt, loss_scaler_t *ls, void *g, int batch, err_t *e) {
+    backend_t *be = net_backend(n);
+    if (net_zero_grads(n, e)) return -1;
+    int r = be->ops->graph_launch(be, g);
+    if (r != 0) return err_set(e, ERR_RUNTIME, "graph launch: %s", r > 0 ? "stale graph" : be->err.msg);
+    net_graph_replayed(n, net_input(n), batch);
+    if (loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), e) || optim_step(opt, 0.1, e)) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o;
     if (parse(argc, argv, &o)) return 2;
@@ -93,6 +131,7 @@ int main(int argc, char **argv) {
     if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
     net_t *n = resnet_build(o.arch, 3, o.classes, false, &e);
     optim_t *opt = NULL;
+    void *g = NULL;
     loss_scaler_t ls;
     memset(&ls, 0, sizeof ls);
     int rc = 1;
@@ -125,15 +164,33 @@ int main(int argc, char **argv) {
         if (train_step(n, opt, &ls, o.batch, &e)) goto fail_free;
     if (be->ops->sync(be)) { e = be->err; goto fail_free; }
     double dt_s = now_s() - t0;
+    double graph_s = -1;
+    g = o.graphs ? record_step(n, opt, o.batch) : NULL;
+    if (g) {
+        for (int s = 0; s < 3; s++)
+            if (graph_step(n, opt, &ls, g, o.batch, &e)) goto fail_free;
+        if (be->ops->sync(be)) { e = be->err; goto fail_free; }
+        t0 = now_s();
+        for (int s = 0; s < o.steps; s++)
+            if (graph_step(n, opt, &ls, g, o.batch, &e)) goto fail_free;
+        if (be->ops->sync(be)) { e = be->err; goto fail_free; }
+        graph_s = now_s() - t0;
+    }
+    char graphs_json[96] = "null, \"graphs_step_ms\": null";
+    if (graph_s > 0)
+        snprintf(graphs_json, sizeof graphs_json, "%.1f, \"graphs_step_ms\": %.3f",
+                 (double)o.batch * o.steps / graph_s, graph_s * 1e3 / o.steps);
 
     char dev[256];
     backend_cuda_device_name(o.device, dev, sizeof dev);
     printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", "
-           "\"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"peak_memory_bytes\": %zu}\n",
+           "\"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"runner_graphs_img_per_s\": %s, "
+           "\"peak_memory_bytes\": %zu}\n",
            dev, o.precision, o.batch, o.arch, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
-           be->ops->peak_memory(be));
+           graphs_json, be->ops->peak_memory(be));
     rc = 0;
 fail_free:
+    if (g) be->ops->graph_free(be, g);
     free(img);
     free(labels);
 fail:

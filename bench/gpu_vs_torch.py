@@ -13,7 +13,8 @@ CIFAR-shaped batch, and prints one JSON line with images/s over --steps steady-s
 
 Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C): joins the
 runner's and torch's lines into rows {device, precision, batch, runner_img_per_s,
-torch_img_per_s, torch_mode, commit, speedup} and writes them as a JSON list (keeping
+torch_img_per_s, torch_mode, commit, speedup, runner_graphs_img_per_s (the runner with
+train.cuda_graphs' replay), speedup_graphs} and writes them as a JSON list (keeping
 rows of FILE for configurations this run did not measure), printing a table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
 """
 import argparse
@@ -93,10 +94,13 @@ def assemble(args):
         modes = [t for t in torch_rows if t["precision"] == prec and t["batch"] == batch] or [{}]
         for t in modes:
             ri, ti = r.get("runner_img_per_s"), t.get("torch_img_per_s")
+            rg = r.get("runner_graphs_img_per_s")
             out.append({
                 "device": r.get("device") or t.get("device"), "precision": prec, "batch": batch,
                 "runner_img_per_s": ri, "torch_img_per_s": ti, "torch_mode": t.get("torch_mode"),
                 "commit": args.commit, "speedup": round(ri / ti, 3) if ri and ti else None,
+                "runner_graphs_img_per_s": rg,
+                "speedup_graphs": round(rg / ti, 3) if rg and ti else None,
             })
     # keep rows of configurations this run did not measure (runs may be split in parts)
     try:
@@ -110,13 +114,16 @@ def assemble(args):
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"{'precision':9} {'batch':>5} {'mode':8} {'runner img/s':>13} {'torch img/s':>12} {'x':>6}")
+    print(f"{'precision':9} {'batch':>5} {'mode':8} {'runner img/s':>13} {'+graphs':>8} {'torch img/s':>12} "
+          f"{'x':>6} {'x graphs':>8}")
     for row in out:
         def fmt(v):
             return f"{v:.0f}" if v else "-"
-        sp = f"{row['speedup']:.2f}" if row["speedup"] else "-"
+        def ratio(v):
+            return f"{v:.2f}" if v else "-"
         print(f"{row['precision']:9} {row['batch']:5} {str(row['torch_mode']):8} "
-              f"{fmt(row['runner_img_per_s']):>13} {fmt(row['torch_img_per_s']):>12} {sp:>6}")
+              f"{fmt(row['runner_img_per_s']):>13} {fmt(row.get('runner_graphs_img_per_s')):>8} "
+              f"{fmt(row['torch_img_per_s']):>12} {ratio(row['speedup']):>6} {ratio(row.get('speedup_graphs')):>8}")
     # the target compares against the faster of torch's modes, per AMP configuration
     worst = None
     for prec, batch in keys:

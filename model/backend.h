@@ -162,6 +162,19 @@ typedef struct backend_ops {
     int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
         /* g *= (float)(1 / (double)ctl->loss_scale); ctl->found_inf |= any non-finite g */
     int (*scale)(backend_t *be, int64_t n, float *x, float alpha); /* x *= alpha */
+    /* Graphs (optional; NULL where the backend has none): record the ops issued between
+     * graph_capture_begin and graph_capture_end instead of running them, then replay the
+     * recording with one launch. Pointers and scalars are baked in, so only a sequence
+     * whose arguments do not change may be recorded, and only after it ran once (the
+     * first run of a shape may search algorithms, grow workspaces or wait, which cannot
+     * be recorded). An op that fails while recording leaves its error in be->err; the
+     * caller then calls graph_capture_end, which discards the recording and leaves the
+     * backend usable. graph_launch returns 1 without running anything when memory the
+     * recording uses was reallocated since (a workspace grew): free it and record again. */
+    int (*graph_capture_begin)(backend_t *be);
+    int (*graph_capture_end)(backend_t *be, void **graph);        /* *graph NULL on failure */
+    int (*graph_launch)(backend_t *be, void *graph);
+    void (*graph_free)(backend_t *be, void *graph);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

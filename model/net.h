@@ -228,6 +228,13 @@ int net_loss_async(net_t *n, const int32_t *labels, float smoothing, float grad_
  * when given no host labels. */
 int32_t *net_labels(net_t *n);
 
+/* After replaying a graph recorded (graph_* ops of the backend) from exactly
+ * net_forward(n, x, batch, train = true, hooks = NULL) + net_loss_async + net_backward:
+ * applies what those calls do on the host and a replay does not (BN
+ * num_batches_tracked counters, the last-forward bookkeeping), so the net's host state
+ * is as if they had run. */
+void net_graph_replayed(net_t *n, const void *x, int batch);
+
 /* Backward of the last training forward from the dlogits net_loss wrote. ADDS into the
  * gradient array (zero it per optimizer step with net_zero_grads). hooks may be NULL. */
 int net_backward(net_t *n, const net_hooks_t *hooks, err_t *e);

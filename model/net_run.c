@@ -163,6 +163,19 @@ int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
 
 int32_t *net_labels(net_t *n) { return n->labels; }
 
+void net_graph_replayed(net_t *n, const void *x, int batch) {
+    n->last_batch = batch;
+    n->last_x = x;
+    n->last_train = true;
+    n->have_dlogits = false;   /* backward consumed them */
+    for (int i = 0; i < n->n_nodes; i++) {
+        node_t *d = &n->nodes[i];
+        if (d->kind != NODE_BN && d->kind != NODE_BN_RELU && d->kind != NODE_BN_ADD_RELU) continue;
+        d->count = (int64_t)batch * d->h * d->w;
+        n->counters[d->counter]++;
+    }
+}
+
 /* Where the gradient for input a of the current node goes: a's slot if nothing was
  * written there yet in this backward, else scratch[which] (the caller then adds it in). */
 static void *grad_target(net_t *n, int a, int which, bool *accumulate) {

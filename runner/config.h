@@ -103,6 +103,7 @@ typedef struct experiment {
         int64_t max_steps;        /* -1 = null */
         int eval_every;           /* 1 */
         bool deterministic;       /* true */
+        bool cuda_graphs;         /* false (project key: replay each micro-batch as a CUDA graph) */
     } train;
 
     struct {

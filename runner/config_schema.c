@@ -129,6 +129,8 @@ const cfg_row_t cfg_rows[] = {
     ROW_INT("train.eval_every", train.eval_every, 1, 1000000, 0, "validate every N epochs"),
     ROW_BOOL("train.deterministic", train.deterministic, F_HASH,
              "bit-exact on CPU; deterministic algorithms on CUDA"),
+    ROW_BOOL("train.cuda_graphs", train.cuda_graphs, 0,
+             "project key: record a micro-batch's forward+backward once and replay it as a CUDA graph"),
 
     ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
     ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,

@@ -141,11 +141,12 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
     backend_t *be = t->be;
     int mb = t->p->micro_batch;
     if (!(t->gpu_pixels = be->ops->alloc(be, bytes)) || !(t->gpu_indices = be->ops->alloc(be, (size_t)mb * 8)) ||
-        be->ops->upload(be, t->gpu_pixels, dataset_pixels(t->train_ds), bytes)) {
+        !(t->gpu_labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t))) ||
+        be->ops->upload(be, t->gpu_pixels, dataset_pixels(t->train_ds), bytes) ||
+        be->ops->upload(be, t->gpu_labels, dataset_labels(t->train_ds), (size_t)n * sizeof(int32_t))) {
         *e = be->err;
         return -1;
     }
-    if (!(t->host_labels = malloc((size_t)mb * sizeof *t->host_labels))) return err_set(e, ERR_RUNTIME, "out of memory");
     sampler_opts_t so = {.n = n, .world_size = t->train_opts.world_size, .rank = t->train_opts.rank,
                          .shuffle = t->train_opts.shuffle, .seed = t->train_opts.seed};
     if (sampler_init(&t->gpu_sampler, &so, e)) return -1;
@@ -237,6 +238,13 @@ static int setup_model(trainer_t *t, err_t *e) {
     t->window = t->be->kind == BACKEND_CPU || t->dp ? 1 : window;
     size_t rec_bytes = (size_t)t->window * (2 + 3 * (size_t)t->p->grad_accum) * sizeof(int32_t);
     if (!(t->step_recs = t->be->ops->alloc(t->be, rec_bytes))) {
+        *e = t->be->err;
+        return -1;
+    }
+    /* CUDA graphs: single mode only (DDP's hooks run host code between the ops) */
+    t->graphs = x->train.cuda_graphs && t->be->kind == BACKEND_CUDA && !t->dp_mode && !t->ddp_mode &&
+                t->be->ops->graph_capture_begin;
+    if (t->graphs && !(t->graph_out = t->be->ops->alloc(t->be, 4 * sizeof(int32_t)))) {
         *e = t->be->err;
         return -1;
     }
@@ -458,7 +466,7 @@ static int start_train_epoch(trainer_t *t, err_t *e) {
 /* One training micro-batch. */
 typedef struct train_batch {
     int n;
-    const int32_t *labels;     /* host */
+    const int32_t *labels;     /* host; NULL: already in net_labels on the device */
     const float *images;       /* host NHWC (CPU loader), NULL when already on the device */
     double data_wait_s;
 } train_batch_t;
@@ -473,8 +481,6 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
         int64_t first = t->gpu_batch * t->p->micro_batch;
         if (first >= s->num_samples) return 0;
         int n = (int)(s->num_samples - first < t->p->micro_batch ? s->num_samples - first : t->p->micro_batch);
-        const int32_t *all = dataset_labels(t->train_ds);
-        for (int i = 0; i < n; i++) t->host_labels[i] = all[s->indices[first + i]];
         const loader_opts_t *lo = &t->train_opts;
         int c, h, w;
         dataset_shape(t->train_ds, &c, &h, &w);
@@ -489,14 +495,14 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
         }
         backend_t *be = t->be;
         if (be->ops->upload(be, t->gpu_indices, s->indices + first, (size_t)n * sizeof(int64_t)) ||
-            cuda_augment_batch(be, &d, t->gpu_pixels, dataset_size(t->train_ds), NULL, t->gpu_indices, n,
-                               t->act_dt, net_input(t->net), NULL)) {
+            cuda_augment_batch(be, &d, t->gpu_pixels, dataset_size(t->train_ds), t->gpu_labels, t->gpu_indices, n,
+                               t->act_dt, net_input(t->net), net_labels(t->net))) {
             *e = be->err;
             return -1;
         }
         t->gpu_batch++;
         tb->n = n;
-        tb->labels = t->host_labels;
+        tb->labels = NULL;   /* gathered into net_labels by the kernel */
         return 1;
     }
 #endif
@@ -509,6 +515,97 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     tb->data_wait_s = b->data_wait_s;
     if (!t->dp && net_upload_input(t->net, b->images, b->n, e)) return -1;
     return 1;
+}
+
+/* Forward, loss and backward of one micro-batch (single/ddp, not DP), writing the loss
+ * sum and hits to loss_dst (3 words: float loss, int32 top-1, int32 top-5).
+ *
+ * With train.cuda_graphs (CUDA, single mode) a micro-batch whose (size, gradient factor)
+ * already ran once is recorded as a graph (backend graph_* ops) and every later one
+ * replayed with one launch; the loss goes to the fixed t->graph_out and is copied to
+ * loss_dst. A recording that fails (an op the driver cannot record) restores the host
+ * state it touched, turns graphs off for the run with one console line, and the
+ * micro-batch runs as usual. A stale graph (a workspace grew since) is recorded again. */
+static int micro_batch(trainer_t *t, const train_batch_t *b, float grad_scale, float smoothing,
+                       int32_t *loss_dst, err_t *e) {
+    backend_t *be = t->be;
+    net_t *n = t->net;
+    const void *x = net_input(n);
+    const step_ctl_t *ctl = optim_ctl(t->opt);
+    if (t->graphs) {
+        if (b->labels && be->ops->upload(be, net_labels(n), b->labels, (size_t)b->n * sizeof(int32_t))) {
+            *e = be->err;
+            return -1;
+        }
+        bool same = t->graph_batch == b->n && t->graph_scale == grad_scale;
+        if (t->graph && !same) {
+            be->ops->graph_free(be, t->graph);
+            t->graph = NULL;
+        }
+        int r = t->graph ? be->ops->graph_launch(be, t->graph) : 1;
+        if (r < 0) {
+            *e = be->err;
+            return -1;
+        }
+        if (r == 1 && t->graph) {   /* stale */
+            be->ops->graph_free(be, t->graph);
+            t->graph = NULL;
+        }
+        if (r == 1 && same && t->graph_ran_once) {
+            /* record; a failure anywhere inside leaves the run on normal launches */
+            int nc = net_num_counters(n);
+            int64_t *saved = malloc((size_t)(nc ? nc : 1) * sizeof *saved);
+            if (!saved) return err_set(e, ERR_RUNTIME, "out of memory");
+            memcpy(saved, net_counters(n), (size_t)nc * sizeof *saved);
+            err_t ce = {0};
+            void *g = NULL;
+            int rc = be->ops->graph_capture_begin(be);
+            if (rc == 0) {
+                rc = net_forward(n, x, b->n, true, NULL, &ce) ||
+                     net_loss_async(n, NULL, smoothing, grad_scale, ctl, t->graph_out, (int32_t *)t->graph_out + 1, &ce) ||
+                     net_backward(n, NULL, &ce);
+                int end = be->ops->graph_capture_end(be, &g);
+                if (!rc) rc = end;
+            }
+            memcpy(net_counters(n), saved, (size_t)nc * sizeof *saved);
+            free(saved);
+            if (rc == 0 && g) {
+                t->graph = g;
+                r = be->ops->graph_launch(be, g);
+                if (r < 0) {
+                    *e = be->err;
+                    return -1;
+                }
+            } else {
+                char line[sizeof ce.msg + 128];
+                snprintf(line, sizeof line, "train.cuda_graphs: recording a micro-batch failed, running without "
+                         "graphs: %s", ce.code ? ce.msg : be->err.msg);
+                track_console(t->track, line);
+                t->graphs = false;
+                r = 1;
+            }
+        }
+        if (r == 0) {
+            net_graph_replayed(n, x, b->n);
+            if (be->ops->copy(be, loss_dst, t->graph_out, 3 * sizeof(int32_t))) {
+                *e = be->err;
+                return -1;
+            }
+            return 0;
+        }
+        t->graph_batch = b->n;
+        t->graph_scale = grad_scale;
+        t->graph_ran_once = true;
+    }
+    if (net_forward(n, x, b->n, true, &t->hooks, e) ||
+        net_loss_async(n, b->labels, smoothing, grad_scale, ctl, (float *)loss_dst, loss_dst + 1, e) ||
+        net_backward(n, &t->hooks, e)) {
+        /* a failed SyncBN hook returns -1 without an err_t: its reason is in ddp */
+        const err_t *he = t->ddp ? ddp_last_error(t->ddp) : NULL;
+        if (he && he->code) err_wrap(e, "%s", he->msg);
+        return -1;
+    }
+    return 0;
 }
 
 /* One optimizer step: n_micro micro-batches, gradient reduction, unscale, optimizer,
@@ -530,8 +627,6 @@ static int train_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pendin
         if (r < 0) return -1;
         if (r == 0) return err_set(e, ERR_RUNTIME, "internal: the epoch ended %d micro-batches early", n_micro - m);
         ps->data_wait_s += b.data_wait_s;
-        float *loss_dst = (float *)(rec + 2 + 3 * m);
-        int32_t *correct_dst = rec + 3 + 3 * m;
         if (t->dp) {
             net_loss_out_t out;
             if (dp_forward_backward(t->dp, b.images, b.labels, b.n, b.n * n_micro, smoothing,
@@ -541,7 +636,7 @@ static int train_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pendin
             memcpy(&words[0], &out.loss_sum, 4);
             words[1] = (int32_t)out.correct1;
             words[2] = (int32_t)out.correct5;
-            if (be->ops->upload(be, loss_dst, words, sizeof words)) {
+            if (be->ops->upload(be, rec + 2 + 3 * m, words, sizeof words)) {
                 *e = be->err;
                 return -1;
             }
@@ -551,15 +646,7 @@ static int train_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pendin
                 ddp_set_sync(t->ddp, m == n_micro - 1);
                 ddp_begin_backward(t->ddp);
             }
-            if (net_forward(t->net, net_input(t->net), b.n, true, &t->hooks, e) ||
-                net_loss_async(t->net, b.labels, smoothing, grad_scale, optim_ctl(t->opt), loss_dst, correct_dst,
-                               e) ||
-                net_backward(t->net, &t->hooks, e)) {
-                /* a failed SyncBN hook returns -1 without an err_t: its reason is in ddp */
-                const err_t *he = t->ddp ? ddp_last_error(t->ddp) : NULL;
-                if (he && he->code) err_wrap(e, "%s", he->msg);
-                return -1;
-            }
+            if (micro_batch(t, &b, grad_scale, smoothing, rec + 2 + 3 * m, e)) return -1;
             if (t->ddp && ddp_finish_step(t->ddp, e)) return -1;
         }
         ps->samples += b.n;
@@ -823,6 +910,8 @@ static void trainer_teardown(trainer_t *t) {
     comm_free(t->comm);
     store_close(t->store);
     if (t->srv) store_server_stop(t->srv);
+    if (t->graph) t->be->ops->graph_free(t->be, t->graph);
+    if (t->graph_out) t->be->ops->release(t->be, t->graph_out);
     if (t->step_recs) t->be->ops->release(t->be, t->step_recs);
     free(t->host_recs);
     free(t->pending);
@@ -830,6 +919,7 @@ static void trainer_teardown(trainer_t *t) {
     optim_free(t->opt);
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
+    if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
     for (int i = 0; i < TRAIN_MAX_REPLICAS; i++) {
         net_free(t->replica_net[i]);
         backend_free(t->replica_be[i]);
@@ -837,7 +927,6 @@ static void trainer_teardown(trainer_t *t) {
     dataset_free(t->train_ds);
     dataset_free(t->val_ds);
     if (t->gpu_sampler_ready) sampler_deinit(&t->gpu_sampler);
-    free(t->host_labels);
     free(t->ips);
     for (int i = 0; i < t->n_hosts; i++) free(t->hosts[i]);
     free(t->hosts);

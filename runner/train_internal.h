@@ -61,7 +61,7 @@ typedef struct trainer {
     bool gpu_data;
     uint8_t *gpu_pixels;                    /* backend memory, the whole train split */
     int64_t *gpu_indices;                   /* backend memory, one micro-batch of indices */
-    int32_t *host_labels;                   /* one micro-batch of labels (host) */
+    int32_t *gpu_labels;                    /* backend memory, the train split's labels */
     sampler_t gpu_sampler;
     bool gpu_sampler_ready;
     int64_t gpu_batch;                      /* next micro-batch of the epoch */
@@ -93,6 +93,13 @@ typedef struct trainer {
     int32_t *step_recs;                     /* backend memory: window records */
     int32_t *host_recs;                     /* their host copy */
     double window_t0;                       /* when the window's first step was issued */
+    /* train.cuda_graphs: one recorded micro-batch (forward, loss, backward) */
+    bool graphs;                            /* on for this run (CUDA, single mode) */
+    void *graph;                            /* the recording, NULL before the first */
+    int graph_batch;                        /* the micro-batch size and gradient factor */
+    float graph_scale;                      /*   it was recorded for (or last ran eagerly) */
+    bool graph_ran_once;                    /* graph_batch/graph_scale ran once eagerly */
+    float *graph_out;                       /* backend memory: the recording's loss, hits */
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
     double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;

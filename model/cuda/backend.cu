@@ -23,6 +23,7 @@
 #include "model/cuda/conv.cuh"
 #include "model/cuda/cuda_impl.cuh"
 #include "model/cuda/elementwise.cuh"
+#include "model/cuda/graph.cuh"
 #include "model/cuda/linear.cuh"
 #include "model/cuda/loss.cuh"
 #include "model/cuda/norm.cuh"
@@ -94,6 +95,7 @@ int cb_grow(cuda_be_t *cb, cb_buf_t *buf, size_t bytes, const char *what) {
     if (buf->bytes >= bytes) return 0;
     size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);   /* 1 MiB steps */
     CUDA_CHECK(cb, cudaStreamSynchronize(cb->stream));   /* nothing may still use the old one */
+    cb->mem_gen++;                                       /* recorded graphs that use it are stale */
     cb_free(cb, buf->p);
     buf->p = NULL;
     buf->bytes = 0;
@@ -132,6 +134,7 @@ static void op_release(backend_t *be, void *p) {
     }
     cudaSetDevice(be->device);
     cudaStreamSynchronize(cb->stream);   /* queued work may still read p */
+    cb->mem_gen++;                       /* and a recorded graph may use it */
     cb_free(cb, p);
 }
 
@@ -237,6 +240,10 @@ static backend_ops_t make_ops(void) {
     o.cast = cu_cast;
     o.unscale_check_finite = cu_unscale_check_finite;
     o.scale = cu_scale;
+    o.graph_capture_begin = cu_graph_capture_begin;
+    o.graph_capture_end = cu_graph_capture_end;
+    o.graph_launch = cu_graph_launch;
+    o.graph_free = cu_graph_free;
     return o;
 }
 static const backend_ops_t cuda_ops = make_ops();

@@ -52,6 +52,10 @@ typedef struct cuda_be {
     cb_buf_t ws;                 /* cuDNN / cuBLASLt workspace */
     cb_buf_t scratch;            /* partial reductions (BN, loss) */
     cb_buf_t stage;              /* half conv weight gradients and fp32 GEMM outputs before their final write */
+    /* graphs (graph.cu): every reallocation of memory a recording may use (cb_grow,
+     * releasing a tensor) advances mem_gen; a graph recorded under an older one is stale */
+    uint64_t mem_gen, capture_gen;
+    bool capturing;
     /* caches */
     struct conv_plan *convs;
     int n_convs, cap_convs;
