@@ -154,10 +154,14 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, err_t *e) {
     int rc = 0;
     double t0 = now_s();
     long nap_ns = 10000;
+    const char *call = "cudaSetDevice";
     cudaError_t st = cudaSetDevice(nc->device);
-    if (st == cudaSuccess) st = cudaStreamWaitEvent(nc->compute, w->done, 0);
+    if (st == cudaSuccess) {
+        call = "cudaStreamWaitEvent";
+        st = cudaStreamWaitEvent(nc->compute, w->done, 0);
+    }
     if (st != cudaSuccess) {
-        rc = cuda_fail(nc, "cudaStreamWaitEvent", st, __FILE__, __LINE__, e);
+        rc = cuda_fail(nc, call, st, __FILE__, __LINE__, e);
         work_put(nc, w);
         return rc;
     }
