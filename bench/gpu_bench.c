@@ -12,7 +12,9 @@
  * stay normal launches). It prints one JSON line:
  *   {"device": ..., "precision": ..., "batch": ..., "runner_img_per_s": ...,
  *    "step_ms": ..., "runner_graphs_img_per_s": ... (null if recording failed),
- *    "graphs_step_ms": ..., "peak_memory_bytes": ..., "arch": ...}
+ *    "graphs_step_ms": ..., "model_tflops_per_s": 3 x forward FLOPs x the faster img/s,
+ *    "mfu": that over the device's dense datasheet peak for the precision (null when the
+ *    device is not in the table), "peak_tflops", "peak_memory_bytes": ..., "arch": ...}
  * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
@@ -117,6 +119,17 @@ static int graph_step(net_t *n, optim_t *opt, loss_scaler_t *ls, void *g, int ba
     return 0;
 }
 
+/* Dense peak of the device for the precision, TFLOP/s, from NVIDIA's datasheets (H100
+ * SXM5 and H200 SXM: fp16/bf16 989.4, TF32 494.7, fp32 66.9; H100 PCIe: 756.5, 378.0,
+ * 51.2); 0 for devices not in the table. */
+static double peak_tflops(const char *dev, const char *precision) {
+    int col = !strcmp(precision, "fp32") ? 2 : !strcmp(precision, "tf32") ? 1 : 0;
+    static const double sxm[3] = {989.4, 494.7, 66.9}, pcie[3] = {756.5, 378.0, 51.2};
+    if (strstr(dev, "H100") && strstr(dev, "PCIe")) return pcie[col];
+    if (strstr(dev, "H100") || strstr(dev, "H200")) return sxm[col];
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o;
     if (parse(argc, argv, &o)) return 2;
@@ -183,11 +196,16 @@ int main(int argc, char **argv) {
 
     char dev[256];
     backend_cuda_device_name(o.device, dev, sizeof dev);
+    /* model FLOPs: forward x 3 (backward data + weights), per image, at the best rate */
+    double img_s = (double)o.batch * o.steps / (graph_s > 0 && graph_s < dt_s ? graph_s : dt_s);
+    double tflops = 3.0 * net_forward_flops(n, 32, 32) * img_s / 1e12, peak = peak_tflops(dev, o.precision);
+    char mfu_json[128] = "null";
+    if (peak > 0) snprintf(mfu_json, sizeof mfu_json, "%.4f, \"peak_tflops\": %.1f", tflops / peak, peak);
     printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", "
            "\"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"runner_graphs_img_per_s\": %s, "
-           "\"peak_memory_bytes\": %zu}\n",
+           "\"model_tflops_per_s\": %.1f, \"mfu\": %s, \"peak_memory_bytes\": %zu}\n",
            dev, o.precision, o.batch, o.arch, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
-           graphs_json, be->ops->peak_memory(be));
+           graphs_json, tflops, mfu_json, be->ops->peak_memory(be));
     rc = 0;
 fail_free:
     if (g) be->ops->graph_free(be, g);
