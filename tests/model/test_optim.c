@@ -3,6 +3,9 @@
  * exemption for BN parameters and biases. */
 #include <stdlib.h>
 
+#include <math.h>
+
+#include "model/amp.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
 #include "model/optim.h"
@@ -41,7 +44,9 @@ static void run(backend_t *be, const optim_opts_t *oo, double lr, const float ex
     float p[5];
     CHECK_INT(net_download_params(n, p, &e), 0);
     for (int i = 0; i < 5; i++) CHECK_NEAR(p[i], expect[i], 1e-7, 2e-6);
-    CHECK_INT(optim_steps(o), 3);
+    int64_t steps = -1;
+    CHECK_INT(optim_steps(o, &steps, &e), 0);
+    CHECK_INT(steps, 3);
     optim_free(o);
     net_free(n);
 }
@@ -128,9 +133,58 @@ static void test_no_decay_on_bn_and_bias(void) {
     backend_free(be);
 }
 
+/* An fp16 step whose gradients overflowed: the unscale flags it on the backend, the
+ * optimizer writes neither parameters nor state and does not count the step, the scale
+ * halves; the next clean step is the first (SGD momentum buffer = gradient) and matches
+ * a run that never overflowed. */
+static void test_overflow_skips_step(void) {
+    backend_t *be = cpu();
+    if (!be) return;
+    err_t e = {0};
+    optim_opts_t mom = {.kind = OPTIM_SGD, .momentum = 0.9, .weight_decay = 0.01};
+    float want[5], got[5];
+    for (int overflow = 0; overflow < 2; overflow++) {
+        net_t *n = tiny_net(be);
+        CHECK_INT(net_upload_params(n, P0, &e), 0);
+        optim_t *o = optim_create(n, &mom, &e);
+        loss_scaler_t s;
+        CHECK_INT(loss_scaler_init(&s, be, optim_ctl(o), DT_F16, 1024.0, 2000, &e), 0);
+        if (overflow) {
+            float g[5] = {1, 2, INFINITY, 4, 5};
+            CHECK_INT(be->ops->upload(be, net_grads(n), g, sizeof g), 0);
+            CHECK_INT(loss_scaler_unscale(&s, net_grads(n), 5, &e), 0);
+            CHECK_INT(optim_step(o, 0.1, &e), 0);
+            float p[5], buf[5];
+            CHECK_INT(net_download_params(n, p, &e), 0);
+            CHECK_INT(be->ops->download(be, buf, optim_state(o, 0), sizeof buf), 0);
+            for (int i = 0; i < 5; i++) CHECK(p[i] == P0[i] && buf[i] == 0.0f);
+            int64_t steps = -1;
+            double scale = 0;
+            CHECK_INT(optim_steps(o, &steps, &e), 0);
+            CHECK_INT(steps, 0);
+            CHECK_INT(loss_scaler_scale(&s, &scale, &e), 0);
+            CHECK_NEAR(scale, 512.0, 0, 0);
+        }
+        float g[5];
+        double scale = 0;
+        CHECK_INT(loss_scaler_scale(&s, &scale, &e), 0);
+        for (int i = 0; i < 5; i++) g[i] = G[0][i] * (float)scale;
+        CHECK_INT(be->ops->upload(be, net_grads(n), g, sizeof g), 0);
+        CHECK_INT(loss_scaler_unscale(&s, net_grads(n), 5, &e), 0);
+        CHECK_INT(optim_step(o, 0.1, &e), 0);
+        CHECK_INT(net_download_params(n, overflow ? got : want, &e), 0);
+        optim_free(o);
+        net_free(n);
+    }
+    for (int i = 0; i < 5; i++) CHECK(got[i] == want[i]);
+    CHECK(want[0] != P0[0]);
+    backend_free(be);
+}
+
 int main(void) {
     TEST_RUN(test_sgd);
     TEST_RUN(test_adamw);
+    TEST_RUN(test_overflow_skips_step);
     TEST_RUN(test_no_decay_on_bn_and_bias);
     return test_main_end();
 }
