@@ -4,9 +4,12 @@
  * on the backend's compute stream and makes the NCCL stream wait for it, then enqueues the
  * collective and records the operation's own `done` event on the NCCL stream. Waiting
  * makes the compute stream wait for `done` (so later kernels see the result) and polls
- * `done` from the host, checking ncclCommGetAsyncError and the deadline between polls with
- * a backoff from 10 us to 1 ms. A failure aborts the communicator once; every later call
- * fails at once with the first failure's message.
+ * `done` from the host, checking ncclCommGetAsyncError and the deadline between polls
+ * (yielding for the first 2 ms, then naps backing off from 10 us to 1 ms). The only such
+ * host wait in a DDP step is at its end (ddp_finish_step), after every bucket was
+ * enqueued; it is what lets a hung peer be detected within parallel.timeout_s. A
+ * failure aborts the communicator once; every later call fails at once with the first
+ * failure's message.
  *
  * Slots may run on the caller's thread or comm.c's worker thread (never both at once), so
  * each one first makes the backend's device current. Not here: the store protocol beyond
@@ -16,6 +19,7 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,9 +197,16 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, err_t *e) {
             abort_comm(nc, e ? e->msg : "timeout");
             break;
         }
-        struct timespec ts = {0, nap_ns};
-        nanosleep(&ts, NULL);
-        if (nap_ns < 1000000) nap_ns *= 2;
+        /* the end-of-backward wait is usually short: yield for the first 2 ms, so the
+         * step goes on within microseconds of the collective finishing, then back off
+         * to 1 ms naps for waits that are long (a slow or hung peer) */
+        if (waited < 2e-3) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, nap_ns};
+            nanosleep(&ts, NULL);
+            if (nap_ns < 1000000) nap_ns *= 2;
+        }
     }
     work_put(nc, w);
     return rc;
