@@ -179,6 +179,22 @@ static inline const char *gc_csv_text(const char *dir, const char *file, int row
     return buf;
 }
 
+/* Counts the rows 1..rows whose cell in column `name` of DIR/FILE differs as text between
+ * runs a and b (or is empty in a); prints the first few. */
+static inline int gc_same_cells(const char *a, const char *b, const char *file, const char *name, int rows) {
+    int bad = 0;
+    for (int r = 1; r <= rows; r++) {
+        char x[64], y[64];
+        gc_csv_text(a, file, r, name, x, sizeof x);
+        gc_csv_text(b, file, r, name, y, sizeof y);
+        if (!x[0] || strcmp(x, y)) {
+            if (bad++ < 5) fprintf(stderr, "  %s row %d %s: \"%s\" vs \"%s\"\n", file, r, name, x, y);
+        }
+    }
+    if (bad > 5) fprintf(stderr, "  %s %s: %d rows differ\n", file, name, bad);
+    return bad;
+}
+
 /* A string from DIR/FILE (a JSON object), copied into buf ("" when missing). */
 static inline const char *gc_json_string(const char *dir, const char *file, const char *key, char *buf,
                                          size_t len) {
