@@ -64,28 +64,28 @@ __global__ void add_k(int64_t n, const T *a, const T *b,
             y[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
-/* One thread per (sample, channel): sums hw pixels in fp32. Consecutive threads take
+/* One thread per (sample, channel): sums hw pixels in double in pixel order and divides,
+ * as the CPU backend does (so both give the same bits). Consecutive threads take
  * consecutive channels, so the loads of a warp are contiguous. */
 template <typename T>
 __global__ void avgpool_fwd_k(int n, int hw, int c, const T *__restrict__ x, T *__restrict__ y) {
     int64_t total = (int64_t)n * c, stride = (int64_t)gridDim.x * blockDim.x;
-    float inv = 1.0f / (float)hw;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int64_t b = i / c, ch = i % c;
         const T *p = x + b * (int64_t)hw * c + ch;
-        float s = 0.0f;
-        for (int j = 0; j < hw; j++) s += to_f32(p[(int64_t)j * c]);
-        y[i] = from_f32<T>(s * inv);
+        double s = 0.0;
+        for (int j = 0; j < hw; j++) s += (double)to_f32(p[(int64_t)j * c]);
+        y[i] = from_f32<T>((float)(s / (double)hw));
     }
 }
 
 template <typename T>
 __global__ void avgpool_bwd_k(int n, int hw, int c, const T *__restrict__ dy, T *__restrict__ dx) {
     int64_t total = (int64_t)n * hw * c, stride = (int64_t)gridDim.x * blockDim.x;
-    float inv = 1.0f / (float)hw;
+    float fhw = (float)hw;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int64_t ch = i % c, b = i / ((int64_t)hw * c);
-        dx[i] = from_f32<T>(to_f32(dy[b * c + ch]) * inv);
+        dx[i] = from_f32<T>(__fdiv_rn(to_f32(dy[b * c + ch]), fhw));   /* dy / hw, as the CPU */
     }
 }
 
@@ -96,8 +96,8 @@ __global__ void cast_k(int64_t n, const S *__restrict__ src, D *__restrict__ dst
         dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-/* g *= inv; any non-finite product sets *found (every writer writes 1, so the race is
- * benign; one write per block at most). */
+/* g *= 1/scale; any non-finite input sets ctl->found_inf (every writer writes 1, so the
+ * race is benign; one write per block at most). */
 template <int N>
 __global__ void unscale_k(int64_t n, float *__restrict__ g, step_ctl_t *ctl) {
     /* inv_scale in fp32 as GradScaler computes it (scale.double().reciprocal().float());
