@@ -20,9 +20,10 @@
  *    resumed file keeps the rows up to the interruption and appends the rest);
  *  - metrics.csv: both epoch rows' train_loss, train_top1, val_loss, val_top1, val_top5;
  *  - summary.json: completed, 60 steps, the same train_loss, val_loss and val_top1.
- * cuDNN note: the resumed process searches its convolution algorithms again
- * (model/cuda/conv.cu picks the fastest deterministic one by timing); a different pick
- * would show here as params differing by rounding-sized amounts.
+ * cuDNN note: the resumed process chooses its convolution algorithms again (with
+ * train.deterministic, model/cuda/conv.cu takes the heuristic's first deterministic one,
+ * not the fastest by timing); a different pick would show here as params differing by
+ * rounding-sized amounts (test_gpu_cli_train's repeat case checks the same thing).
  */
 #include "tests/gpu/gpu_cli_util.h"
 

@@ -51,10 +51,11 @@
  *     comparison can tell the two computations apart.
  *
  * Bit-exact comparisons between two GPU processes also need cuDNN to pick the same
- * algorithms in both: model/cuda/conv.cu chooses the fastest deterministic algorithm by
- * timing (cudnnFind*Ex), so a noisy timing could pick another one and break 1b, 4 and 6
- * with differences of rounding size; the messages print the largest difference to tell
- * that apart from a real bug.
+ * algorithms in both: with train.deterministic model/cuda/conv.cu takes the first
+ * deterministic algorithm in the heuristic's order, not the fastest by timing (which two
+ * processes could measure differently). Should that not hold, 1b, 4 and 6 fail with
+ * differences of rounding size; the messages print the largest difference to tell that
+ * apart from a real bug.
  */
 #include "tests/gpu/gpu_cli_util.h"
 
