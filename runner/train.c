@@ -633,7 +633,8 @@ static int train_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pendin
                                     (float)dp_scale, &out, e))
                 return -1;
             int32_t words[3];
-            memcpy(&words[0], &out.loss_sum, 4);
+            float loss = (float)out.loss_sum;
+            memcpy(&words[0], &loss, sizeof loss);
             words[1] = (int32_t)out.correct1;
             words[2] = (int32_t)out.correct5;
             if (be->ops->upload(be, rec + 2 + 3 * m, words, sizeof words)) {
@@ -847,8 +848,9 @@ static int train_loop(trainer_t *t, err_t *e) {
         rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
                   (long long)t->step, t->train_loss);
         t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
+        int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
         bool checkpointed = t->rank0 && epoch_done &&
-                            (last || (t->epoch + 1) % t->e->checkpoint.every_epochs == 0 || improved);
+                            (last || (every > 0 && (t->epoch + 1) % every == 0) || improved);
         if (checkpointed) {
             t->start_batch = 0;
             if (trainer_checkpoint_epoch(t, improved, e)) return -1;

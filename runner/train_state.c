@@ -175,7 +175,8 @@ int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e) {
     snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
     int n = t->epoch + 1;
     bool last = t->step >= t->p->total_steps;
-    bool periodic = last || n % t->e->checkpoint.every_epochs == 0;
+    int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
+    bool periodic = last || (every > 0 && n % every == 0);
     if (periodic && t->e->checkpoint.keep_last > 0) snprintf(main_path, sizeof main_path, "%s/epoch_%d.ckpt", dir, n);
     else snprintf(main_path, sizeof main_path, "%s/last.ckpt", dir);
     if (trainer_save_checkpoint(t, main_path, e)) return -1;

@@ -106,6 +106,29 @@ static void dp_equals_grad_accum(void) {
     dist_compare_section2(dp, acc, "params", 1e-5, 1e-4, &m, &l2);
     CHECK(l2 <= 1e-4);
     CHECK(m <= 1e-3);
+    /* the logged numbers too: every step's loss (DP sums its replicas' losses, the
+     * accumulating run its micro-batches': the same samples) and the epoch rows' train
+     * loss and accuracy (not validation: DP keeps replica 0's BN running statistics,
+     * torch's DataParallel rule, the accumulating run updates them per micro-batch) */
+    char a[4200], b[4200], ca[64], cb[64];
+    snprintf(a, sizeof a, "%s/steps.csv", dp);
+    snprintf(b, sizeof b, "%s/steps.csv", acc);
+    CHECK_INT(dist_count_lines(a), 11);
+    for (int row = 1; row <= 10; row++) {
+        dist_csv_cell(a, row, 3, ca, sizeof ca);   /* loss */
+        dist_csv_cell(b, row, 3, cb, sizeof cb);
+        CHECK(ca[0] && cb[0]);
+        CHECK_NEAR(atof(ca), atof(cb), 1e-5, 1e-4);
+    }
+    snprintf(a, sizeof a, "%s/metrics.csv", dp);
+    snprintf(b, sizeof b, "%s/metrics.csv", acc);
+    for (int row = 1; row <= 2; row++)
+        for (int col = 3; col <= 4; col++) {   /* train_loss, train_top1 */
+            dist_csv_cell(a, row, col, ca, sizeof ca);
+            dist_csv_cell(b, row, col, cb, sizeof cb);
+            CHECK(ca[0] && cb[0]);
+            CHECK_NEAR(atof(ca), atof(cb), 1e-5, 1e-4);
+        }
     CHECK(s0 != NULL);
     if (s0) {
         fprintf(stderr, "control, dp vs single without accumulation:\n");
