@@ -213,6 +213,36 @@ static void other_architecture_refused(void) {
     CHECK_CONTAINS(out, "resnet32");
 }
 
+/* checkpoint.every_epochs: 0 writes no periodic epoch_<N>.ckpt: an improving epoch 1 goes
+ * to last.ckpt (+ best.ckpt), and only the final epoch is kept as epoch_2.ckpt (linked as
+ * last.ckpt); the run completes (it used to divide by zero). */
+static void every_epochs_zero_keeps_last_and_best(void) {
+    char exp[700], root[700], args[2000], path[4200];
+    snprintf(exp, sizeof exp, "%s/tiny.yaml", tmp);
+    snprintf(root, sizeof root, "%s/every0", tmp);
+    snprintf(args, sizeof args, "%s --set output.root=%s --set checkpoint.every_epochs=0 --set train.epochs=2",
+             exp, root);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    const char *dir = only_run_dir(root, "tiny");
+    CHECK(dir != NULL);
+    if (!dir) return;
+    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
+    CHECK(access(path, R_OK) == 0);
+    snprintf(path, sizeof path, "%s/checkpoints/best.ckpt", dir);
+    CHECK(access(path, R_OK) == 0);
+    snprintf(path, sizeof path, "%s/checkpoints/epoch_1.ckpt", dir);
+    CHECK(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/checkpoints/epoch_2.ckpt", dir);
+    CHECK(access(path, F_OK) == 0);
+    size_t sz = 0;
+    char *meta = ckpt_section_copy(strcat(strcpy(path, dir), "/checkpoints/last.ckpt"), "meta", &sz);
+    CHECK(meta != NULL);
+    if (meta) {
+        CHECK_CONTAINS(meta, "\"step\": 12");
+        free(meta);
+    }
+}
+
 static void export_loads_in_pytorch(void) {
     if (!ref_dir[0]) return;
     char args[4500], file[4500];
@@ -277,6 +307,7 @@ int main(void) {
     TEST_RUN(sigint_then_resume_is_bit_exact);
     TEST_RUN(corrupt_checkpoints);
     TEST_RUN(other_architecture_refused);
+    TEST_RUN(every_epochs_zero_keeps_last_and_best);
     TEST_RUN(export_loads_in_pytorch);
     TEST_RUN(export_resnet50_cifar100);
     int rc = test_main_end();
