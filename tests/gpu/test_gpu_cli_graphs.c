@@ -1,0 +1,96 @@
+/* test_gpu_cli_graphs.c: train.cuda_graphs (replaying each full micro-batch as a recorded
+ * CUDA graph) changes nothing but speed: a GPU run with graphs on ends bit-identical to
+ * the same run with graphs off. Skipped (77) without a GPU; the dry run on the CPU
+ * (RUNNER_GPU_CLI_DRYRUN=cpu, see gpu_cli_util.h) checks that the key is ignored there.
+ *
+ * The experiment: resnet20, synthetic 3x32x32 images of 4 classes, 200 train samples at
+ * global batch 32 (6 full micro-batches and a short one of 8 per epoch, so each epoch
+ * records or replays the full shape and runs the short one normally), 64 validation
+ * samples (evaluation between epochs uses other shapes and may grow the cuDNN workspace,
+ * after which the recording is stale and must be made again), 3 epochs, fp16 AMP (the
+ * loss scale is read on the device inside the recording), SGD with momentum,
+ * train.deterministic true, one steps.csv row per step. Compared, graphs on vs off:
+ *  - last.ckpt params, buffers, optim.momentum_buffer: bit for bit;
+ *  - meta optim_steps, loss_scale, growth_tracker and the BN counters (bn_counters, which
+ *    the host advances for a replay without running net_forward);
+ *  - steps.csv loss, top1, loss_scale of every step as text; metrics.csv val columns;
+ *  - the graphs run's output does not say that recording failed.
+ */
+#include "tests/gpu/gpu_cli_util.h"
+
+static char exp_path[700];
+
+static const char *exp_yaml =
+    "name: graphs\n"
+    "seed: 5\n"
+    "device: %s\n"
+    "data:\n"
+    "  dataset: synthetic\n"
+    "  synthetic: {train_size: 200, val_size: 64, image: [3, 32, 32], classes: 4}\n"
+    "  workers: 2\n"
+    "  augment: {random_crop: {size: 32, padding: 4}, horizontal_flip: true, rotation: 0}\n"
+    "model: {arch: resnet20}\n"
+    "optimizer: {name: sgd, lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}\n"
+    "schedule: {name: constant, warmup_epochs: 0}\n"
+    "train: {epochs: 3, batch_size: 32, deterministic: true}\n"
+    "amp: {enabled: true, dtype: fp16, init_scale: 1024.0, growth_interval: 5}\n"
+    "parallel: {mode: single}\n"
+    "logging: {print_every: 1}\n"
+    "checkpoint: {every_epochs: 1, keep_last: 1, resume: never}\n";
+
+/* The bn_counters array of DIR's last.ckpt meta as text ("" when missing). */
+static void bn_counters(const char *dir, char *buf, size_t len) {
+    size_t n = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
+    char *meta = ckpt_section_copy(path, "meta", &n);
+    buf[0] = '\0';
+    if (!meta) return;
+    meta = realloc(meta, n + 1);
+    meta[n] = '\0';
+    const char *p = strstr(meta, "\"bn_counters\"");
+    const char *q = p ? strchr(p, ']') : NULL;
+    if (p && q) snprintf(buf, len, "%.*s", (int)(q - p + 1), p);
+    free(meta);
+}
+
+static void graphs_change_nothing(void) {
+    char off[4096], on[4096];
+    if (!gc_run(exp_path, "off", "--set train.cuda_graphs=false", off, sizeof off)) {
+        CHECK(!"the run without graphs failed");
+        return;
+    }
+    if (!gc_run(exp_path, "on", "--set train.cuda_graphs=true", on, sizeof on)) {
+        CHECK(!"the run with graphs failed");
+        return;
+    }
+    CHECK(strstr(gc_out, "recording a micro-batch failed") == NULL);
+    int steps = (int)dist_json_number(on, "summary.json", "steps");
+    CHECK_INT(steps, 21);
+    fprintf(stderr, "graphs on vs off:\n");
+    CHECK_INT(gc_diff_bits(on, off, "params", false), 0);
+    CHECK_INT(gc_diff_bits(on, off, "buffers", false), 0);
+    CHECK_INT(gc_diff_bits(on, off, "optim.momentum_buffer", false), 0);
+    const char *meta[] = {"optim_steps", "loss_scale", "growth_tracker", "step"};
+    for (int i = 0; i < 4; i++) {
+        double a = gc_meta_number(on, meta[i]), b = gc_meta_number(off, meta[i]);
+        if (a != b) fprintf(stderr, "  meta %s: %.9g vs %.9g\n", meta[i], a, b);
+        CHECK(a == b);
+    }
+    char ca[2048], cb[2048];
+    bn_counters(on, ca, sizeof ca);
+    bn_counters(off, cb, sizeof cb);
+    CHECK(ca[0] != '\0');
+    CHECK_STR(ca, cb);
+    const char *sc[] = {"loss", "top1", "loss_scale"};
+    for (int i = 0; i < 3; i++) CHECK_INT(gc_same_cells(on, off, "steps.csv", sc[i], steps), 0);
+    const char *mc[] = {"train_loss", "val_loss", "val_top1"};
+    for (int i = 0; i < 3; i++) CHECK_INT(gc_same_cells(on, off, "metrics.csv", mc[i], 3), 0);
+}
+
+int main(void) {
+    gc_setup();
+    gc_write_exp(exp_path, sizeof exp_path, "graphs", exp_yaml, gc_dev);
+    TEST_RUN(graphs_change_nothing);
+    return gc_finish();
+}
