@@ -2,13 +2,24 @@
  * forward / loss / backward / reduce-to-replica-0 per micro-batch.
  *
  * Replica 0 runs on the caller's thread, replicas 1.. on their own threads, each driving
- * its own net and backend. Data moves through the host: parameters and buffers are
- * downloaded from replica 0 once per micro-batch and uploaded by each replica; gradients
- * are read directly (CPU backend) or downloaded (others) and summed on the host in
- * replica order, each replica thread summing one slice of the parameter range, so the
- * sum is deterministic. torch's reduction is .grad += (g0 + g1 + ...), and so is this:
+ * its own net and backend. torch's reduction is .grad += (g0 + g1 + ...), and so is this:
  * replica 0's previous gradient (earlier micro-batches) is set aside, replica 0 computes
- * into zeroed gradients like every replica, and the previous value is added last.
+ * into zeroed gradients like every replica, and the previous value is added last. Sums
+ * run in replica order in fp32, so they are deterministic. Two ways of moving data:
+ *
+ * - CUDA replicas (every backend cuda; model/cuda/peer.cu), device to device: the caller
+ *   copies replica 0's gradient aside on its device and peer-copies its parameters and
+ *   buffers into each replica (then waits for those copies, since replica 0's forward
+ *   writes its buffers next); after backward, each replica q = 1.. in turn is peer-copied
+ *   into a staging array on replica 0's device and added into replica 0's gradient with
+ *   the backend's add op, then the previous gradient is added and replica 0's stream is
+ *   waited for (the next micro-batch zeroes the gradients those copies read).
+ * - Otherwise (CPU backends; mixed kinds), through the host: parameters and buffers are
+ *   downloaded from replica 0 once per micro-batch and uploaded by each replica;
+ *   gradients are read directly (CPU backend) or downloaded (others) and summed on the
+ *   host, each replica thread summing one slice of the parameter range.
+ *
+ * Inputs and labels come from the host either way: each replica uploads its chunk.
  *
  * Threads: OpenMP's team size (used by oneDNN inside the CPU backend) is a per-thread
  * setting, so each replica thread sets it to its backend's thread count before computing;
@@ -16,8 +27,8 @@
  * reductions depend on the team size, produce different bits than the same backend on
  * the thread that created it.
  *
- * It does not: copy device to device (no peer copies in the backend op table), run the
- * optimizer, evaluate (use nets[0]), or support SyncBN.
+ * It does not: overlap the gradient copies with backward (DP waits per micro-batch), run
+ * the optimizer, evaluate (use nets[0]), or support SyncBN.
  */
 #include "comm/dp.h"
 
@@ -26,6 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef RUNNER_HAVE_CUDA
+#include "model/cuda/cuda_backend.h"
+#endif
 
 typedef struct replica_job {
     const float *images;
@@ -56,12 +71,15 @@ struct dp {
     replica_t *reps;
     float *params_host, *buffers_host, *prev;   /* replica 0's state on the host */
     float *sum_host;                            /* reduced gradients (non-CPU replica 0) */
+    bool peer;                                  /* every replica cuda: device-to-device path */
+    float *prev_dev, *stage_dev;                /* peer path: on replica 0's backend */
     /* dispatch: the caller bumps generation with a phase; workers run it and report */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int phase;
     uint64_t generation;
     int pending;
+    int started;                                /* replica threads running (1..started) */
     dp_timing_t t;
 };
 
@@ -103,8 +121,8 @@ static int replica_compute(dp_t *d, int i) {
     double t0 = now_s();
     memset(&r->out, 0, sizeof r->out);
     if (r->job.count == 0) return 0;
-    if (i > 0 && (net_upload_params(n, d->params_host, e) < 0 ||
-                  net_upload_buffers(n, d->buffers_host, e) < 0))
+    if (i > 0 && !d->peer && (net_upload_params(n, d->params_host, e) < 0 ||
+                              net_upload_buffers(n, d->buffers_host, e) < 0))
         return -1;
     if (net_zero_grads(n, e) < 0) return -1;
     size_t sample = (size_t)d->in_h * (size_t)d->in_w * (size_t)d->in_c;
@@ -172,6 +190,58 @@ static void run_phase(dp_t *d, int phase) {
     pthread_mutex_unlock(&d->mu);
 }
 
+/* ---- the device-to-device path (every replica a cuda backend) ---- */
+
+#ifdef RUNNER_HAVE_CUDA
+/* Copies be's error into e (when given) and adds what failed; returns -1. */
+static int be_fail(backend_t *be, err_t *e, const char *what) {
+    if (e) *e = be->err;
+    return err_wrap(e, "dp: %s", what);
+}
+
+/* Replicate: sets replica 0's gradient so far aside, then copies its parameters and
+ * buffers into replicas 1.. and waits for those copies (replica 0's forward, which runs
+ * next on another stream, updates the buffers they read). */
+static int peer_replicate(dp_t *d, err_t *e) {
+    net_t *n0 = d->nets[0];
+    backend_t *b0 = net_backend(n0);
+    if (b0->ops->copy(b0, d->prev_dev, net_grads(n0), d->n_params * 4) < 0)
+        return be_fail(b0, e, "setting replica 0's gradient aside");
+    for (int i = 1; i < d->world; i++) {
+        net_t *ni = d->nets[i];
+        backend_t *bi = net_backend(ni);
+        if (cuda_copy_peer(bi, net_params(ni), b0, net_params(n0), d->n_params * 4) < 0 ||
+            cuda_copy_peer(bi, net_buffers(ni), b0, net_buffers(n0), d->n_buffers * 4) < 0)
+            return be_fail(bi, e, "copying parameters and buffers to a replica");
+    }
+    for (int i = 1; i < d->world; i++) {
+        backend_t *bi = net_backend(d->nets[i]);
+        if (bi->ops->sync(bi) < 0) return be_fail(bi, e, "copying parameters and buffers to a replica");
+    }
+    return 0;
+}
+
+/* Reduce on replica 0's device: g0 += g1, += g2, ... over the replicas that had data (in
+ * replica order, each through the staging array), then g0 = prev + g0, then a wait for
+ * replica 0's stream (the copies read the other replicas' gradients). The replicas' own
+ * streams are idle: replica_compute synchronised them. */
+static int peer_reduce(dp_t *d, int used, err_t *e) {
+    net_t *n0 = d->nets[0];
+    backend_t *b0 = net_backend(n0);
+    float *g0 = net_grads(n0);
+    int64_t np = (int64_t)d->n_params;
+    for (int q = 1; q < used; q++) {
+        net_t *nq = d->nets[q];
+        if (cuda_copy_peer(b0, d->stage_dev, net_backend(nq), net_grads(nq), d->n_params * 4) < 0 ||
+            b0->ops->add(b0, np, DT_F32, g0, d->stage_dev, g0) < 0)
+            return be_fail(b0, e, "summing the replicas' gradients");
+    }
+    if (b0->ops->add(b0, np, DT_F32, d->prev_dev, g0, g0) < 0 || b0->ops->sync(b0) < 0)
+        return be_fail(b0, e, "summing the replicas' gradients");
+    return 0;
+}
+#endif
+
 dp_t *dp_create(net_t *const *nets, int world, int in_h, int in_w, err_t *e) {
     if (world < 1) { err_set(e, ERR_INPUT, "parallel.world_size must be >= 1 for dp"); return NULL; }
     size_t np = net_num_params(nets[0]), nb = net_num_buffers(nets[0]);
@@ -193,37 +263,59 @@ dp_t *dp_create(net_t *const *nets, int world, int in_h, int in_w, err_t *e) {
     d->reps = reps;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
-    bool ok = (d->params_host = malloc(np * 4 + 4)) && (d->buffers_host = malloc(nb * 4 + 4)) &&
-              (d->prev = malloc(np * 4 + 4));
-    if (ok && net_backend(nets[0])->kind != BACKEND_CPU) ok = (d->sum_host = malloc(np * 4 + 4));
-    for (int i = 0; i < world && ok; i++) {
+    for (int i = 0; i < world; i++) {
         reps[i].dp = d;
         reps[i].index = i;
-        if (net_backend(nets[i])->kind != BACKEND_CPU) ok = (reps[i].grads_host = malloc(np * 4 + 4));
     }
-    if (!ok) { err_set(e, ERR_RUNTIME, "out of memory (dp host buffers)"); dp_free(d); return NULL; }
-    for (int i = 1; i < world; i++) {
-        if (pthread_create(&reps[i].thread, NULL, replica_main, &reps[i]) != 0) {
-            err_set(e, ERR_RUNTIME, "dp: cannot start replica thread %d", i);
-            d->world = i;   /* only threads 1..i-1 exist */
+#ifdef RUNNER_HAVE_CUDA
+    d->peer = true;
+    for (int i = 0; i < world; i++) d->peer = d->peer && net_backend(nets[i])->kind == BACKEND_CUDA;
+    if (d->peer) {
+        backend_t *b0 = net_backend(nets[0]);
+        if (!(d->prev_dev = b0->ops->alloc(b0, np * 4)) ||
+            (world > 1 && !(d->stage_dev = b0->ops->alloc(b0, np * 4)))) {
+            if (e) *e = b0->err;
+            err_wrap(e, "dp: gradient buffers on replica 0's device");
             dp_free(d);
             return NULL;
         }
+    }
+#endif
+    if (!d->peer) {
+        bool ok = (d->params_host = malloc(np * 4 + 4)) && (d->buffers_host = malloc(nb * 4 + 4)) &&
+                  (d->prev = malloc(np * 4 + 4));
+        if (ok && net_backend(nets[0])->kind != BACKEND_CPU) ok = (d->sum_host = malloc(np * 4 + 4));
+        for (int i = 0; i < world && ok; i++)
+            if (net_backend(nets[i])->kind != BACKEND_CPU) ok = (reps[i].grads_host = malloc(np * 4 + 4));
+        if (!ok) { err_set(e, ERR_RUNTIME, "out of memory (dp host buffers)"); dp_free(d); return NULL; }
+    }
+    for (int i = 1; i < world; i++) {
+        if (pthread_create(&reps[i].thread, NULL, replica_main, &reps[i]) != 0) {
+            err_set(e, ERR_RUNTIME, "dp: cannot start replica thread %d", i);
+            dp_free(d);
+            return NULL;
+        }
+        d->started = i;
     }
     return d;
 }
 
 void dp_free(dp_t *d) {
     if (!d) return;
-    if (d->world > 1) {
+    if (d->started > 0) {
         pthread_mutex_lock(&d->mu);
         d->phase = PHASE_QUIT;
         d->generation++;
         pthread_cond_broadcast(&d->cv);
         pthread_mutex_unlock(&d->mu);
-        for (int i = 1; i < d->world; i++) pthread_join(d->reps[i].thread, NULL);
+        for (int i = 1; i <= d->started; i++) pthread_join(d->reps[i].thread, NULL);
     }
     for (int i = 0; i < d->world; i++) free(d->reps[i].grads_host);
+    if (d->prev_dev || d->stage_dev) {
+        backend_t *b0 = net_backend(d->nets[0]);
+        b0->ops->release(b0, d->prev_dev);
+        b0->ops->release(b0, d->stage_dev);
+    }
     free(d->reps);
     free(d->params_host);
     free(d->buffers_host);
@@ -244,10 +336,14 @@ int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int
                        "the %d the nets were bound for", n, chunk, net_max_batch(n0));
     match_omp_threads(net_backend(n0));
     double t0 = now_s();
-    /* replicate: replica 0's parameters, buffers and earlier gradient to the host */
-    if (net_download_params(n0, d->params_host, e) < 0 ||
-        net_download_buffers(n0, d->buffers_host, e) < 0 ||
-        net_download_grads(n0, d->prev, e) < 0)
+    /* replicate: replica 0's parameters and buffers to the replicas (peer copies, or the
+     * host), its earlier gradient set aside */
+#ifdef RUNNER_HAVE_CUDA
+    if (d->peer && peer_replicate(d, e) < 0) return -1;
+#endif
+    if (!d->peer && (net_download_params(n0, d->params_host, e) < 0 ||
+                     net_download_buffers(n0, d->buffers_host, e) < 0 ||
+                     net_download_grads(n0, d->prev, e) < 0))
         return -1;
     double t1 = now_s();
     for (int i = 0; i < d->world; i++) {
@@ -266,12 +362,21 @@ int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int
             if (e) *e = d->reps[i].err;
             return err_wrap(e, "dp replica %d", i);
         }
-    run_phase(d, PHASE_REDUCE);
-    if (d->sum_host) {
-        backend_t *be = net_backend(n0);
-        if (be->ops->upload(be, net_grads(n0), d->sum_host, d->n_params * 4) < 0) {
-            if (e) *e = be->err;
-            return -1;
+#ifdef RUNNER_HAVE_CUDA
+    if (d->peer) {
+        int used = 0;
+        for (int q = 0; q < d->world; q++) used += d->reps[q].job.count > 0;
+        if (peer_reduce(d, used, e) < 0) return -1;
+    }
+#endif
+    if (!d->peer) {
+        run_phase(d, PHASE_REDUCE);
+        if (d->sum_host) {
+            backend_t *be = net_backend(n0);
+            if (be->ops->upload(be, net_grads(n0), d->sum_host, d->n_params * 4) < 0) {
+                if (e) *e = be->err;
+                return -1;
+            }
         }
     }
     double t3 = now_s();

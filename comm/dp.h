@@ -2,13 +2,15 @@
  * of one net, each bound to its own backend (device) and driven by its own thread.
  *
  * Each training step: parameters and buffers are copied from replica 0 to the others
- * (replicate); the batch is scattered in contiguous chunks of torch's sizes (ceil(n/world)
- * per chunk, the last smaller, fewer chunks when n is small); every replica runs forward
- * on its chunk; the loss is the mean over the whole batch (each replica's logits gradient
- * is scaled by loss_scale / global_batch, which is exactly what gathering the outputs on
- * replica 0 and differentiating the mean loss there gives, since each sample's loss
- * depends only on its own logits); backward on every replica; gradients are summed into
- * replica 0 in replica order (0 + 1 + ... deterministic); the optimizer then steps on
+ * (replicate: device to device when every replica is a CUDA backend, on any devices or
+ * several on one; through the host otherwise); the batch is scattered in contiguous
+ * chunks of torch's sizes (ceil(n/world) per chunk, the last smaller, fewer chunks when n
+ * is small); every replica runs forward on its chunk; the loss is the mean over the whole
+ * batch (each replica's logits gradient is scaled by loss_scale / global_batch, which is
+ * exactly what gathering the outputs on replica 0 and differentiating the mean loss there
+ * gives, since each sample's loss depends only on its own logits); backward on every
+ * replica; gradients are summed into replica 0 in replica order (0 + 1 + ...,
+ * deterministic; on replica 0's device for CUDA replicas); the optimizer then steps on
  * replica 0 only (the trainer's job). BN running statistics come from replica 0 only
  * (torch keeps only the module's own buffers, which replica 0 updates with its chunk).
  *
@@ -46,7 +48,9 @@ typedef struct dp_timing {
 
 /* nets[0..world-1]: the same architecture, each bound (net_bind) on its own backend with
  * max_batch >= ceil(batch / world) for in_h x in_w inputs. Borrowed, not owned (the
- * array must outlive d). Starts world - 1 threads. */
+ * array must outlive d). Starts world - 1 threads. With CUDA replicas it also allocates
+ * two gradient-sized fp32 arrays on replica 0's backend (its earlier gradient, staging),
+ * released by dp_free; the backends must outlive d. */
 dp_t *dp_create(net_t *const *nets, int world, int in_h, int in_w, err_t *e);
 void dp_free(dp_t *d);
 

@@ -54,6 +54,15 @@ void *cuda_backend_stream(backend_t *be);
  * ops->upload, in contrast, is safe to reuse its source as soon as it returns. */
 int cuda_upload_async(backend_t *be, void *dst, const void *host_src, size_t bytes);
 
+/* Copies bytes from src (memory of src_be's device) to dst (memory of dst_be's device):
+ * waits for src_be's stream, so src holds what was queued on it, then enqueues the copy
+ * on dst_be's stream (cudaMemcpyPeerAsync: direct where peer access is possible, which
+ * it enables once per device pair; staged through the host otherwise; a plain device
+ * copy when both are on one device). Returns before the copy ran: later work on dst_be's
+ * stream sees dst, and src must stay unchanged until dst_be's stream got past the copy
+ * (sync dst_be). The two may be the same backend. Errors go to dst_be's err. */
+int cuda_copy_peer(backend_t *dst_be, void *dst, backend_t *src_be, const void *src, size_t bytes);
+
 /* Enqueues dw[i] += (float)src[i] style accumulation of a gradient computed in half; used
  * by conv and linear internally and exported for tests. */
 int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);
