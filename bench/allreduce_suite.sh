@@ -14,15 +14,16 @@
 #   3. bench_allreduce --backend shm --no-ddp   the host CPU's shm rows (world 2).
 # Without a GPU: step 3 with the DDP record (resnet18, batch 16 per rank).
 # Each step replaces its own rows (same device, backend, world) in the JSON and keeps the
-# rest. Then bench/scaling_model.py prints the model and writes it to
-# bench/results/allreduce_model.md (paste it into docs/benchmarks.md under its heading).
+# rest. Then bench/allreduce_table.py (the measured tables) and bench/scaling_model.py
+# (the 2/4/8-GPU MODEL) print Markdown, also written to BUILD_DIR/allreduce_report.md, for
+# docs/benchmarks.md ("All-reduce and DDP overlap").
 #
 # Environment: ALLREDUCE_JSON (results file, default bench/results/allreduce.json),
 # JOBS (build parallelism, default nproc), STEP_TIMEOUT (seconds per step, default 420).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-gpu}
-out=${ALLREDUCE_JSON:-$here/bench/results/allreduce.json}
+out=${ALLREDUCE_JSON:-bench/results/allreduce.json}
 jobs=${JOBS:-$(nproc)}
 limit=${STEP_TIMEOUT:-420}
 cd "$here"
@@ -58,5 +59,14 @@ else
 fi
 echo "allreduce_suite: measurements took $(( $(date +%s) - t_start )) s"
 
-python3 "$here/bench/scaling_model.py" --json "$out" --markdown "$here/bench/results/allreduce_model.md"
-echo "allreduce_suite: model written to bench/results/allreduce_model.md"
+report=$build/allreduce_report.md
+{
+  echo "## MEASURED (bench/allreduce_table.py)"
+  echo
+  python3 "$here/bench/allreduce_table.py" --json "$out"
+  echo "## MODEL, NOT A MEASUREMENT (bench/scaling_model.py)"
+  echo
+  python3 "$here/bench/scaling_model.py" --json "$out"
+} > "$report"
+cat "$report"
+echo "allreduce_suite: measured tables and the model written to $report (for docs/benchmarks.md); rows in $out"
