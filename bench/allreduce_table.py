@@ -28,19 +28,26 @@ def tables(rows, device, backend, world, w):
           "by definition.")
         w("")
     msgs = [r for r in sel if r["kind"] == "message"]
+    bw = "algbw" if world == 1 else "busbw"
     if msgs:
-        stag = any("staging" in r for r in msgs)
         w("Single all-reduce (avg) of an fp32 gradient of the given size, sent as fp32 or compressed to "
-          "16 bits (same elements, half the bytes); median (%s):" % msgs[0].get("timer", ""))
+          "16 bits (same elements, half the bytes); median time in ms (%s GB/s); %s:" % (
+              bw, msgs[0].get("timer", "")))
         w("")
-        cols = ["fp32 MiB", "dtype"] + (["staging"] if stag else []) + ["bytes", "time (ms)", "algbw (GB/s)",
-                                                                         "busbw (GB/s)"]
-        w("| " + " | ".join(cols) + " |")
-        w("|" + "---:|" * len(cols))
+        combos = []
         for r in msgs:
-            cells = ["%g" % r["fp32_mib"], r["dtype"]] + ([r.get("staging", "")] if stag else []) + [
-                "%d" % r["bytes"], ms(r["seconds"]), "%.2f" % r["algbw_GBps"], "%.2f" % r["busbw_GBps"]]
-            w("| " + " | ".join(cells) + " |")
+            c = (r["dtype"], r.get("staging"))
+            if c not in combos:
+                combos.append(c)
+        sizes = sorted({r["fp32_mib"] for r in msgs})
+        w("| fp32 MiB | " + " | ".join(d + (", " + st if st else "") for d, st in combos) + " |")
+        w("|---:|" + "---:|" * len(combos))
+        for mib in sizes:
+            cells = []
+            for d, st in combos:
+                m = [r for r in msgs if r["fp32_mib"] == mib and r["dtype"] == d and r.get("staging") == st]
+                cells.append("%s (%.2f)" % (ms(m[0]["seconds"]), m[0][bw + "_GBps"]) if m else "-")
+            w("| %g | %s |" % (mib, " | ".join(cells)))
         w("")
     bk = [r for r in sel if r["kind"] == "buckets"]
     if bk:
@@ -52,7 +59,7 @@ def tables(rows, device, backend, world, w):
             if r["dtype"] not in dts:
                 dts.append(r["dtype"])
         mbs = sorted({r["bucket_mb"] for r in bk})
-        w("| bucket MiB | buckets | " + " | ".join("%s ms (busbw GB/s)" % d for d in dts) + " |")
+        w("| bucket MiB | buckets | " + " | ".join("%s ms (%s GB/s)" % (d, bw) for d in dts) + " |")
         w("|---:|---:|" + "---:|" * len(dts))
         for mb in mbs:
             cells = []
@@ -61,7 +68,7 @@ def tables(rows, device, backend, world, w):
                 m = [r for r in bk if r["bucket_mb"] == mb and r["dtype"] == d]
                 if m:
                     nb = m[0]["n_buckets"]
-                    cells.append("%s (%.2f)" % (ms(m[0]["seconds"]), m[0]["busbw_GBps"]))
+                    cells.append("%s (%.2f)" % (ms(m[0]["seconds"]), m[0][bw + "_GBps"]))
                 else:
                     cells.append("-")
             w("| %g | %s | %s |" % (mb, nb, " | ".join(cells)))
