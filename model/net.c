@@ -613,6 +613,18 @@ int net_upload_buffers(net_t *n, const float *host, err_t *e) {
     return xfer(n, true, n->buffers, (void *)host, n->n_buffers * 4, "upload buffers", e);
 }
 
+int net_input_from_f32(net_t *n, const float *dev, int batch, err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_input_from_f32: net is not bound");
+    if (batch < 1 || batch > n->max_batch)
+        return err_set(e, ERR_RUNTIME, "net_input_from_f32: batch %d outside [1, %d]", batch, n->max_batch);
+    size_t count = (size_t)batch * n->in_h * n->in_w * n->in_c;
+    backend_t *be = n->be;
+    int rc = n->dt == DT_F32 ? be->ops->copy(be, n->input, dev, count * 4)
+                             : be->ops->cast(be, (int64_t)count, dev, DT_F32, n->input, n->dt);
+    if (rc < 0) return err_set(e, ERR_RUNTIME, "net_input_from_f32: %s", be->err.msg);
+    return 0;
+}
+
 int net_upload_input(net_t *n, const float *host_nhwc, int batch, err_t *e) {
     if (!n->be) return err_set(e, ERR_RUNTIME, "net_upload_input: net is not bound");
     if (batch < 1 || batch > n->max_batch)

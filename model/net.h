@@ -200,6 +200,10 @@ int net_upload_buffers(net_t *n, const float *host, err_t *e);
  * dtype under AMP. */
 int net_upload_input(net_t *n, const float *host_nhwc, int batch, err_t *e);
 
+/* The same from backend memory: batch NHWC fp32 images at dev into net_input (a copy, or
+ * a cast to the act dtype under AMP), enqueued on the backend. */
+int net_input_from_f32(net_t *n, const float *dev, int batch, err_t *e);
+
 /* ---- running ---- */
 
 /* Forward of batch <= max_batch images at x (backend memory, NHWC, act dtype; may be

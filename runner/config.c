@@ -18,6 +18,7 @@ void config_defaults(experiment_t *e) {
     e->seed = 0;
     e->device = DEVICE_AUTO;
     e->data.download = false;
+    e->data.on_device = true;
     e->data.shuffle = true;
     e->data.workers = 2;
     e->data.augment.random_crop = true;

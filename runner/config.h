@@ -43,6 +43,7 @@ typedef struct experiment {
                                      against the current directory, as users expect.
                                      config_load fills the dataset's default in. */
         bool download;            /* false */
+        bool on_device;           /* true (project key: CUDA keeps the train split on the GPU) */
         char download_url[CFG_PATH]; /* "" = the dataset's official URL */
         char download_md5[64];    /* "" = the official md5 */
         bool shuffle;             /* true */

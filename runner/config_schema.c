@@ -60,6 +60,9 @@ const cfg_row_t cfg_rows[] = {
             "null: the official tarball's md5"),
     ROW_BOOL("data.shuffle", data.shuffle, F_HASH, "reshuffle the training set every epoch"),
     ROW_INT("data.workers", data.workers, 0, 64, 0, "loader threads per rank"),
+    ROW_BOOL("data.on_device", data.on_device, 0,
+             "project key: CUDA keeps a training split that fits on the GPU and augments there; "
+             "false: the CPU loader with pinned buffers and a copy stream"),
     {"data.augment.random_crop", K_SWITCH, OFF(data.augment.random_crop), 0, 0, 0, F_HASH, 0,
      0, -1, NULL, 0, "false | {size, padding}: pad, then crop at a random place"},
     ROW_INT("data.augment.random_crop.size", data.augment.crop_size, 1, 4096, F_CHILD,

@@ -192,7 +192,14 @@ static int setup_data(trainer_t *t, err_t *e) {
     fill_norm(x, t->val_ds, &vo);
     if (loader_create(t->val_ds, &vo, &t->val_ld, e)) return -1;
 #ifdef RUNNER_HAVE_CUDA
-    if (!strcmp(t->p->device, "cuda") && !t->dp_mode && setup_gpu_data(t, e)) return -1;
+    if (!strcmp(t->p->device, "cuda") && !t->dp_mode && x->data.on_device && setup_gpu_data(t, e)) return -1;
+    /* the CPU loader's batches reach the GPU through the copy stream (not for DP, whose
+     * replicas take host slices) */
+    if (!strcmp(t->p->device, "cuda") && !t->dp_mode && !t->gpu_data) {
+        size_t bytes = (size_t)t->p->micro_batch * t->p->channels * t->p->height * t->p->width * sizeof(float);
+        if (!(t->stager = cuda_stager_create(t->be, bytes + (size_t)t->p->micro_batch * sizeof(int32_t), e)))
+            return -1;
+    }
 #endif
     if (loader_num_batches(t->train_ld) != t->p->batches_per_epoch)
         return err_set(e, ERR_RUNTIME, "internal: loader has %lld batches per epoch, plan says %lld",
@@ -513,6 +520,23 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     tb->labels = b->labels;
     tb->images = b->images;
     tb->data_wait_s = b->data_wait_s;
+#ifdef RUNNER_HAVE_CUDA
+    if (t->stager) {
+        /* images and labels through the copy stream, then (compute stream) into the net */
+        size_t bytes = (size_t)b->n * t->p->channels * t->p->height * t->p->width * sizeof(float);
+        void *dev_labels = NULL;
+        const float *dev = cuda_stager_upload(t->stager, b->images, bytes, b->labels,
+                                              (size_t)b->n * sizeof(int32_t), &dev_labels, e);
+        if (!dev || net_input_from_f32(t->net, dev, b->n, e)) return -1;
+        if (t->be->ops->copy(t->be, net_labels(t->net), dev_labels, (size_t)b->n * sizeof(int32_t))) {
+            *e = t->be->err;
+            return -1;
+        }
+        if (cuda_stager_release(t->stager, e)) return -1;
+        tb->labels = NULL;   /* in net_labels */
+        return 1;
+    }
+#endif
     if (!t->dp && net_upload_input(t->net, b->images, b->n, e)) return -1;
     return 1;
 }
@@ -922,6 +946,9 @@ static void trainer_teardown(trainer_t *t) {
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
     if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
+#ifdef RUNNER_HAVE_CUDA
+    cuda_stager_free(t->stager);
+#endif
     for (int i = 0; i < TRAIN_MAX_REPLICAS; i++) {
         net_free(t->replica_net[i]);
         backend_free(t->replica_be[i]);

@@ -62,6 +62,7 @@ typedef struct trainer {
     uint8_t *gpu_pixels;                    /* backend memory, the whole train split */
     int64_t *gpu_indices;                   /* backend memory, one micro-batch of indices */
     int32_t *gpu_labels;                    /* backend memory, the train split's labels */
+    struct cuda_stager *stager;             /* cuda, CPU loader: the copy stream's uploads */
     sampler_t gpu_sampler;
     bool gpu_sampler_ready;
     int64_t gpu_batch;                      /* next micro-batch of the epoch */

@@ -63,6 +63,22 @@ int cuda_upload_async(backend_t *be, void *dst, const void *host_src, size_t byt
  * (sync dst_be). The two may be the same backend. Errors go to dst_be's err. */
 int cuda_copy_peer(backend_t *dst_be, void *dst, backend_t *src_be, const void *src, size_t bytes);
 
+/* The copy stream of the CPU loader's path (stager.cu): host batches uploaded on a second
+ * stream into two alternating device buffers of `bytes`, so the copy of the next batch
+ * overlaps the compute stream's work on the current one.
+ *   cuda_stager_upload: enqueues the copy (of host_src, and of src2 when bytes2 > 0, put
+ *     at *dev2) once the slot is free, makes the compute stream wait for it, waits (host)
+ *     for the copy only, and returns the device buffer (NULL with e set on failure); the
+ *     sources may be reused on return. bytes + bytes2 must fit the size given to create.
+ *   cuda_stager_release: after the caller enqueued (on the compute stream) the last use
+ *     of the buffer upload returned: marks its slot free from that point of the stream. */
+typedef struct cuda_stager cuda_stager_t;
+cuda_stager_t *cuda_stager_create(backend_t *be, size_t bytes, err_t *e);
+void *cuda_stager_upload(cuda_stager_t *s, const void *host_src, size_t bytes, const void *src2, size_t bytes2,
+                         void **dev2, err_t *e);
+int cuda_stager_release(cuda_stager_t *s, err_t *e);
+void cuda_stager_free(cuda_stager_t *s);
+
 /* Enqueues dw[i] += (float)src[i] style accumulation of a gradient computed in half; used
  * by conv and linear internally and exported for tests. */
 int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);

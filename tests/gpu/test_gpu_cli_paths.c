@@ -1,7 +1,12 @@
-/* test_gpu_cli_graphs.c: train.cuda_graphs (replaying each full micro-batch as a recorded
- * CUDA graph) changes nothing but speed: a GPU run with graphs on ends bit-identical to
- * the same run with graphs off. Skipped (77) without a GPU; the dry run on the CPU
- * (RUNNER_GPU_CLI_DRYRUN=cpu, see gpu_cli_util.h) checks that the key is ignored there.
+/* test_gpu_cli_paths.c: the ways a GPU run can take change nothing but speed.
+ *  1. train.cuda_graphs (each full micro-batch replayed as a recorded CUDA graph) on vs
+ *     off: bit-identical.
+ *  2. data.on_device false (the CPU loader, pinned buffers, the copy stream and a cast on
+ *     the device) vs the default (the split on the GPU, the augmentation kernel):
+ *     bit-identical, since crop and flip give the same pixels on both paths
+ *     (test_gpu_augment) and fp16 rounding happens once on either.
+ * Skipped (77) without a GPU; the dry run on the CPU (RUNNER_GPU_CLI_DRYRUN=cpu, see
+ * gpu_cli_util.h) checks that both keys are ignored there.
  *
  * The experiment: resnet20, synthetic 3x32x32 images of 4 classes, 200 train samples at
  * global batch 32 (6 full micro-batches and a short one of 8 per epoch, so each epoch
@@ -9,7 +14,7 @@
  * samples (evaluation between epochs uses other shapes and may grow the cuDNN workspace,
  * after which the recording is stale and must be made again), 3 epochs, fp16 AMP (the
  * loss scale is read on the device inside the recording), SGD with momentum,
- * train.deterministic true, one steps.csv row per step. Compared, graphs on vs off:
+ * train.deterministic true, one steps.csv row per step. Compared, each pair of runs:
  *  - last.ckpt params, buffers, optim.momentum_buffer: bit for bit;
  *  - meta optim_steps, loss_scale, growth_tracker and the BN counters (bn_counters, which
  *    the host advances for a replay without running net_forward);
@@ -54,20 +59,27 @@ static void bn_counters(const char *dir, char *buf, size_t len) {
     free(meta);
 }
 
-static void graphs_change_nothing(void) {
-    char off[4096], on[4096];
-    if (!gc_run(exp_path, "off", "--set train.cuda_graphs=false", off, sizeof off)) {
-        CHECK(!"the run without graphs failed");
-        return;
+static char base_dir[4096];   /* the default run: graphs off, data on the device */
+
+/* Runs the experiment with `sets` and compares it with the default run bit for bit. */
+static void same_as_default(const char *root, const char *sets, const char *what) {
+    char off_buf[4096], on_buf[4096];
+    if (!base_dir[0]) {
+        if (!gc_run(exp_path, "base", "--set train.cuda_graphs=false", off_buf, sizeof off_buf)) {
+            CHECK(!"the default run failed");
+            return;
+        }
+        snprintf(base_dir, sizeof base_dir, "%s", off_buf);
     }
-    if (!gc_run(exp_path, "on", "--set train.cuda_graphs=true", on, sizeof on)) {
-        CHECK(!"the run with graphs failed");
+    const char *off = base_dir, *on = on_buf;
+    if (!gc_run(exp_path, root, sets, on_buf, sizeof on_buf)) {
+        CHECK(!"the run failed");
         return;
     }
     CHECK(strstr(gc_out, "recording a micro-batch failed") == NULL);
     int steps = (int)dist_json_number(on, "summary.json", "steps");
     CHECK_INT(steps, 21);
-    fprintf(stderr, "graphs on vs off:\n");
+    fprintf(stderr, "%s:\n", what);
     CHECK_INT(gc_diff_bits(on, off, "params", false), 0);
     CHECK_INT(gc_diff_bits(on, off, "buffers", false), 0);
     CHECK_INT(gc_diff_bits(on, off, "optim.momentum_buffer", false), 0);
@@ -88,9 +100,18 @@ static void graphs_change_nothing(void) {
     for (int i = 0; i < 3; i++) CHECK_INT(gc_same_cells(on, off, "metrics.csv", mc[i], 3), 0);
 }
 
+static void graphs_change_nothing(void) {
+    same_as_default("graphs", "--set train.cuda_graphs=true", "graphs on vs off");
+}
+
+static void copy_stream_path_changes_nothing(void) {
+    same_as_default("loader", "--set data.on_device=false", "CPU loader + copy stream vs data on the device");
+}
+
 int main(void) {
     gc_setup();
     gc_write_exp(exp_path, sizeof exp_path, "graphs", exp_yaml, gc_dev);
     TEST_RUN(graphs_change_nothing);
+    TEST_RUN(copy_stream_path_changes_nothing);
     return gc_finish();
 }
