@@ -213,8 +213,10 @@ int comm_start_allreduce(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op
 int comm_wait(comm_t *c, comm_work_t *w, double *seconds, err_t *e) {
     int rc;
     if (w->is_async) {
-        rc = c->ops->wait_async(c, w->async_handle, e);
-        if (seconds) *seconds = now_s() - w->seconds;
+        double op_s = -1;
+        rc = c->ops->wait_async(c, w->async_handle, &op_s, e);
+        /* the collective's own time when measured, else start-to-return on the host */
+        if (seconds) *seconds = op_s >= 0 ? op_s : now_s() - w->seconds;
     } else {
         struct comm_queue *q = c->queue;
         pthread_mutex_lock(&q->mu);

@@ -60,7 +60,9 @@ typedef struct comm_ops {
      * a stream); when set, comm_start_allreduce uses it and comm_wait calls wait. */
     int (*allreduce_async)(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op,
                            void **handle, err_t *e);
-    int (*wait_async)(comm_t *c, void *handle, err_t *e);
+    int (*wait_async)(comm_t *c, void *handle, double *op_seconds, err_t *e);
+        /* op_seconds: the operation's own run time where the transport measures it
+         * (nccl: events around the collective), else < 0 */
     /* (optional) raise the failure flag so every rank stops waiting */
     void (*abort)(comm_t *c, const char *msg);
 } comm_ops_t;

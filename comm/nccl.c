@@ -28,7 +28,8 @@
 #include "model/cuda/cuda_backend.h"
 
 typedef struct nccl_work {
-    cudaEvent_t done;
+    cudaEvent_t start, done;   /* around the collective on the NCCL stream (timing events) */
+    bool timed;                /* start was recorded */
     const char *what;          /* "all-reduce", ... for messages */
     size_t bytes;
     struct nccl_work *next;    /* free list */
@@ -135,7 +136,11 @@ static nccl_work_t *work_get(nccl_comm_t *nc, const char *what, size_t bytes, er
             err_set(e, ERR_RUNTIME, "out of memory");
             return NULL;
         }
-        cudaError_t st = cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming);
+        cudaError_t st = cudaEventCreate(&w->done);
+        if (st == cudaSuccess) {
+            st = cudaEventCreate(&w->start);
+            if (st != cudaSuccess) cudaEventDestroy(w->done);
+        }
         if (st != cudaSuccess) {
             free(w);
             cuda_fail(nc, "cudaEventCreateWithFlags", st, __FILE__, __LINE__, e);
@@ -144,6 +149,7 @@ static nccl_work_t *work_get(nccl_comm_t *nc, const char *what, size_t bytes, er
     }
     w->what = what;
     w->bytes = bytes;
+    w->timed = false;
     w->next = NULL;
     return w;
 }
@@ -153,8 +159,11 @@ static void work_put(nccl_comm_t *nc, nccl_work_t *w) {
     nc->free_works = w;
 }
 
-/* Waits for w on the host (see the file comment), then returns it to the free list. */
-static int work_wait(nccl_comm_t *nc, nccl_work_t *w, err_t *e) {
+/* Waits for w on the host (see the file comment), then returns it to the free list.
+ * op_s (may be NULL): the collective's own run time on the NCCL stream from its events,
+ * or -1 when w was not timed. */
+static int work_wait(nccl_comm_t *nc, nccl_work_t *w, double *op_s, err_t *e) {
+    if (op_s) *op_s = -1;
     int rc = 0;
     double t0 = now_s();
     long nap_ns = 10000;
@@ -171,7 +180,13 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, err_t *e) {
     }
     for (;;) {
         st = cudaEventQuery(w->done);
-        if (st == cudaSuccess) break;
+        if (st == cudaSuccess) {
+            float ms = 0;
+            if (op_s && w->timed && cudaEventElapsedTime(&ms, w->start, w->done) == cudaSuccess)
+                *op_s = ms * 1e-3;
+            cudaGetLastError();
+            break;
+        }
         if (st == cudaErrorNotReady) cudaGetLastError();   /* not an error; keep it out of later checks */
         if (st != cudaErrorNotReady) {
             rc = cuda_fail(nc, "cudaEventQuery", st, __FILE__, __LINE__, e);
@@ -227,6 +242,8 @@ static int start_allreduce(nccl_comm_t *nc, void *buf, size_t count, dtype_t dt,
     if (begin_op(nc, e) < 0) return -1;
     nccl_work_t *w = work_get(nc, "all-reduce", count * dt_bytes(dt), e);
     if (!w) return -1;
+    /* when the NCCL stream gets here: after `ready` and after earlier collectives */
+    w->timed = cudaEventRecord(w->start, nc->stream) == cudaSuccess;
     ncclResult_t r = settle(nc, ncclAllReduce(buf, buf, count, nccl_type(dt),
                                               op == COMM_AVG ? ncclAvg : ncclSum, nc->nc, nc->stream));
     if (r != ncclSuccess) {
@@ -250,14 +267,14 @@ static int op_allreduce_async(comm_t *c, void *buf, size_t count, dtype_t dt, co
     return 0;
 }
 
-static int op_wait_async(comm_t *c, void *handle, err_t *e) {
-    return work_wait((nccl_comm_t *)c, (nccl_work_t *)handle, e);
+static int op_wait_async(comm_t *c, void *handle, double *op_seconds, err_t *e) {
+    return work_wait((nccl_comm_t *)c, (nccl_work_t *)handle, op_seconds, e);
 }
 
 static int op_allreduce(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op, err_t *e) {
     nccl_work_t *w;
     if (start_allreduce((nccl_comm_t *)c, buf, count, dt, op, &w, e) < 0) return -1;
-    return work_wait((nccl_comm_t *)c, w, e);
+    return work_wait((nccl_comm_t *)c, w, NULL, e);
 }
 
 static int op_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *e) {
@@ -275,7 +292,7 @@ static int op_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *e) 
         work_put(nc, w);
         return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
     }
-    return work_wait(nc, w, e);
+    return work_wait(nc, w, NULL, e);
 }
 
 static int op_allgather(comm_t *c, const void *send, void *recv, size_t bytes, err_t *e) {
@@ -293,7 +310,7 @@ static int op_allgather(comm_t *c, const void *send, void *recv, size_t bytes, e
         work_put(nc, w);
         return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
     }
-    return work_wait(nc, w, e);
+    return work_wait(nc, w, NULL, e);
 }
 
 /* A barrier is an all-reduce of one device float, waited for on the host. */
@@ -302,7 +319,7 @@ static int op_barrier(comm_t *c, err_t *e) {
     nccl_work_t *w;
     if (start_allreduce(nc, nc->scratch, 1, DT_F32, COMM_SUM, &w, e) < 0) return -1;
     w->what = "barrier";
-    return work_wait(nc, w, e);
+    return work_wait(nc, w, NULL, e);
 }
 
 static void op_abort(comm_t *c, const char *msg) {
@@ -323,6 +340,7 @@ static void op_destroy(comm_t *c) {
         nccl_work_t *w = nc->free_works;
         nc->free_works = w->next;
         cudaEventDestroy(w->done);
+        cudaEventDestroy(w->start);
         free(w);
     }
     if (nc->ready) cudaEventDestroy(nc->ready);
