@@ -1,9 +1,11 @@
 /* dist_util.h: helpers shared by the distributed-training end-to-end tests (tests/dist):
  * a tiny synthetic experiment, running the binary, reading run-directory files, and
- * comparing checkpoint sections within a tolerance. Builds on tests/cli/cli_util.h. */
+ * comparing checkpoint sections within a tolerance, the children of a launcher. Builds on
+ * tests/cli/cli_util.h. */
 #ifndef RUNNER_TESTS_DIST_UTIL_H
 #define RUNNER_TESTS_DIST_UTIL_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -168,6 +170,31 @@ static inline double dist_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The live (not zombie) children of ppid (from /proc/<pid>/stat), at most max. */
+static inline int dist_children_of(pid_t ppid, pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < max) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[k] = '\0';
+        char *rp = strrchr(stat, ')');   /* comm may contain spaces */
+        char state;
+        int pp;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid && state != 'Z') out[n++] = (pid_t)pid;
+    }
+    if (d) closedir(d);
+    return n;
 }
 
 #endif

@@ -58,30 +58,6 @@ static const char *proc_env(pid_t pid, const char *var, char *buf, size_t len) {
     return buf;
 }
 
-/* The children of ppid (from /proc/<pid>/stat), at most max. */
-static int children_of(pid_t ppid, pid_t *out, int max) {
-    DIR *d = opendir("/proc");
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)) && n < max) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0) continue;
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[k] = '\0';
-        char *rp = strrchr(stat, ')');   /* comm may contain spaces */
-        char state;
-        int pp;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid && state != 'Z') out[n++] = (pid_t)pid;
-    }
-    if (d) closedir(d);
-    return n;
-}
 
 /* Processes whose environment has RUNNER_RUN_DIR=dir. */
 static int processes_of_run(const char *dir) {
@@ -146,7 +122,7 @@ static void kill_rank(int victim) {
     }
     CHECK(run_dir[0] != '\0');
     pid_t kids[8];
-    int nk = children_of(launcher, kids, 8);
+    int nk = dist_children_of(launcher, kids, 8);
     CHECK_INT(nk, 2);
     pid_t target = -1, other = -1;
     char v[64];

@@ -394,30 +394,6 @@ static inline const char *gc_proc_env(pid_t pid, const char *var, char *buf, siz
     return buf;
 }
 
-/* The live (not zombie) children of ppid, at most max. */
-static inline int gc_children_of(pid_t ppid, pid_t *out, int max) {
-    DIR *d = opendir("/proc");
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)) && n < max) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0) continue;
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[k] = '\0';
-        char *rp = strrchr(stat, ')');   /* comm may contain spaces */
-        char state;
-        int pp;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid && state != 'Z') out[n++] = (pid_t)pid;
-    }
-    if (d) closedir(d);
-    return n;
-}
 
 /* The state letter of a process from /proc/PID/stat ('?' when gone). */
 static inline char gc_proc_state(pid_t pid) {

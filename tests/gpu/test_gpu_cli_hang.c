@@ -77,7 +77,7 @@ static void hung_peer_is_detected(void) {
         return;
     }
     pid_t kids[8];
-    int nk = gc_children_of(launcher, kids, 8);
+    int nk = dist_children_of(launcher, kids, 8);
     CHECK_INT(nk, 2);
     char v[64];
     for (int i = 0; i < nk; i++) {
