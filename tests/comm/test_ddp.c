@@ -6,6 +6,7 @@
  * host-memory backend stands in for the CPU backend. */
 #include "comm/ddp.h"
 #include "runner/util/half.h"
+#include "tests/comm/ranks.h"
 #include "tests/test.h"
 
 #include <pthread.h>
@@ -153,35 +154,30 @@ static float grad_of(int r, int micro, size_t i) {
 
 typedef int (*rank_fn)(comm_t *c);
 
+typedef struct ddp_job {
+    int world;
+    rank_fn fn;
+} ddp_job_t;
+
+/* One rank (a forked child): a shm comm over the store at port, then the job's fn. */
+static int ddp_rank(int r, int port, void *ctx) {
+    const ddp_job_t *j = ctx;
+    err_t ce = {0};
+    store_t *st = store_connect("127.0.0.1", port, r, j->world, 20, &ce);
+    comm_t *c = st ? comm_shm_create(st, &ce) : NULL;
+    if (!c) {
+        fprintf(stderr, "rank %d: %s\n", r, ce.msg);
+        return 100;
+    }
+    int rc = j->fn(c);
+    comm_free(c);
+    store_close(st);
+    return rc;
+}
+
 static int run_ranks(int world, rank_fn fn) {
-    err_t e = {0};
-    store_server_t *srv = store_server_start("127.0.0.1", 0, &e);
-    if (!srv) return world;
-    int port = store_server_port(srv);
-    pid_t kids[8];
-    for (int r = 0; r < world; r++) {
-        kids[r] = fork();
-        if (kids[r] == 0) {
-            err_t ce = {0};
-            store_t *st = store_connect("127.0.0.1", port, r, world, 20, &ce);
-            comm_t *c = st ? comm_shm_create(st, &ce) : NULL;
-            if (!c) _exit(100);
-            int rc = fn(c);
-            comm_free(c);
-            store_close(st);
-            _exit(rc);
-        }
-    }
-    int bad = 0;
-    for (int r = 0; r < world; r++) {
-        int s = 0;
-        waitpid(kids[r], &s, 0);
-        int code = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
-        if (code) fprintf(stderr, "rank %d exited %d\n", r, code);
-        bad += code != 0;
-    }
-    store_server_stop(srv);
-    return bad;
+    ddp_job_t j = {world, fn};
+    return ranks_run(world, ddp_rank, &j, NULL);
 }
 
 enum { NG = 912154 };
@@ -286,7 +282,10 @@ static int rank_broadcasts(comm_t *c) {
     for (int i = 0; i < 5; i++) if (p[i] != (float)i) return 2;
     for (int i = 0; i < 3; i++) if (b[i] != (float)i) return 3;
     b[0] = 7.0f + (float)r;
-    if (ddp_sync_buffers(d, b, 3, &e) < 0 || b[0] != 7.0f) return 4;
+    if (ddp_sync_buffers(d, b, 3, &e) < 0 || b[0] != 7.0f) {
+        fprintf(stderr, "rank %d: sync_buffers: b[0] %g: %s\n", r, b[0], e.msg);
+        return 4;
+    }
     ddp_free(d);
     ddp_opts_t os = { .bucket_mb = 25, .sync_bn = true };
     d = ddp_create(c, &host_be, g, 8, NULL, 0, &os, &e);

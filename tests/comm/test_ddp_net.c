@@ -7,6 +7,7 @@
 #include "comm/ddp.h"
 #include "model/net.h"
 #include "runner/util/rng.h"
+#include "tests/comm/ranks.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
@@ -121,26 +122,9 @@ static int rank_main(int rank, int port, bool sync_bn) {
     return rc;
 }
 
-static int run_world(bool sync_bn) {
-    err_t e = {0};
-    store_server_t *srv = store_server_start("127.0.0.1", 0, &e);
-    if (!srv) return -1;
-    pid_t kids[WORLD];
-    for (int r = 0; r < WORLD; r++) {
-        kids[r] = fork();
-        if (kids[r] == 0) _exit(rank_main(r, store_server_port(srv), sync_bn));
-    }
-    int bad = 0;
-    for (int r = 0; r < WORLD; r++) {
-        int s = 0;
-        waitpid(kids[r], &s, 0);
-        int code = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
-        if (code) fprintf(stderr, "rank %d exited %d\n", r, code);
-        bad += code != 0;
-    }
-    store_server_stop(srv);
-    return bad;
-}
+static int net_rank(int r, int port, void *ctx) { return rank_main(r, port, *(bool *)ctx); }
+
+static int run_world(bool sync_bn) { return ranks_run(WORLD, net_rank, &sync_bn, NULL); }
 
 static void test_ddp_net_average(void) { CHECK_INT(run_world(false), 0); }
 static void test_ddp_net_syncbn_equals_full_batch(void) { CHECK_INT(run_world(true), 0); }

@@ -4,6 +4,7 @@
  * collective where one rank never arrives failing within the timeout naming it. */
 #include "comm/comm.h"
 #include "runner/util/half.h"
+#include "tests/comm/ranks.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
@@ -32,38 +33,31 @@ static float expected_sum(int world, size_t i) {
 
 typedef int (*rank_fn)(comm_t *c, store_t *st);
 
-/* Starts a store, forks `world` ranks that each create a shm comm (timeout_s) and run
- * fn, and returns how many ranks exited non-zero. codes (optional) gets each exit code. */
+typedef struct shm_job {
+    int world;
+    double timeout_s;
+    rank_fn fn;
+} shm_job_t;
+
+/* One rank (a forked child): a shm comm (the job's timeout) over the store, then fn. */
+static int shm_rank(int r, int port, void *ctx) {
+    const shm_job_t *j = ctx;
+    err_t ce = {0};
+    store_t *st = store_connect("127.0.0.1", port, r, j->world, j->timeout_s, &ce);
+    comm_t *c = st ? comm_shm_create(st, &ce) : NULL;
+    if (!c) { fprintf(stderr, "rank %d: %s\n", r, ce.msg); return 100; }
+    int rc = j->fn(c, st);
+    comm_free(c);
+    store_close(st);
+    return rc;
+}
+
+/* Forks `world` ranks that each create a shm comm (timeout_s) and run fn (tests/comm/
+ * ranks.h), and returns how many ranks exited non-zero. codes (optional) gets each exit
+ * code. */
 static int run_ranks(int world, double timeout_s, rank_fn fn, int *codes) {
-    err_t e = {0};
-    store_server_t *srv = store_server_start("127.0.0.1", 0, &e);
-    if (!srv) { fprintf(stderr, "%s\n", e.msg); return world; }
-    int port = store_server_port(srv);
-    pid_t kids[8];
-    for (int r = 0; r < world; r++) {
-        kids[r] = fork();
-        if (kids[r] == 0) {
-            err_t ce = {0};
-            store_t *st = store_connect("127.0.0.1", port, r, world, timeout_s, &ce);
-            comm_t *c = st ? comm_shm_create(st, &ce) : NULL;
-            if (!c) { fprintf(stderr, "rank %d: %s\n", r, ce.msg); _exit(100); }
-            int rc = fn(c, st);
-            comm_free(c);
-            store_close(st);
-            _exit(rc);
-        }
-    }
-    int bad = 0;
-    for (int r = 0; r < world; r++) {
-        int s = 0;
-        waitpid(kids[r], &s, 0);
-        int code = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
-        if (codes) codes[r] = code;
-        if (code) fprintf(stderr, "rank %d exited %d\n", r, code);
-        bad += code != 0;
-    }
-    store_server_stop(srv);
-    return bad;
+    shm_job_t j = {world, timeout_s, fn};
+    return ranks_run(world, shm_rank, &j, codes);
 }
 
 /* 700,001 floats: three chunks of the 1 MiB slots, the last one ragged. */
