@@ -46,13 +46,13 @@ env_setup() {
 }
 
 stage_build() {
-    nvidia-smi -L
+    nvidia-smi -L || echo "nvidia-smi: no GPU listed"
     # shellcheck disable=SC2086
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
           $RUNNER_CUDA_CMAKE_FLAGS >"$out/configure.log" 2>&1 || { tail -n 30 "$out/configure.log"; return 1; }
     grep -q "runner: CUDA backend ON" "$out/configure.log" || { echo "CMake built without CUDA"; return 1; }
     cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; return 1; }
-    grep -ci "warning" "$out/build.log" | sed 's/^/build warnings: /'
+    echo "build warnings: $(grep -ci "warning" "$out/build.log" || true)"
 }
 
 stage_test() {
@@ -140,6 +140,7 @@ for st in "$@"; do
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT"
     tar czf "$OUT/gpu-logs.tgz" -C "$out" --exclude='*.ckpt' --exclude='*.wandb' . 2>/dev/null
     for f in bench/results/gpu_resnet50_cifar.json bench/results/allreduce.json "$out/epoch.tsv"; do
         [ -f "$f" ] && cp "$f" "$OUT/"
