@@ -3,13 +3,14 @@
  * Ordering without host synchronisation: starting an operation records the `ready` event
  * on the backend's compute stream and makes the NCCL stream wait for it, then enqueues the
  * collective and records the operation's own `done` event on the NCCL stream. Waiting
- * makes the compute stream wait for `done` (so later kernels see the result) and polls
- * `done` from the host, checking ncclCommGetAsyncError and the deadline between polls
- * (yielding for the first 2 ms, then naps backing off from 10 us to 1 ms). The only such
- * host wait in a DDP step is at its end (ddp_finish_step), after every bucket was
- * enqueued; it is what lets a hung peer be detected within parallel.timeout_s. A
- * failure aborts the communicator once; every later call fails at once with the first
- * failure's message.
+ * polls `done` from the host, checking ncclCommGetAsyncError and the deadline between
+ * polls (yielding for the first 2 ms, then naps backing off from 10 us to 1 ms), and once
+ * it completed makes the compute stream wait for it (a formality then, kept for the
+ * stream-ordering contract; a failed or aborted collective never leaves the compute
+ * stream blocked on its event). The only such host wait in a DDP step is at its end
+ * (ddp_finish_step), after every bucket was enqueued; it is what lets a hung peer be
+ * detected within parallel.timeout_s. A failure aborts the communicator once; every later
+ * call fails at once with the first failure's message.
  *
  * Slots may run on the caller's thread or comm.c's worker thread (never both at once), so
  * each one first makes the backend's device current. Not here: the store protocol beyond
@@ -167,14 +168,9 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, double *op_s, err_t *e) {
     int rc = 0;
     double t0 = now_s();
     long nap_ns = 10000;
-    const char *call = "cudaSetDevice";
     cudaError_t st = cudaSetDevice(nc->device);
-    if (st == cudaSuccess) {
-        call = "cudaStreamWaitEvent";
-        st = cudaStreamWaitEvent(nc->compute, w->done, 0);
-    }
     if (st != cudaSuccess) {
-        rc = cuda_fail(nc, call, st, __FILE__, __LINE__, e);
+        rc = cuda_fail(nc, "cudaSetDevice", st, __FILE__, __LINE__, e);
         work_put(nc, w);
         return rc;
     }
@@ -185,6 +181,11 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, double *op_s, err_t *e) {
             if (op_s && w->timed && cudaEventElapsedTime(&ms, w->start, w->done) == cudaSuccess)
                 *op_s = ms * 1e-3;
             cudaGetLastError();
+            /* the compute stream waits only for a collective that finished: one that
+             * failed or timed out (and was aborted) must not leave the compute stream
+             * blocked on its event, or the rank could not even shut down */
+            st = cudaStreamWaitEvent(nc->compute, w->done, 0);
+            if (st != cudaSuccess) rc = cuda_fail(nc, "cudaStreamWaitEvent", st, __FILE__, __LINE__, e);
             break;
         }
         if (st == cudaErrorNotReady) cudaGetLastError();   /* not an error; keep it out of later checks */
