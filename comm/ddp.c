@@ -22,6 +22,10 @@
 
 #include "runner/util/half.h"
 
+#ifdef RUNNER_HAVE_CUDA
+#include "model/cuda/cuda_backend.h"
+#endif
+
 struct ddp {
     comm_t *comm;
     backend_t *be;
@@ -35,6 +39,7 @@ struct ddp {
     bool sync;
     bool stage;               /* host comm + device backend: all-reduce a host copy */
     float *host;              /* n floats: staged gradients (stage) */
+    bool host_pinned;         /* host came from cuda_host_alloc (DMA without a bounce) */
     uint16_t *half;           /* n 16-bit values: compression on a host comm */
     void *dev_half;           /* compression on a device comm */
     float *scratch;           /* host scratch for broadcasts / SyncBN */
@@ -151,9 +156,17 @@ ddp_t *ddp_create(comm_t *comm, backend_t *be, float *grads, int64_t n_params,
     if (assign_buckets(d, tensor_offsets, n_tensors, e) < 0) goto fail;
     d->work = calloc((size_t)d->n_buckets, sizeof *d->work);
     if (!d->work) { err_set(e, ERR_RUNTIME, "out of memory"); goto fail; }
-    if (d->stage && !(d->host = malloc((size_t)n_params * 4))) {
-        err_set(e, ERR_RUNTIME, "out of memory (%lld gradient floats)", (long long)n_params);
-        goto fail;
+    if (d->stage) {
+#ifdef RUNNER_HAVE_CUDA
+        /* page-locked, so each bucket's download and upload is one DMA (pageable memory
+         * goes through the driver's bounce buffer at about half the speed) */
+        err_t pe = {0};
+        if (be->kind == BACKEND_CUDA && (d->host = cuda_host_alloc((size_t)n_params * 4, &pe))) d->host_pinned = true;
+#endif
+        if (!d->host && !(d->host = malloc((size_t)n_params * 4))) {
+            err_set(e, ERR_RUNTIME, "out of memory (%lld gradient floats)", (long long)n_params);
+            goto fail;
+        }
     }
     if (d->o.compression != DT_F32) {
         if (!comm->device_memory) {
@@ -181,7 +194,11 @@ void ddp_free(ddp_t *d) {
     free(d->work);
     free(d->tl);
     free(d->tl_last);
-    free(d->host);
+#ifdef RUNNER_HAVE_CUDA
+    if (d->host_pinned) cuda_host_free(d->host);
+    else
+#endif
+        free(d->host);
     free(d->half);
     free(d->scratch);
     free(d);
