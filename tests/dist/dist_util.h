@@ -1,17 +1,19 @@
 /* dist_util.h: helpers shared by the distributed-training end-to-end tests (tests/dist):
  * a tiny synthetic experiment, running the binary, reading run-directory files, and
- * comparing checkpoint sections within a tolerance, the children of a launcher. Builds on
- * tests/cli/cli_util.h. */
+ * comparing checkpoint sections within a tolerance, the children of a launcher and their
+ * environment. Builds on tests/cli/cli_util.h. */
 #ifndef RUNNER_TESTS_DIST_UTIL_H
 #define RUNNER_TESTS_DIST_UTIL_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runner/util/json.h"
 #include "tests/cli/cli_util.h"
@@ -195,6 +197,28 @@ static inline int dist_children_of(pid_t ppid, pid_t *out, int max) {
     }
     if (d) closedir(d);
     return n;
+}
+
+/* Reads /proc/PID/environ and returns the value of var in buf ("" if absent). */
+static inline const char *dist_proc_env(pid_t pid, const char *var, char *buf, size_t len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    buf[0] = '\0';
+    static char s[1 << 16];   /* /proc files have no size: read until EOF */
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return buf;
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof s - 1 && (r = read(fd, s + n, sizeof s - 1 - n)) > 0) n += (size_t)r;
+    close(fd);
+    s[n] = '\0';
+    size_t vl = strlen(var);
+    for (size_t i = 0; i < n; i += strlen(s + i) + 1)
+        if (!strncmp(s + i, var, vl) && s[i + vl] == '=') {
+            snprintf(buf, len, "%s", s + i + vl + 1);
+            break;
+        }
+    return buf;
 }
 
 #endif

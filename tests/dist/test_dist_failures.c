@@ -39,24 +39,6 @@ static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
     return pid;
 }
 
-/* Reads /proc/PID/environ and returns the value of var in buf ("" if absent). */
-static const char *proc_env(pid_t pid, const char *var, char *buf, size_t len) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-    buf[0] = '\0';
-    static char s[1 << 16];   /* /proc files have no size: read until EOF */
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return buf;
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof s - 1 && (r = read(fd, s + n, sizeof s - 1 - n)) > 0) n += (size_t)r;
-    close(fd);
-    s[n] = '\0';
-    size_t vl = strlen(var);
-    for (size_t i = 0; i < n; i += strlen(s + i) + 1)
-        if (!strncmp(s + i, var, vl) && s[i + vl] == '=') { snprintf(buf, len, "%s", s + i + vl + 1); break; }
-    return buf;
-}
 
 
 /* Processes whose environment has RUNNER_RUN_DIR=dir. */
@@ -69,7 +51,7 @@ static int processes_of_run(const char *dir) {
         char *end;
         long pid = strtol(de->d_name, &end, 10);
         if (*end || pid <= 0) continue;
-        if (!strcmp(proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir)) {
+        if (!strcmp(dist_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir)) {
             fprintf(stderr, "left behind: pid %ld\n", pid);
             n++;
         }
@@ -127,7 +109,7 @@ static void kill_rank(int victim) {
     pid_t target = -1, other = -1;
     char v[64];
     for (int i = 0; i < nk; i++) {
-        if (atoi(proc_env(kids[i], "RANK", v, sizeof v)) == victim) target = kids[i];
+        if (atoi(dist_proc_env(kids[i], "RANK", v, sizeof v)) == victim) target = kids[i];
         else other = kids[i];
     }
     CHECK(target > 0 && other > 0);

@@ -372,27 +372,6 @@ static inline bool gc_find_run_dir(const char *root, const char *name, char *dir
 /* Lines in a file (0 if unreadable). */
 static inline int gc_count_lines(const char *path) { return dist_count_lines(path); }
 
-/* Reads /proc/PID/environ and returns the value of var in buf ("" if absent). */
-static inline const char *gc_proc_env(pid_t pid, const char *var, char *buf, size_t len) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-    buf[0] = '\0';
-    static char s[1 << 16];   /* /proc files have no size: read until EOF */
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return buf;
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof s - 1 && (r = read(fd, s + n, sizeof s - 1 - n)) > 0) n += (size_t)r;
-    close(fd);
-    s[n] = '\0';
-    size_t vl = strlen(var);
-    for (size_t i = 0; i < n; i += strlen(s + i) + 1)
-        if (!strncmp(s + i, var, vl) && s[i + vl] == '=') {
-            snprintf(buf, len, "%s", s + i + vl + 1);
-            break;
-        }
-    return buf;
-}
 
 
 /* The state letter of a process from /proc/PID/stat ('?' when gone). */
@@ -420,7 +399,7 @@ static inline int gc_processes_of_run(const char *dir) {
         char *end;
         long pid = strtol(de->d_name, &end, 10);
         if (*end || pid <= 0 || pid == (long)getpid()) continue;
-        if (!strcmp(gc_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir) && gc_proc_state((pid_t)pid) != 'Z') {
+        if (!strcmp(dist_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir) && gc_proc_state((pid_t)pid) != 'Z') {
             fprintf(stderr, "left behind: pid %ld (state %c)\n", pid, gc_proc_state((pid_t)pid));
             n++;
         }
@@ -437,7 +416,7 @@ static inline void gc_kill_ranks(const pid_t *pids, int n, const char *run_dir) 
     char v[4096];
     for (int i = 0; i < n; i++)
         if (pids[i] > 0 && kill(pids[i], 0) == 0 &&
-            !strcmp(gc_proc_env(pids[i], "RUNNER_RUN_DIR", v, sizeof v), run_dir)) {
+            !strcmp(dist_proc_env(pids[i], "RUNNER_RUN_DIR", v, sizeof v), run_dir)) {
             kill(pids[i], SIGCONT);
             kill(pids[i], SIGKILL);
         }

@@ -81,7 +81,7 @@ static void hung_peer_is_detected(void) {
     CHECK_INT(nk, 2);
     char v[64];
     for (int i = 0; i < nk; i++) {
-        int r = atoi(gc_proc_env(kids[i], "RANK", v, sizeof v));
+        int r = atoi(dist_proc_env(kids[i], "RANK", v, sizeof v));
         if (r == 0 || r == 1) ranks[r] = kids[i];
     }
     CHECK(ranks[0] > 0 && ranks[1] > 0);
