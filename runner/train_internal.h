@@ -117,4 +117,19 @@ int trainer_restore(trainer_t *t, err_t *e);
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e);
 double monotonic_seconds(void);
 
+/* train_step.c: one optimizer step, the window read-back, and what both need. */
+/* Sums n small values over all ranks (host in/out), through backend memory when the
+ * communicator works on device memory; nothing without a communicator. */
+int trainer_allreduce_small(trainer_t *t, float *vals, int n, err_t *e);
+/* 32-bit words of one step record in step_recs. */
+int trainer_step_rec_words(int grad_accum);
+/* Starts the training epoch t->epoch at micro-batch t->start_batch (loader or GPU sampler). */
+int trainer_start_epoch(trainer_t *t, err_t *e);
+/* Enqueues one optimizer step of n_micro micro-batches at lr; its numbers go to the
+ * device record rec, the host's to ps. */
+int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_step_t *ps, err_t *e);
+/* Reads back the t->n_pending steps issued since the last call, agrees with the other
+ * ranks (stop flag, global loss/accuracy) and tracks every step; *stop: any rank asked. */
+int trainer_flush_window(trainer_t *t, bool *stop, err_t *e);
+
 #endif
