@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""allreduce_table.py: the MEASURED rows of bench/results/allreduce.json (bench/allreduce.c) as
+"""allreduce_table.py: the MEASURED rows of bench/results/allreduce.json (bench/allreduce/) as
 Markdown tables, for docs/benchmarks.md: per device and backend, all-reduce time and
 bandwidth of single messages and of the ResNet-50 gradient in DDP buckets, and the DDP
 step record (hidden communication, bucket timeline).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scaling_model.py: a MODEL (not a measurement) of DDP step time and scaling efficiency at
 2/4/8 ranks, built from the measured rows of bench/results/allreduce.json
-(bench/allreduce.c).
+(bench/allreduce/).
 
 For one measured DDP run (a "ddp_step" record: per-rank batch, step time, backward time,
 and the ready profile = when, after backward started, each part of the gradient was final)
