@@ -243,6 +243,10 @@ static int setup_model(trainer_t *t, err_t *e) {
     int window = x->logging.print_every;
     if (window > TRAIN_MAX_WINDOW) window = TRAIN_MAX_WINDOW;
     t->window = t->be->kind == BACKEND_CPU || t->dp ? 1 : window;
+    /* test hook: RUNNER_STEP_WINDOW=N (1..TRAIN_MAX_WINDOW) forces the window, so the CPU
+     * tests exercise the multi-step read-back a GPU run takes (same numbers, read later) */
+    const char *wv = getenv("RUNNER_STEP_WINDOW");
+    if (wv && atoi(wv) >= 1 && atoi(wv) <= TRAIN_MAX_WINDOW && !t->dp) t->window = atoi(wv);
     size_t rec_bytes = (size_t)t->window * (size_t)trainer_step_rec_words(t->p->grad_accum) * sizeof(int32_t);
     if (!(t->step_recs = t->be->ops->alloc(t->be, rec_bytes))) {
         *e = t->be->err;

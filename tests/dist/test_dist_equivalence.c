@@ -345,6 +345,42 @@ static void comm_time_recorded(void) {
     CHECK_INT(dist_json_number(dir, "summary.json", "comm_exposed_fraction"), 0);
 }
 
+/* The multi-step read-back a GPU run uses (RUNNER_STEP_WINDOW=3) with fp16 loss scaling
+ * from an overflowing scale (amp.init_scale 1e10: the first steps are skipped and the
+ * scale halves) and 2 micro-batches per step, so each record holds the scale, the verdict
+ * and two micro-batches: every steps.csv number and the weights equal the
+ * one-step-at-a-time run's. */
+static void step_windows_change_no_number(void) {
+    char root[800];
+    const char *sets = "--set parallel.mode=single --set parallel.world_size=1 --set train.grad_accum=2 "
+                       "--set amp.enabled=true --set amp.dtype=fp16 --set amp.init_scale=1e10";
+    snprintf(root, sizeof root, "%s/w1", tmp);
+    const char *a0 = dist_run(eq_exp, root, sets, 5);
+    char a[4096];
+    snprintf(a, sizeof a, "%s", a0 ? a0 : "");
+    setenv("RUNNER_STEP_WINDOW", "3", 1);
+    snprintf(root, sizeof root, "%s/w3", tmp);
+    const char *b = dist_run(eq_exp, root, sets, 6);
+    unsetenv("RUNNER_STEP_WINDOW");
+    CHECK(a0 && b);
+    if (!a0 || !b) return;
+    double m;
+    CHECK_INT(dist_compare_section(b, a, "params", 0, 0, &m), 0);
+    CHECK(m == 0);
+    char pa[4200], pb[4200], ca[64], cb[64];
+    snprintf(pa, sizeof pa, "%s/steps.csv", a);
+    snprintf(pb, sizeof pb, "%s/steps.csv", b);
+    CHECK_INT(dist_count_lines(pb), 11);
+    int scale_col = 10;   /* step,epoch,lr,loss,top1,ips,step_s,compute_s,comm_s,wait_s,loss_scale */
+    CHECK_STR(dist_csv_cell(pa, 1, scale_col, ca, sizeof ca), "1e+10");
+    CHECK_STR(dist_csv_cell(pa, 2, scale_col, ca, sizeof ca), "5000000000");
+    for (int row = 1; row <= 10; row++)
+        for (int col = 0; col <= scale_col; col++) {
+            if (col >= 5 && col < scale_col) continue;   /* timing columns */
+            CHECK_STR(dist_csv_cell(pb, row, col, cb, sizeof cb), dist_csv_cell(pa, row, col, ca, sizeof ca));
+        }
+}
+
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     dist_write_exp(eq_exp, sizeof eq_exp, tmp, "eq", true, augment_off, 2);
@@ -354,5 +390,6 @@ int main(void) {
     TEST_RUN(ddp_syncbn_accum_equals_single_accum);
     TEST_RUN(ddp_equals_simulation);
     TEST_RUN(comm_time_recorded);
+    TEST_RUN(step_windows_change_no_number);
     return test_main_end();
 }

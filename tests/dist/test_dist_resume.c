@@ -14,6 +14,8 @@
  * so after resume every metrics row equals the uninterrupted run's; with 2 DDP ranks and
  * with one process. Before the fix that epoch's row was never written and its sums were
  * counted into the next epoch.
+ * And the first case again with a GPU's step window (RUNNER_STEP_WINDOW=4): the steps'
+ * numbers read back four at a time, the stop on a window boundary, the same bits.
  */
 #include "tests/dist/dist_util.h"
 
@@ -177,6 +179,51 @@ static void sigint_then_resume_is_bit_exact(void) {
     }
 }
 
+/* The same with the step window a GPU uses (RUNNER_STEP_WINDOW=4: steps are read back,
+ * agreed across ranks and checked for a stop four at a time): the stop lands on a window
+ * boundary, and the interrupted + resumed run still equals the reference run, which read
+ * every step back at once, bit for bit, with the same steps.csv numbers. */
+static void sigint_with_step_windows_is_bit_exact(void) {
+    if (!ref[0]) return;
+    setenv("RUNNER_STEP_WINDOW", "4", 1);
+    char root[800], log[800];
+    snprintf(root, sizeof root, "%s/win", tmp);
+    snprintf(log, sizeof log, "%s/win.log", tmp);
+    const char *d = interrupted_run(exp_path, root, log, "never");
+    CHECK(d != NULL);
+    if (!d) { unsetenv("RUNNER_STEP_WINDOW"); return; }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", d);
+    double stopped = dist_json_number(dir, "summary.json", "steps");
+    fprintf(stderr, "window 4: interrupted at step %g of 150\n", stopped);
+    CHECK(stopped >= 4 && stopped < 150);
+    CHECK((int)stopped % 4 == 0 || (int)stopped % 50 == 0);   /* a window or epoch end */
+    char args[4400], out[1 << 16];
+    snprintf(args, sizeof args, "resume %s", dir);
+    int rc = run_runner(args, out, sizeof out);
+    unsetenv("RUNNER_STEP_WINDOW");
+    CHECK_INT(rc, 0);
+    if (rc) { fprintf(stderr, "%s\n", out); return; }
+    const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
+    for (int i = 0; i < 3; i++) {
+        double m;
+        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
+        CHECK(m == 0);
+    }
+    char a[4300], b[4300], ca[64], cb[64];
+    snprintf(a, sizeof a, "%s/steps.csv", ref);
+    snprintf(b, sizeof b, "%s/steps.csv", dir);
+    CHECK_INT(dist_count_lines(b), 151);
+    for (int row = 1; row <= 150; row++)
+        for (int col = 0; col <= 4; col++)   /* step, epoch, lr, loss, top1 */
+            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+    snprintf(a, sizeof a, "%s/metrics.csv", ref);
+    snprintf(b, sizeof b, "%s/metrics.csv", dir);
+    for (int row = 1; row <= 3; row++)
+        for (int col = 0; col < 8; col++)
+            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+}
+
 static void outside_launcher_auto_resume_is_bit_exact(void) {
     if (!ref[0]) return;
     char root[800], log[800];
@@ -310,6 +357,7 @@ static void epoch_end_interrupt_single(void) { epoch_end_interrupt("single"); }
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     TEST_RUN(sigint_then_resume_is_bit_exact);
+    TEST_RUN(sigint_with_step_windows_is_bit_exact);
     TEST_RUN(outside_launcher_auto_resume_is_bit_exact);
     TEST_RUN(epoch_end_interrupt_ddp);
     TEST_RUN(epoch_end_interrupt_single);
