@@ -20,6 +20,8 @@
  *    resumed file keeps the rows up to the interruption and appends the rest);
  *  - metrics.csv: both epoch rows' train_loss, train_top1, val_loss, val_top1, val_top5;
  *  - summary.json: completed, 60 steps, the same train_loss, val_loss and val_top1.
+ * The same again with RUNNER_STEP_WINDOW=4 (the read-back of GPU runs that print less
+ * often than every step): stopped at a window boundary, the same bits after resume.
  * cuDNN note: the resumed process chooses its convolution algorithms again (with
  * train.deterministic, model/cuda/conv.cu takes the heuristic's first deterministic one,
  * not the fastest by timing); a different pick would show here as params differing by
@@ -154,9 +156,42 @@ static void sigint_then_resume_is_bit_exact(void) {
     }
 }
 
+/* The same with the step window a GPU run with logging.print_every >= 4 uses
+ * (RUNNER_STEP_WINDOW=4: the steps' numbers read back four at a time, the stop decided at
+ * a window boundary): the resumed run still equals the uninterrupted one bit for bit. */
+static void sigint_with_step_windows_is_bit_exact(void) {
+    char ref[4096];
+    setenv("RUNNER_STEP_WINDOW", "4", 1);
+    if (!gc_run(exp_path, "wref", NULL, ref, sizeof ref)) {
+        unsetenv("RUNNER_STEP_WINDOW");
+        CHECK(!"the reference run failed");
+        return;
+    }
+    char root[800], dir[4096];
+    snprintf(root, sizeof root, "%s/wint", gc_tmp);
+    int rows = -1;
+    int rc = run_and_interrupt(root, 2, dir, sizeof dir, &rows);
+    CHECK_INT(rc, 130);
+    if (rc == 130) {
+        double k = gc_meta_number(dir, "step");
+        fprintf(stderr, "  window 4: interrupted at step %g of %d\n", k, TOTAL);
+        CHECK(k >= 4 && k < TOTAL && ((int)k % 4 == 0 || (int)k % 30 == 0));
+        rc = gc_runner("resume %s", dir);
+        CHECK_INT(rc, 0);
+    }
+    unsetenv("RUNNER_STEP_WINDOW");
+    if (rc != 0) return;
+    CHECK_INT(gc_diff_bits(dir, ref, "params", false), 0);
+    CHECK_INT(gc_diff_bits(dir, ref, "buffers", false), 0);
+    CHECK_INT(gc_diff_bits(dir, ref, "optim.momentum_buffer", false), 0);
+    const char *sc[] = {"step", "loss", "top1"};
+    for (int i = 0; i < 3; i++) same_cells(dir, ref, "steps.csv", sc[i], TOTAL);
+}
+
 int main(void) {
     gc_setup();
     gc_write_exp(exp_path, sizeof exp_path, "res", exp_yaml, gc_dev);
     TEST_RUN(sigint_then_resume_is_bit_exact);
+    TEST_RUN(sigint_with_step_windows_is_bit_exact);
     return gc_finish();
 }
