@@ -18,6 +18,7 @@
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
 #include "runner/util/json.h"
+#include "runner/util/rng.h"
 
 #ifdef RUNNER_HAVE_CUDA
 #include "comm/nccl.h"
@@ -265,6 +266,73 @@ static int setup_model(trainer_t *t, err_t *e) {
     if (!t->host_recs || !t->pending || !t->pending_loss) return err_set(e, ERR_RUNTIME, "out of memory");
     plan_schedule(x, &t->sched);
     return 0;
+}
+
+/* CUDA: every shape the run will compute runs once before the first step, on random
+ * images: the training micro-batch and the epoch's short last one (forward, loss,
+ * backward), the evaluation batch and its short last one (forward, loss). cuDNN's
+ * algorithm search and the growth of the shared workspaces happen here, so nothing is
+ * allocated inside a step, a recorded graph never goes stale, and the peak memory is
+ * reached before training. What it changes is put back: BN running statistics and
+ * counters, gradients; parameters are only read. Not for DP (its replicas plan on their
+ * first micro-batch). */
+static int plan_device_work(trainer_t *t, err_t *e) {
+    /* test hook: RUNNER_PLAN_ON_CPU=1 runs it on the CPU backend too, where the tests check
+     * that it leaves no trace (test_dist_equivalence) */
+    bool on_cpu = getenv("RUNNER_PLAN_ON_CPU") && !strcmp(getenv("RUNNER_PLAN_ON_CPU"), "1");
+    if ((t->be->kind != BACKEND_CUDA && !on_cpu) || t->dp) return 0;
+    net_t *n = t->net;
+    const plan_t *p = t->p;
+    int w = t->ddp_mode ? t->env->world_size : 1, r = t->ddp_mode ? t->env->rank : 0;
+    int64_t n_train = sampler_num_samples(dataset_size(t->train_ds), w, false);
+    int64_t n_val = dataset_size(t->val_ds) / w + (r < dataset_size(t->val_ds) % w);
+    int train_sizes[2] = {p->micro_batch, (int)(n_train % p->micro_batch)};
+    int eval_sizes[2] = {n_val >= p->per_device_batch ? p->per_device_batch : 0,
+                         (int)(n_val % p->per_device_batch)};
+    size_t nb = net_num_buffers(n), npix = (size_t)p->per_device_batch * p->channels * p->height * p->width;
+    int nc = net_num_counters(n);
+    float *buffers = malloc(nb * sizeof(float) + 4), *img = malloc(npix * sizeof(float));
+    int64_t *counters = malloc((size_t)(nc ? nc : 1) * sizeof(int64_t));
+    int32_t *labels = calloc((size_t)p->per_device_batch, sizeof(int32_t));
+    int rc = -1;
+    if (!buffers || !img || !counters || !labels) {
+        err_set(e, ERR_RUNTIME, "out of memory");
+        goto out;
+    }
+    rng_t g = rng_make(t->e->seed, RNG_STREAM_MISC, 7, 0);
+    for (size_t i = 0; i < npix; i++) img[i] = rng_uniform(&g) * 4.0f - 2.0f;
+    memcpy(counters, net_counters(n), (size_t)nc * sizeof(int64_t));
+    if (net_download_buffers(n, buffers, e) || net_upload_input(n, img, p->per_device_batch, e)) goto out;
+    if (t->be->ops->upload(t->be, net_labels(n), labels, (size_t)p->per_device_batch * sizeof(int32_t))) {
+        *e = t->be->err;
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        int b = train_sizes[k];
+        if (b > 0 && (net_forward(n, net_input(n), b, true, NULL, e) ||
+                      net_loss_async(n, NULL, 0.0f, 1.0f / (float)b, NULL, NULL, NULL, e) || net_backward(n, NULL, e)))
+            goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        int b = eval_sizes[k];
+        if (b > 0 && (net_forward(n, net_input(n), b, false, NULL, e) ||
+                      net_loss_async(n, NULL, 0.0f, 0.0f, NULL, NULL, NULL, e)))
+            goto out;
+    }
+    memcpy(net_counters(n), counters, (size_t)nc * sizeof(int64_t));
+    if (net_upload_buffers(n, buffers, e) || net_zero_grads(n, e)) goto out;
+    if (t->be->ops->sync(t->be)) {
+        *e = t->be->err;
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc) err_wrap(e, "planning the device work before the first step");
+    free(buffers);
+    free(img);
+    free(counters);
+    free(labels);
+    return rc;
 }
 
 /* Store, communicator and DDP state for ddp mode. */
@@ -688,7 +756,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
 
     int rc = -1;
     if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, &plan, e))) || setup_backend(&t, e) ||
-        setup_data(&t, e) || setup_model(&t, e))
+        setup_data(&t, e) || setup_model(&t, e) || plan_device_work(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
     if (p->resumes && t.step >= p->total_steps) {
