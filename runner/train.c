@@ -782,6 +782,13 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
             snprintf(line, sizeof line, "continuing at step %lld (epoch %d)", (long long)t.step, (int)(t.step / p->steps_per_epoch) + 1);
             track_console(t.track, line);
         }
+        if (t.be->kind == BACKEND_CUDA && t.be->ops->peak_memory) {
+            /* after plan_device_work: what the steps will use, workspaces included */
+            snprintf(line, sizeof line, "GPU memory: %.2f GiB planned (activations, weights, gradients, "
+                     "optimizer state, cuDNN/cuBLASLt workspaces)",
+                     (double)t.be->ops->peak_memory(t.be) / (double)(1u << 30));
+            track_console(t.track, line);
+        }
     }
     rc = train_loop(&t, e);
     if (rc == 0) rank_note(&t, "finished at step %lld", (long long)t.step);
