@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +220,42 @@ static inline const char *dist_proc_env(pid_t pid, const char *var, char *buf, s
             break;
         }
     return buf;
+}
+
+/* The state letter of a process from /proc/PID/stat ('?' when gone). */
+static inline char dist_proc_state(pid_t pid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t k = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[k] = '\0';
+    char *rp = strrchr(stat, ')');
+    char state = '?';
+    if (rp) sscanf(rp + 1, " %c", &state);
+    return state;
+}
+
+/* Processes other than this one whose environment has RUNNER_RUN_DIR=dir (each printed);
+ * zombies (exited, not yet reaped) count only when count_zombies. */
+static inline int dist_processes_of_run(const char *dir, bool count_zombies) {
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *de;
+    char v[4096];
+    while (d && (de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (strcmp(dist_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir)) continue;
+        char st = dist_proc_state((pid_t)pid);
+        if (st == 'Z' && !count_zombies) continue;
+        fprintf(stderr, "left behind: pid %ld (state %c)\n", pid, st);
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
 }
 
 #endif

@@ -41,24 +41,6 @@ static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
 
 
 
-/* Processes whose environment has RUNNER_RUN_DIR=dir. */
-static int processes_of_run(const char *dir) {
-    DIR *d = opendir("/proc");
-    int n = 0;
-    struct dirent *de;
-    char v[4096];
-    while (d && (de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0) continue;
-        if (!strcmp(dist_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir)) {
-            fprintf(stderr, "left behind: pid %ld\n", pid);
-            n++;
-        }
-    }
-    if (d) closedir(d);
-    return n;
-}
 
 static int count_substr(const char *hay, const char *needle) {
     int n = 0;
@@ -137,7 +119,7 @@ static void kill_rank(int victim) {
     /* nothing left: both workers reaped, no process of this run anywhere */
     CHECK(kill(target, 0) == -1 && errno == ESRCH);
     CHECK(kill(other, 0) == -1 && errno == ESRCH);
-    CHECK_INT(processes_of_run(run_dir), 0);
+    CHECK_INT(dist_processes_of_run(run_dir, true), 0);
     /* rank 0 writes summary.json on its way out; when rank 0 is the one killed, the
      * launcher writes a minimal one with its message */
     char path[4200];

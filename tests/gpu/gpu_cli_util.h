@@ -374,39 +374,7 @@ static inline int gc_count_lines(const char *path) { return dist_count_lines(pat
 
 
 
-/* The state letter of a process from /proc/PID/stat ('?' when gone). */
-static inline char gc_proc_state(pid_t pid) {
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return '?';
-    size_t k = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[k] = '\0';
-    char *rp = strrchr(stat, ')');
-    char state = '?';
-    if (rp) sscanf(rp + 1, " %c", &state);
-    return state;
-}
 
-/* Processes whose environment has RUNNER_RUN_DIR=dir (each printed). */
-static inline int gc_processes_of_run(const char *dir) {
-    DIR *d = opendir("/proc");
-    int n = 0;
-    struct dirent *de;
-    char v[4096];
-    while (d && (de = readdir(d))) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid()) continue;
-        if (!strcmp(dist_proc_env((pid_t)pid, "RUNNER_RUN_DIR", v, sizeof v), dir) && gc_proc_state((pid_t)pid) != 'Z') {
-            fprintf(stderr, "left behind: pid %ld (state %c)\n", pid, gc_proc_state((pid_t)pid));
-            n++;
-        }
-    }
-    if (d) closedir(d);
-    return n;
-}
 
 /* Ends the rank processes this test found (continued first, in case they were stopped),
  * each only while it still belongs to run_dir (RUNNER_RUN_DIR in its environment, so a

@@ -94,7 +94,7 @@ static void hung_peer_is_detected(void) {
     double t_stop = dist_now();
     CHECK_INT(kill(ranks[1], SIGSTOP), 0);
     usleep(50000);
-    CHECK(gc_proc_state(ranks[1]) == 'T');
+    CHECK(dist_proc_state(ranks[1]) == 'T');
 
     /* watch rank 0's log for the message and the launcher for its exit */
     char rank0_log[4400];
@@ -154,10 +154,10 @@ static void hung_peer_is_detected(void) {
     usleep(200000);
     for (int r = 0; r < 2; r++) {
         bool gone = kill(ranks[r], 0) == -1 && errno == ESRCH;
-        if (!gone) fprintf(stderr, "rank %d (pid %d) still exists (state %c)\n", r, (int)ranks[r], gc_proc_state(ranks[r]));
-        CHECK(gone || gc_proc_state(ranks[r]) == 'Z');
+        if (!gone) fprintf(stderr, "rank %d (pid %d) still exists (state %c)\n", r, (int)ranks[r], dist_proc_state(ranks[r]));
+        CHECK(gone || dist_proc_state(ranks[r]) == 'Z');
     }
-    CHECK_INT(gc_processes_of_run(dir), 0);
+    CHECK_INT(dist_processes_of_run(dir, false), 0);
     gc_kill_ranks(ranks, 2, dir);
 }
 
