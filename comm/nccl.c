@@ -234,6 +234,22 @@ static ncclDataType_t nccl_type(dtype_t dt) {
 
 static size_t dt_bytes(dtype_t dt) { return dt == DT_F32 ? 4 : 2; }
 
+/* After enqueueing w's collective (result r): records w's `done` event on the NCCL
+ * stream. On a failure of either, w goes back to the free list and the failure is
+ * reported (naming w->what). */
+static int work_enqueued(nccl_comm_t *nc, nccl_work_t *w, ncclResult_t r, err_t *e) {
+    if (r != ncclSuccess) {
+        work_put(nc, w);
+        return nccl_fail(nc, w->what, r, __FILE__, __LINE__, e);
+    }
+    cudaError_t st = cudaEventRecord(w->done, nc->stream);
+    if (st != cudaSuccess) {
+        work_put(nc, w);
+        return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
+    }
+    return 0;
+}
+
 /* Enqueues an all-reduce and returns its work record in *out. */
 static int start_allreduce(nccl_comm_t *nc, void *buf, size_t count, dtype_t dt, comm_op_t op,
                            nccl_work_t **out, err_t *e) {
@@ -247,15 +263,7 @@ static int start_allreduce(nccl_comm_t *nc, void *buf, size_t count, dtype_t dt,
     w->timed = cudaEventRecord(w->start, nc->stream) == cudaSuccess;
     ncclResult_t r = settle(nc, ncclAllReduce(buf, buf, count, nccl_type(dt),
                                               op == COMM_AVG ? ncclAvg : ncclSum, nc->nc, nc->stream));
-    if (r != ncclSuccess) {
-        work_put(nc, w);
-        return nccl_fail(nc, "all-reduce", r, __FILE__, __LINE__, e);
-    }
-    cudaError_t st = cudaEventRecord(w->done, nc->stream);
-    if (st != cudaSuccess) {
-        work_put(nc, w);
-        return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
-    }
+    if (work_enqueued(nc, w, r, e) < 0) return -1;
     *out = w;
     return 0;
 }
@@ -284,15 +292,7 @@ static int op_broadcast(comm_t *c, void *buf, size_t bytes, int root, err_t *e) 
     nccl_work_t *w = work_get(nc, "broadcast", bytes, e);
     if (!w) return -1;
     ncclResult_t r = settle(nc, ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc->nc, nc->stream));
-    if (r != ncclSuccess) {
-        work_put(nc, w);
-        return nccl_fail(nc, "broadcast", r, __FILE__, __LINE__, e);
-    }
-    cudaError_t st = cudaEventRecord(w->done, nc->stream);
-    if (st != cudaSuccess) {
-        work_put(nc, w);
-        return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
-    }
+    if (work_enqueued(nc, w, r, e) < 0) return -1;
     return work_wait(nc, w, NULL, e);
 }
 
@@ -302,15 +302,7 @@ static int op_allgather(comm_t *c, const void *send, void *recv, size_t bytes, e
     nccl_work_t *w = work_get(nc, "all-gather", bytes * (size_t)c->world, e);
     if (!w) return -1;
     ncclResult_t r = settle(nc, ncclAllGather(send, recv, bytes, ncclUint8, nc->nc, nc->stream));
-    if (r != ncclSuccess) {
-        work_put(nc, w);
-        return nccl_fail(nc, "all-gather", r, __FILE__, __LINE__, e);
-    }
-    cudaError_t st = cudaEventRecord(w->done, nc->stream);
-    if (st != cudaSuccess) {
-        work_put(nc, w);
-        return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
-    }
+    if (work_enqueued(nc, w, r, e) < 0) return -1;
     return work_wait(nc, w, NULL, e);
 }
 
