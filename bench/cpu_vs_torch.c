@@ -20,13 +20,8 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
+#include "runner/util/clock.h"
 #include "runner/util/rng.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- profiling wrapper: a copy of the op table whose slots time the originals ---- */
 

@@ -34,18 +34,13 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
+#include "runner/util/clock.h"
 #include "runner/util/rng.h"
 
 typedef struct bench_opts {
     const char *arch, *precision;
     int classes, batch, warmup, steps, device, graphs;
 } bench_opts_t;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
     *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1};

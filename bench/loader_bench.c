@@ -15,12 +15,7 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "runner/util/clock.h"
 
 /* CPU seconds used by the whole process (all threads). */
 static double cpu_s(void) {

@@ -10,6 +10,7 @@
  * It does not: implement any collective itself (shm.c, nccl.c do).
  */
 #include "comm/comm.h"
+#include "runner/util/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -44,12 +45,6 @@ struct comm_queue {
     pthread_cond_t cv;
     comm_work_t *head, *tail;
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 void comm_base_init(comm_t *c, const comm_ops_t *ops, int rank, int world, double timeout_s,
                     bool device_memory) {

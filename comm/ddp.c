@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runner/util/clock.h"
 #include "runner/util/half.h"
 
 #ifdef RUNNER_HAVE_CUDA
@@ -55,12 +56,6 @@ struct ddp {
     ddp_step_times_t step_last;
     bool have_last;
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Copies the backend's error into e and returns -1. */
 static int be_fail(ddp_t *d, err_t *e, const char *what) {

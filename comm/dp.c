@@ -38,6 +38,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runner/util/clock.h"
+
 #ifdef RUNNER_HAVE_CUDA
 #include "model/cuda/cuda_backend.h"
 #endif
@@ -82,12 +84,6 @@ struct dp {
     int started;                                /* replica threads running (1..started) */
     dp_timing_t t;
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 void dp_chunk(int n, int world, int i, int *start, int *count) {
     int size = (n + world - 1) / world;   /* torch.chunk: ceil(n / world) per chunk */

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "model/cuda/cuda_backend.h"
+#include "runner/util/clock.h"
 
 typedef struct nccl_work {
     cudaEvent_t start, done;   /* around the collective on the NCCL stream (timing events) */
@@ -49,12 +50,6 @@ typedef struct nccl_comm {
     char abort_msg[2048];
     nccl_work_t *free_works;
 } nccl_comm_t;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Length of the function name at the start of a stringified call. */
 static int call_name_len(const char *call) { return (int)strcspn(call, "("); }

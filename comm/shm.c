@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runner/util/clock.h"
 #include "runner/util/half.h"
 
 enum { SHM_MAX_RANKS = 64, SHM_SLOT_BYTES = 1 << 19, SHM_MSG = 256 };
@@ -67,12 +68,6 @@ typedef struct shm_comm {
     uint64_t seq;           /* barriers this rank passed */
     int set;                /* slot set of the next chunk */
 } shm_comm_t;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static unsigned char *slot(shm_comm_t *s, int set, int rank) {
     return s->data + ((size_t)set * (size_t)s->base.world + (size_t)rank) * s->hdr->slot_bytes;

@@ -11,6 +11,7 @@
  * of keys (the runner stores a handful).
  */
 #include "comm/store.h"
+#include "runner/util/clock.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -30,12 +31,6 @@ enum { OP_SET = 1, OP_GET, OP_WAIT, OP_CHECK, OP_ADD, OP_FAIL_SET, OP_FAIL_GET }
 enum { ST_OK = 0, ST_TIMEOUT = 1, ST_FAILED = 2, ST_MISSING = 3, ST_BAD = 4 };
 
 /* ---------------------------------------------------------------- common I/O */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Writes or reads exactly n bytes before the monotonic deadline (<= 0: none). Returns 0,
  * or -1 with errno (ETIMEDOUT on the deadline, EPIPE on a closed peer). */

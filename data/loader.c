@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runner/util/clock.h"
 #include "runner/util/half.h"
 
 enum { SLOT_FREE = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
@@ -61,12 +62,6 @@ struct loader {
 
 static void *default_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
 static void default_free(void *ctx, void *p) { (void)ctx; free(p); }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Fills slot s with batch b of the current epoch. Reads only immutable state (dataset,
  * sampler indices, options), so it runs without the lock. */

@@ -11,6 +11,7 @@
  * parse the CLI.
  */
 #include "runner/launch.h"
+#include "runner/util/clock.h"
 #include "runner/util/fs.h"
 
 #include <arpa/inet.h>
@@ -32,12 +33,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- worker side */
 

@@ -45,12 +45,6 @@ void train_install_signal_handlers(void) {
 
 bool train_stop_requested(void) { return stop_signals > 0; }
 
-double monotonic_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------------ setup */
 
 static int setup_backend(trainer_t *t, err_t *e) {
@@ -538,12 +532,12 @@ static int train_loop(trainer_t *t, err_t *e) {
         if (trainer_start_epoch(t, e)) return -1;
         int64_t batch = t->start_batch;
         t->start_batch = 0;
-        double ep_t0 = monotonic_seconds() - t->ep_seconds;
+        double ep_t0 = now_s() - t->ep_seconds;
         int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
         if (epoch_end > p->total_steps) epoch_end = p->total_steps;
         bool stopping = false;   /* interrupted at the last step of the epoch */
         t->n_pending = 0;
-        t->window_t0 = monotonic_seconds();
+        t->window_t0 = now_s();
         while (t->step < epoch_end) {
             int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
             double lr = schedule_lr(&t->sched, t->step, p->steps_per_epoch);
@@ -564,7 +558,7 @@ static int train_loop(trainer_t *t, err_t *e) {
             }
             if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
                 /* interrupted, or max_steps reached mid-way: save exactly where we are */
-                t->ep_seconds = monotonic_seconds() - ep_t0;
+                t->ep_seconds = now_s() - ep_t0;
                 t->start_batch = batch < p->batches_per_epoch ? batch : 0;
                 if (t->rank0) {
                     char path[CFG_PATH + 64];
@@ -581,7 +575,7 @@ static int train_loop(trainer_t *t, err_t *e) {
             }
         }
         /* end of epoch (or of max_steps) */
-        double ep_s = monotonic_seconds() - ep_t0;
+        double ep_s = now_s() - ep_t0;
         bool epoch_done = t->step == epoch_end && batch >= p->batches_per_epoch;
         t->train_loss = t->ep_samples ? t->ep_loss_sum / (double)t->ep_samples : NAN;
         t->train_top1 = t->ep_samples ? (double)t->ep_correct / (double)t->ep_samples : NAN;
@@ -751,7 +745,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     t.best_val_top1 = -1;
     t.val_loss = t.val_top1 = t.val_top5 = NAN;
     t.train_loss = t.train_top1 = NAN;
-    t.wall_start = monotonic_seconds();
+    t.wall_start = now_s();
     if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
 
     int rc = -1;

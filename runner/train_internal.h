@@ -16,6 +16,7 @@
 #include "model/schedule.h"
 #include "runner/track/track.h"
 #include "runner/train.h"
+#include "runner/util/clock.h"
 
 enum { TRAIN_MAX_REPLICAS = 16, TRAIN_MAX_WINDOW = 32 };
 
@@ -115,7 +116,6 @@ int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e);
 int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e);
 int trainer_restore(trainer_t *t, err_t *e);
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e);
-double monotonic_seconds(void);
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */
 /* Sums n small values over all ranks (host in/out), through backend memory when the

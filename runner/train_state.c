@@ -359,7 +359,7 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_kstr(&w, "device", t->p->device);
     jw_kstr(&w, "arch", t->e->model.arch);
     jw_kstr(&w, "dataset", t->e->data.dataset);
-    jw_knum(&w, "wall_seconds", monotonic_seconds() - t->wall_start);
+    jw_knum(&w, "wall_seconds", now_s() - t->wall_start);
     jw_obj_end(&w);
     fputc('\n', f);
     fclose(f);

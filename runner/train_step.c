@@ -292,7 +292,7 @@ int trainer_flush_window(trainer_t *t, bool *stop, err_t *e) {
         *e = be->err;
         return -1;
     }
-    double window_s = monotonic_seconds() - t->window_t0;
+    double window_s = now_s() - t->window_t0;
     float v[1 + 3 * TRAIN_MAX_WINDOW];
     v[0] = *stop ? 1.0f : 0.0f;
     for (int i = 0; i < np; i++) {
@@ -348,6 +348,6 @@ int trainer_flush_window(trainer_t *t, bool *stop, err_t *e) {
                            "amp loss scaling", (long long)step, row.loss);
     }
     t->n_pending = 0;
-    t->window_t0 = monotonic_seconds();
+    t->window_t0 = now_s();
     return 0;
 }

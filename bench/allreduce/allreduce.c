@@ -51,12 +51,6 @@ const double bucket_mbs[N_BMB] = {1, 5, 10, 25, 50, 100};
 enum { N_MSG = sizeof msg_mib / sizeof msg_mib[0] };
 static const dtype_t dtypes[] = {DT_F32, DT_F16, DT_BF16};
 
-double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

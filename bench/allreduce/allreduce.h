@@ -22,6 +22,7 @@
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "runner/rundir.h"
+#include "runner/util/clock.h"
 #include "runner/util/half.h"
 #include "runner/util/json.h"
 #include "runner/util/rng.h"
@@ -92,7 +93,6 @@ void knum(FILE *f, const char *k, double v);
 void kint(FILE *f, const char *k, int64_t v);
 /* The backend's error as this rank's, wrapped with what. */
 int fail_be(rank_ctx_t *c, err_t *e, const char *what);
-double now_s(void);
 int cmp_d(const void *a, const void *b);
 double median(double *v, int n);
 

@@ -103,12 +103,6 @@ void pb_double(tbuf_t *b, int field, double v) {
 
 void pb_message(tbuf_t *b, int field, const tbuf_t *m) { pb_bytes(b, field, m->p, m->n); }
 
-double track_now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double track_now_wall(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

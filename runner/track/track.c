@@ -212,7 +212,7 @@ track_t *track_open(const track_opts_t *o, err_t *e) {
     t->total_steps = o->total_steps;
     t->close_timeout_s = o->close_timeout_s > 0 ? o->close_timeout_s : 10.0;
     t->resume_step = o->is_resume ? o->resume_step : -1;
-    t->t0_mono = track_now_mono();
+    t->t0_mono = now_s();
     t->t0_wall = track_now_wall();
     if (o->rank != 0) return t;                   /* other ranks: a bus that does nothing */
     if (!nonempty(o->run_dir)) {
@@ -306,7 +306,7 @@ static int flush_history(track_t *t, err_t *e) {
     t->pend_step = -1;
     if (step <= t->last_hist_step || step <= t->resume_step) return 0;
     t->last_hist_step = step;
-    double runtime = track_now_mono() - t->t0_mono, ts = track_now_wall();
+    double runtime = now_s() - t->t0_mono, ts = track_now_wall();
     if (t->wlog && track_wlog_history(t->wlog, step, runtime, ts, t->pend, t->pend_n, e) != 0)
         return -1;
     char v[64];
@@ -357,7 +357,7 @@ static int emit_scalars(track_t *t, int64_t step, const track_kv_t *kv, int n, e
 /* Reports one optimizer step; see track.h. */
 int track_step(track_t *t, const track_step_t *r, err_t *e) {
     if (!t || !t->active) return 0;
-    track_progress_step(&t->prog, r, track_now_mono());
+    track_progress_step(&t->prog, r, now_s());
     bool last = t->total_steps > 0 && r->step >= t->total_steps;
     if (r->step % t->print_every != 0 && !last) return 0;
     double cells[11] = {(double)r->step, r->epoch, r->lr, r->loss, r->top1,
@@ -433,7 +433,7 @@ int track_close(track_t *t, int exit_code, err_t *e) {
     if (t->active) {
         if (flush_history(t, e) != 0) rc = -1;
         track_progress_finish(&t->prog);
-        double runtime = track_now_mono() - t->t0_mono;
+        double runtime = now_s() - t->t0_mono;
         if (t->wlog && t->n_summary) {
             /* the final summary in one record: `wandb sync` takes it as the run's summary */
             const char *keys[SUMMARY_MAX], *vals[SUMMARY_MAX];

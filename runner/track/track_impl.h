@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "runner/track/track.h"
+#include "runner/util/clock.h"
 #include "runner/util/err.h"
 
 enum { TRACK_MAX_KV = 24 };
@@ -158,8 +159,7 @@ void track_url_host(const char *url, char *host, size_t len);
 struct json;
 void track_json_dump(FILE *f, const struct json *j);
 
-/* monotonic and wall clocks, seconds */
-double track_now_mono(void);
+/* the wall clock, seconds since the epoch (monotonic time: now_s, runner/util/clock.h) */
 double track_now_wall(void);
 
 #endif

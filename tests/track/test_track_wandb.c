@@ -226,13 +226,13 @@ static void serve_one(srv_t *s, int c) {
     } else if (strstr(head, "/file_stream ")) {
         s->n_fs++;
         sscanf(head, "POST %511s", s->fs_path);
-        if (s->t_429 > 0 && s->t_after_429 == 0) s->t_after_429 = track_now_mono();
+        if (s->t_429 > 0 && s->t_after_429 == 0) s->t_after_429 = now_s();
         if (s->n_fs == 1 && s->fs_hang_first_s > 0) {
             hang = s->fs_hang_first_s;
         } else if (s->n_fs <= s->fs_429_first) {
             status = 429;
             extra = "Retry-After: 1\r\n";
-            s->t_429 = track_now_mono();
+            s->t_429 = now_s();
             s->t_after_429 = 0;
             snprintf(out, sizeof out, "{}");
         } else if (s->n_fs <= s->fs_fail_first) {
@@ -408,9 +408,9 @@ static void run_steps(run_result_t *r, int first, int last, bool resume, int64_t
     }
     track_console(t, "all steps done");
     track_summary(t, "best_val_top1", 0.75);
-    double t0 = track_now_mono();
+    double t0 = now_s();
     r->rc_close = track_close(t, 0, &e);
-    r->close_seconds = track_now_mono() - t0;
+    r->close_seconds = now_s() - t0;
     fclose(wf);
     fclose(pf);
     snprintf(r->warn, sizeof r->warn, "%s", warn ? warn : "");
@@ -529,9 +529,9 @@ static void test_hang_past_timeout(void) {
     CHECK_INT(srv_start(&s), 0);
     set_env(s.port);
     run_result_t r;
-    double t0 = track_now_mono();
+    double t0 = now_s();
     run_steps(&r, 1, 20, false, 0, 15);
-    double took = track_now_mono() - t0;
+    double took = now_s() - t0;
     srv_stop(&s);
     check_csv(r.dir, 20);
     check_delivered(&s, &r, 10);
@@ -677,9 +677,9 @@ static void test_no_key_goes_offline(void) {
     err_t e = {0};
     track_t *t = track_open(&o, &e);
     CHECK(t != NULL);
-    double t0 = track_now_mono();
+    double t0 = now_s();
     track_close(t, 0, &e);
-    CHECK(track_now_mono() - t0 < 1.0);
+    CHECK(now_s() - t0 < 1.0);
     fclose(wf);
     CHECK_INT(count_of(warn, "warning: W&B"), 1);
     CHECK_CONTAINS(warn, "no API key");
@@ -725,16 +725,16 @@ static void test_bounded_queue(void) {
     track_wandb_t *w = track_wandb_start(&o, &e);
     CHECK(w != NULL);
     if (!w) return;
-    double t0 = track_now_mono();
+    double t0 = now_s();
     for (int i = 1; i <= 5000; i++) {
         char row[96];
         snprintf(row, sizeof row, "{\"_step\":%d,\"_runtime\":0,\"_timestamp\":0}", i);
         track_wandb_history(w, i, row);
     }
-    CHECK(track_now_mono() - t0 < 1.0);
+    CHECK(now_s() - t0 < 1.0);
     int64_t lost = track_wandb_finish(w, 0, 0.5);
     CHECK_INT(lost, 5000);
-    CHECK(track_now_mono() - t0 < 3.0);
+    CHECK(now_s() - t0 < 3.0);
     fclose(wf);
     CHECK_INT(count_of(warn, "warning: W&B"), 1);
     free(warn);
