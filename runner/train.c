@@ -279,7 +279,11 @@ static int plan_device_work(trainer_t *t, err_t *e) {
     const plan_t *p = t->p;
     int w = t->ddp_mode ? t->env->world_size : 1, r = t->ddp_mode ? t->env->rank : 0;
     int64_t n_train = sampler_num_samples(dataset_size(t->train_ds), w, false);
-    int64_t n_val = dataset_size(t->val_ds) / w + (r < dataset_size(t->val_ds) % w);
+    sampler_t vs;   /* this rank's evaluation shard, by the sampler's own rule */
+    sampler_opts_t vo = {.n = dataset_size(t->val_ds), .world_size = w, .rank = r, .eval = true};
+    if (sampler_init(&vs, &vo, e)) return -1;
+    int64_t n_val = vs.num_samples;
+    sampler_deinit(&vs);
     int train_sizes[2] = {p->micro_batch, (int)(n_train % p->micro_batch)};
     int eval_sizes[2] = {n_val >= p->per_device_batch ? p->per_device_batch : 0,
                          (int)(n_val % p->per_device_batch)};
