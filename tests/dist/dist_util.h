@@ -114,21 +114,27 @@ static inline long dist_compare_section(const char *dir_a, const char *dir_b, co
     return dist_compare_section2(dir_a, dir_b, name, atol, rtol, max_abs, NULL);
 }
 
+/* A top-level number of the JSON object in text (n bytes, malloc'd, freed here); NAN
+ * when text is NULL, not JSON or the key is missing. */
+static inline double dist_json_number_of(char *text, size_t n, const char *key) {
+    if (!text) return NAN;
+    err_t e = {0};
+    json_t *j = json_parse(text, n, &e);
+    free(text);
+    if (!j) return NAN;
+    const json_t *v = json_get(j, key);
+    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
+    json_free(j);
+    return x;
+}
+
 /* A number from DIR/FILE (a JSON object), NAN when missing. */
 static inline double dist_json_number(const char *dir, const char *file, const char *key) {
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", dir, file);
     size_t n = 0;
     char *s = test_read_file(p, &n);
-    if (!s) return NAN;
-    err_t e = {0};
-    json_t *j = json_parse(s, n, &e);
-    free(s);
-    if (!j) return NAN;
-    const json_t *v = json_get(j, key);
-    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
-    json_free(j);
-    return x;
+    return dist_json_number_of(s, n, key);
 }
 
 /* Cell `col` (0-based) of line `row` (0 = header) of a CSV file, copied into buf. */

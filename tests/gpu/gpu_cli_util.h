@@ -230,15 +230,7 @@ static inline double gc_meta_number(const char *dir, const char *key) {
     snprintf(p, sizeof p, "%s/checkpoints/last.ckpt", dir);
     size_t n = 0;
     char *m = ckpt_section_copy(p, "meta", &n);
-    if (!m) return NAN;
-    err_t e = {0};
-    json_t *j = json_parse(m, n, &e);
-    free(m);
-    if (!j) return NAN;
-    const json_t *v = json_get(j, key);
-    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
-    json_free(j);
-    return x;
+    return dist_json_number_of(m, n, key);
 }
 
 /* Compares section `name` of two runs' last.ckpt bit for bit: returns how many 4-byte
