@@ -20,8 +20,8 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
-#include "runner/util/clock.h"
-#include "runner/util/rng.h"
+#include "util/clock.h"
+#include "util/rng.h"
 
 /* ---- profiling wrapper: a copy of the op table whose slots time the originals ---- */
 

@@ -34,8 +34,8 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
-#include "runner/util/clock.h"
-#include "runner/util/rng.h"
+#include "util/clock.h"
+#include "util/rng.h"
 
 typedef struct bench_opts {
     const char *arch, *precision;

@@ -15,7 +15,7 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 /* CPU seconds used by the whole process (all threads). */
 static double cpu_s(void) {

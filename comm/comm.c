@@ -10,7 +10,7 @@
  * It does not: implement any collective itself (shm.c, nccl.c do).
  */
 #include "comm/comm.h"
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>

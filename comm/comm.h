@@ -33,7 +33,7 @@
 
 #include "comm/store.h"
 #include "model/backend.h"   /* dtype_t */
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

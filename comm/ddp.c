@@ -20,8 +20,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runner/util/clock.h"
-#include "runner/util/half.h"
+#include "util/clock.h"
+#include "util/half.h"
 
 #ifdef RUNNER_HAVE_CUDA
 #include "model/cuda/cuda_backend.h"

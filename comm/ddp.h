@@ -49,7 +49,7 @@
 
 #include "comm/comm.h"
 #include "model/backend.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

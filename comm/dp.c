@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 #ifdef RUNNER_HAVE_CUDA
 #include "model/cuda/cuda_backend.h"

@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "model/cuda/cuda_backend.h"
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 typedef struct nccl_work {
     cudaEvent_t start, done;   /* around the collective on the NCCL stream (timing events) */

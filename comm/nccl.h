@@ -24,7 +24,7 @@
 #include "comm/comm.h"
 #include "comm/store.h"
 #include "model/backend.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

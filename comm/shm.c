@@ -41,8 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/util/clock.h"
-#include "runner/util/half.h"
+#include "util/clock.h"
+#include "util/half.h"
 
 enum { SHM_MAX_RANKS = 64, SHM_SLOT_BYTES = 1 << 19, SHM_MSG = 256 };
 #define SHM_MAGIC 0x31534D48434E5552ull /* "RUNCHMS1" */

@@ -11,7 +11,7 @@
  * of keys (the runner stores a handful).
  */
 #include "comm/store.h"
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 void augment_out_shape(const augment_opts_t *o, int h, int w, int *oh, int *ow) {
     if (o->random_crop) {

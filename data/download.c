@@ -9,7 +9,7 @@
  * reader (tar.c) and MD5 (md5.c).
  */
 #include "data/download.h"
-#include "runner/util/fs.h"
+#include "util/fs.h"
 
 #include <curl/curl.h>
 #include <dirent.h>

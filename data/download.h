@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runner/util/clock.h"
-#include "runner/util/half.h"
+#include "util/clock.h"
+#include "util/half.h"
 
 enum { SLOT_FREE = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
 

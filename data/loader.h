@@ -31,7 +31,7 @@
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 int64_t sampler_num_samples(int64_t n, int world_size, bool drop_last) {
     if (drop_last && n % world_size) return (n - world_size + world_size - 1) / world_size;

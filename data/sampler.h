@@ -25,7 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "data/dataset_impl.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 int synthetic_generate_(dataset_t *d, const data_synthetic_opts_t *o, uint64_t seed,
                         err_t *e) {

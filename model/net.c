@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 const char *const node_kind_names[NODE_KIND_COUNT] = {
     "conv", "bn", "bn_relu", "bn_add_relu", "relu", "add", "avgpool", "linear",

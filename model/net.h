@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "model/backend.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

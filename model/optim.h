@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "model/net.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

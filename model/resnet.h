@@ -22,7 +22,7 @@
 #include <stdbool.h>
 
 #include "model/net.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

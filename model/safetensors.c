@@ -1,6 +1,6 @@
 /* safetensors.c: reading/validating and writing safetensors files, and net weights I/O.
  *
- * The reader loads the whole file, parses the JSON header with runner/util/json and
+ * The reader loads the whole file, parses the JSON header with util/json and
  * checks every tensor entry (dtype, shape, byte range inside the data section, no
  * overlaps) before anything uses it. The writer emits the header padded with spaces to
  * a multiple of 8 bytes (as the reference implementation does), then the data, into a
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "model/net_impl.h"
-#include "runner/util/half.h"
-#include "runner/util/json.h"
+#include "util/half.h"
+#include "util/json.h"
 
 const char *const st_dtype_names[ST_DTYPE_COUNT] = {"F32", "F16", "BF16", "F64", "I64", "I32", "U8"};
 _Static_assert(ST_DTYPE_COUNT == 7, "st_dtype_names must list every dtype");

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #define CKPT_MAGIC "RNCKPT\r\n"
 #define CKPT_VERSION 1u

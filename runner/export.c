@@ -13,7 +13,7 @@
 #include "model/safetensors.h"
 #include "runner/checkpoint.h"
 #include "runner/rundir.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 int export_run(const char *run_dir, const char *which, const char *output, char *out_path, size_t len,
                err_t *e) {

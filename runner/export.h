@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 /* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors.
  * The path written is copied to out_path. */

@@ -11,8 +11,8 @@
  * parse the CLI.
  */
 #include "runner/launch.h"
-#include "runner/util/clock.h"
-#include "runner/util/fs.h"
+#include "util/clock.h"
+#include "util/fs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

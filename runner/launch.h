@@ -36,7 +36,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -30,7 +30,7 @@
 #include "runner/report/report.h"
 #include "runner/rundir.h"
 #include "runner/train.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 static const char usage[] =
     "runner: reproducible data-parallel training of image classifiers from a YAML file\n"

@@ -14,7 +14,7 @@
 #include "model/resnet.h"
 #include "model/schedule.h"
 #include "runner/rundir.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "runner/config.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 enum { PLAN_MAX_MILESTONES = CFG_MAX_LIST };
 

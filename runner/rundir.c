@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "model/backend.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 #ifndef RUNNER_GIT_COMMIT
 #define RUNNER_GIT_COMMIT "unknown"

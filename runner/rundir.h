@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runner/util/err.h"
-#include "runner/util/fs.h"   /* mkdir_p, write_file_atomic */
+#include "util/err.h"
+#include "util/fs.h"   /* mkdir_p, write_file_atomic */
 
 /* Creates <root>/<name>/<timestamp>-<id>/ (and logs/, checkpoints/) with an exclusive
  * mkdir, retrying with a new id on collision; writes the path to out. */

@@ -17,8 +17,8 @@
 #include "model/safetensors.h"
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
-#include "runner/util/json.h"
-#include "runner/util/rng.h"
+#include "util/json.h"
+#include "util/rng.h"
 
 #ifdef RUNNER_HAVE_CUDA
 #include "comm/nccl.h"

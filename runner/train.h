@@ -19,7 +19,7 @@
 
 #include "runner/config.h"
 #include "runner/plan.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 typedef struct train_env {
     int rank, world_size;             /* ddp: global rank / world; else 0 / 1 */

@@ -16,7 +16,7 @@
 #include "model/schedule.h"
 #include "runner/track/track.h"
 #include "runner/train.h"
-#include "runner/util/clock.h"
+#include "util/clock.h"
 
 enum { TRAIN_MAX_REPLICAS = 16, TRAIN_MAX_WINDOW = 32 };
 

@@ -20,7 +20,7 @@
 #include "runner/checkpoint.h"
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 /* Host copies of the arrays a checkpoint needs. */
 typedef struct host_state {

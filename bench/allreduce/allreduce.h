@@ -22,10 +22,10 @@
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "runner/rundir.h"
-#include "runner/util/clock.h"
-#include "runner/util/half.h"
-#include "runner/util/json.h"
-#include "runner/util/rng.h"
+#include "util/clock.h"
+#include "util/half.h"
+#include "util/json.h"
+#include "util/rng.h"
 
 #ifdef RUNNER_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "model/backend.h"
-#include "runner/util/half.h"
+#include "util/half.h"
 
 /* ---- thread pool ------------------------------------------------------------------
  * A fixed set of workers that run fn(arg, chunk) for chunk in [0, nchunks). Threads claim

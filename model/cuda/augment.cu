@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "model/cuda/cuda_impl.cuh"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 typedef struct aug_params {
     int top, left;

@@ -6,7 +6,7 @@
  * NHWC batch (fp32, fp16 or bf16) and, optionally, the gathered labels.
  *
  * Random draws per sample, from rng_make(seed, RNG_STREAM_AUGMENT, epoch, index)
- * (runner/util/rng.h), in this order, each only when its augmentation is enabled:
+ * (util/rng.h), in this order, each only when its augmentation is enabled:
  *   1. crop top  = rng_below(H + 2*pad - size + 1)        (random_crop; 2*pad+1 when size == H)
  *   2. crop left = rng_below(W + 2*pad - size + 1)
  *   3. flip      = rng_uniform() < 0.5f                   (horizontal_flip)

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "model/backend.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 /* A device buffer that only grows (workspaces, partial sums). */
 typedef struct cb_buf {

@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "runner/util/err.h"
-#include "runner/util/json.h"
+#include "util/err.h"
+#include "util/json.h"
 
 #ifdef __cplusplus
 extern "C" {

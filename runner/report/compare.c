@@ -15,8 +15,8 @@
 
 #include "runner/report/report.h"
 #include "runner/report/report_impl.h"
-#include "runner/util/json.h"
-#include "runner/util/rng.h"
+#include "util/json.h"
+#include "util/rng.h"
 
 enum { STATE_JSON_MAX = 4 << 20 };
 

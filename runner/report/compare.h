@@ -33,7 +33,7 @@
 #include <stdio.h>
 
 #include "runner/config.h"
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "runner/util/err.h"
-#include "runner/util/json.h"
+#include "util/err.h"
+#include "util/json.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "runner/report/report.h"
-#include "runner/util/fs.h"   /* mkdir_p */
+#include "util/fs.h"   /* mkdir_p */
 
 typedef enum {
     RC_NAME, RC_MODE, RC_WORLD, RC_PRECISION, RC_BATCH, RC_DEVICE, RC_IMAGES, RC_SEC_EPOCH,

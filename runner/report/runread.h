@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runner/util/err.h"
-#include "runner/util/json.h"
+#include "util/err.h"
+#include "util/json.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "runner/track/track_impl.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 /* CRC-32C, reflected polynomial 0x82F63B78, bitwise with a nibble table built on the
  * fly (16 entries, no global state). Returns the updated crc (pass 0 to start). */

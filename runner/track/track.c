@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "runner/track/track_impl.h"
-#include "runner/util/fs.h"
-#include "runner/util/json.h"
+#include "util/fs.h"
+#include "util/json.h"
 
 #define STEPS_HEADER "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds," \
                      "comm_exposed_seconds,data_wait_seconds,loss_scale"

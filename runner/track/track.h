@@ -42,7 +42,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,8 +14,8 @@
 #include <stdio.h>
 
 #include "runner/track/track.h"
-#include "runner/util/clock.h"
-#include "runner/util/err.h"
+#include "util/clock.h"
+#include "util/err.h"
 
 enum { TRACK_MAX_KV = 24 };
 
@@ -159,7 +159,7 @@ void track_url_host(const char *url, char *host, size_t len);
 struct json;
 void track_json_dump(FILE *f, const struct json *j);
 
-/* the wall clock, seconds since the epoch (monotonic time: now_s, runner/util/clock.h) */
+/* the wall clock, seconds since the epoch (monotonic time: now_s, util/clock.h) */
 double track_now_wall(void);
 
 #endif

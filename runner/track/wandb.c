@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "runner/track/track_impl.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 enum { QUEUE_CAP = 4096, BATCH_MAX = 1000, WARN_AFTER_ATTEMPTS = 4 };
 

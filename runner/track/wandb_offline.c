@@ -20,7 +20,7 @@
 #include <zlib.h>
 
 #include "runner/track/track_impl.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 
 enum { BLOCK = 32768, CHUNK_HDR = 7 };
 enum { CH_FULL = 1, CH_FIRST = 2, CH_MIDDLE = 3, CH_LAST = 4 };

@@ -5,7 +5,7 @@
  * statistics combination against the statistics of the concatenated batch. A minimal
  * host-memory backend stands in for the CPU backend. */
 #include "comm/ddp.h"
-#include "runner/util/half.h"
+#include "util/half.h"
 #include "tests/comm/ranks.h"
 #include "tests/test.h"
 

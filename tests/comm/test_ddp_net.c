@@ -6,7 +6,7 @@
  * gradients and BN running statistics agree to float rounding. */
 #include "comm/ddp.h"
 #include "model/net.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 #include "tests/comm/ranks.h"
 #include "tests/test.h"
 

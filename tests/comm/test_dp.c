@@ -4,7 +4,7 @@
  * single net with the loss scaled by 1/7, accumulated onto the previous micro-batch's;
  * BN running stats are replica 0's (chunk 0 only); loss and hit counts are summed. */
 #include "comm/dp.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 #include <stdlib.h>

@@ -30,7 +30,7 @@
 #include "comm/dp.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/resnet.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * (asynchronous) all-reduces, comm_any, bit-identical results on every rank, and a
  * collective where one rank never arrives failing within the timeout naming it. */
 #include "comm/comm.h"
-#include "runner/util/half.h"
+#include "util/half.h"
 #include "tests/comm/ranks.h"
 #include "tests/test.h"
 

@@ -10,8 +10,8 @@
 
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
-#include "runner/util/half.h"
-#include "runner/util/rng.h"
+#include "util/half.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 /* Uniform values in [lo, hi) from (seed, stream MISC, tag). */

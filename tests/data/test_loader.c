@@ -7,7 +7,7 @@
 
 #include "data/augment.h"
 #include "data/loader.h"
-#include "runner/util/half.h"
+#include "util/half.h"
 #include "tests/test.h"
 
 static void test_crop_flip(void) {

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/util/json.h"
+#include "util/json.h"
 #include "tests/cli/cli_util.h"
 
 /* The experiment every dist test starts from: resnet20 on 8x8 synthetic images, 40

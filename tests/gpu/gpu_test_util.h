@@ -19,8 +19,8 @@
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
-#include "runner/util/half.h"
-#include "runner/util/rng.h"
+#include "util/half.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 /* Exits 77 (skipped) when no CUDA GPU is visible. */

@@ -25,7 +25,7 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 /* ---- the recording backend ---- */

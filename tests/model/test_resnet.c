@@ -9,7 +9,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
 #include "model/resnet.h"
-#include "runner/util/rng.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 static backend_t *cpu(void) {

@@ -9,8 +9,8 @@
 #include "model/net.h"
 #include "model/resnet.h"
 #include "model/safetensors.h"
-#include "runner/util/half.h"
-#include "runner/util/rng.h"
+#include "util/half.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 static char g_dir[512];

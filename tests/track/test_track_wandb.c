@@ -25,7 +25,7 @@
 
 #include "runner/track/track.h"
 #include "runner/track/track_impl.h"
-#include "runner/util/json.h"
+#include "util/json.h"
 #include "tests/test.h"
 
 #define KEY "sk-TEST-KEY-do-not-leak-7f3a9c41"

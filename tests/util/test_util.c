@@ -1,9 +1,9 @@
 /* test_util.c: JSON round trips and errors, half-precision rounding, the counter RNG. */
 #include <stdlib.h>
 
-#include "runner/util/half.h"
-#include "runner/util/json.h"
-#include "runner/util/rng.h"
+#include "util/half.h"
+#include "util/json.h"
+#include "util/rng.h"
 #include "tests/test.h"
 
 static void json_roundtrip(void) {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "runner/util/err.h"
+#include "util/err.h"
 
 /* mkdir -p: creates path and any missing parents (mode 0755). Fails with `code` (the
  * caller decides whether an uncreatable directory is bad input or a runtime failure)

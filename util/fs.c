@@ -1,5 +1,5 @@
 /* fs.c: mkdir_p and write_file_atomic (fs.h). */
-#include "runner/util/fs.h"
+#include "util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* json.c: the writer and parser declared in json.h. */
-#include "runner/util/json.h"
+#include "util/json.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* rng.c: the non-inline parts of rng.h (host only). */
-#include "runner/util/rng.h"
+#include "util/rng.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /* err.c: the err_t helpers declared in err.h. */
-#include "runner/util/err.h"
+#include "util/err.h"
 
 #include <errno.h>
 #include <stdarg.h>
