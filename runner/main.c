@@ -70,6 +70,26 @@ static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *o
     return 0;
 }
 
+/* Path arguments the shell left alone ('~/runs/x' quoted, or a value it never saw as a
+ * path) get the expansion experiment files get (util/fs.h path_expand). The expanded
+ * strings live until the process exits. */
+static int cli_expand_paths(cli_t *c, err_t *e) {
+    const char **paths[64 + 3];
+    int n = 0;
+    for (int i = 0; i < c->n_positional; i++) paths[n++] = &c->positional[i];
+    paths[n++] = &c->output;
+    paths[n++] = &c->baseline;
+    paths[n++] = &c->checkpoint;
+    for (int i = 0; i < n; i++) {
+        const char *v = *paths[i];
+        if (!v || !strpbrk(v, "~$")) continue;
+        char buf[CFG_PATH];
+        if (path_expand(v, buf, sizeof buf, e)) return err_wrap(e, "command line");
+        if (!(*paths[i] = strdup(buf))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
+    return 0;
+}
+
 static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
     memset(c, 0, sizeof *c);
     static const char *verbs[] = {"run", "plan", "resume", "compare", "report", "check", "export", "_member"};
@@ -115,7 +135,7 @@ static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
         }
 #undef NEED_VALUE
     }
-    return 0;
+    return cli_expand_paths(c, e);
 }
 
 /* --nnodes and friends become --set overrides so the plan sees them. */

@@ -3,6 +3,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,9 +101,22 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     } else {
         snprintf(p->comm_backend, sizeof p->comm_backend, "none");
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* the cores this process may run on (taskset, cgroups, Slurm's --cpus-per-task) */
+    cpu_set_t cs;
+    long cores = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : sysconf(_SC_NPROCESSORS_ONLN);
     int per = e->parallel.mode == PAR_SINGLE ? 1 : p->local_world_size;
-    p->threads_per_rank = cuda ? 1 : (int)(cores / per > 0 ? cores / per : 1);
+    p->cpu_cores = (int)(cores > 0 ? cores : 1);
+    p->threads_per_rank = cuda ? 1 : (p->cpu_cores / per > 0 ? p->cpu_cores / per : 1);
+    /* CPU compute threads beyond the cores make every step slower (threads wait for each
+     * other at every op), so say so; loader threads mostly wait and are not counted */
+    p->oversubscribed = !cuda && per * p->threads_per_rank > p->cpu_cores;
+    if (p->oversubscribed)
+        snprintf(p->warning, sizeof p->warning, "%d %s x %d thread%s = %d compute threads on %d core%s: "
+                 "oversubscribed, so each step will be slower than with fewer ranks; use "
+                 "parallel.world_size: %d or less (per host), or parallel.mode: single",
+                 per, e->parallel.mode == PAR_DP ? "replicas" : "ranks", p->threads_per_rank,
+                 p->threads_per_rank == 1 ? "" : "s", per * p->threads_per_rank, p->cpu_cores,
+                 p->cpu_cores == 1 ? "" : "s", p->cpu_cores);
     return 0;
 }
 
@@ -141,11 +155,26 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
                 dataset_shape(d, &c, &h, &w);
                 dataset_free(d);
             }
-        } else if (!e->data.download) {
-            return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing; set data.download: true "
-                           "to fetch %s, or put the files under data.root (%s)",
-                           e->source_path, info.name, missing, info.url[0] ? info.url : "it", p->data_root);
         } else {
+            /* say where a relative root was looked for, and never promise a download that
+             * cannot happen (Fashion-MNIST has no official archive the runner can fetch) */
+            char where[CFG_PATH + 160] = "", cwd[CFG_PATH] = "";
+            if (p->data_root[0] != '/' && getcwd(cwd, sizeof cwd))
+                snprintf(where, sizeof where, "; a relative data.root is looked up in the current directory "
+                         "%s, not next to the experiment file", cwd);
+            bool fetchable = info.url[0] || e->data.download_url[0];
+            if (!fetchable)
+                return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; %s cannot be "
+                               "downloaded by the runner%s: install it with `apt-get install dataset-fashion-mnist` "
+                               "(files in %s) or put its IDX files (.gz or uncompressed) in data.root",
+                               e->source_path, info.name, missing, p->data_root, where, info.name,
+                               e->data.download ? " (data.download: true cannot help)" : "",
+                               info.default_root);
+            if (!e->data.download)
+                return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; set "
+                               "data.download: true to fetch %s, or put the files in data.root",
+                               e->source_path, info.name, missing, p->data_root, where,
+                               e->data.download_url[0] ? e->data.download_url : info.url);
             p->will_download = true;
         }
     }
@@ -305,11 +334,19 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "mode         %s, world size %d", p->mode, p->world_size);
     if (p->nnodes > 1) fprintf(f, " (%d hosts x %d)", p->nnodes, p->local_world_size);
     fprintf(f, ", comm %s", p->comm_backend);
-    if (!strcmp(p->device, "cpu")) fprintf(f, ", %d thread%s per rank", p->threads_per_rank, p->threads_per_rank == 1 ? "" : "s");
-    fprintf(f, "\nprecision    %s\n", p->precision);
-    fprintf(f, "data         %s from %s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
-            p->dataset, p->data_root[0] ? p->data_root : "(generated)",
-            p->will_download ? " (will download)" : "", (long long)p->train_size,
+    fprintf(f, "\n");
+    if (!strcmp(p->device, "cpu")) {
+        int per = !strcmp(p->mode, "single") ? 1 : p->local_world_size;
+        fprintf(f, "threads      %d per %s x %d = %d on %d core%s%s\n", p->threads_per_rank,
+                !strcmp(p->mode, "dp") ? "replica" : "rank", per, per * p->threads_per_rank, p->cpu_cores,
+                p->cpu_cores == 1 ? "" : "s", p->oversubscribed ? " (oversubscribed)" : "");
+    }
+    fprintf(f, "precision    %s\n", p->precision);
+    char cwd[CFG_PATH] = "";
+    bool rel = p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
+    fprintf(f, "data         %s from %s%s%s%s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
+            p->dataset, p->data_root[0] ? p->data_root : "(generated)", rel ? " (in " : "", rel ? cwd : "",
+            rel ? ")" : "", p->will_download ? " (will download)" : "", (long long)p->train_size,
             (long long)p->val_size, p->channels, p->height, p->width, p->num_classes);
     if (!strcmp(p->mode, "ddp"))
         fprintf(f, "batch        %d ranks x %d", p->world_size, p->micro_batch);
@@ -336,6 +373,7 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
+    if (p->warning[0]) fprintf(f, "warning      %s\n", p->warning);
 }
 
 void plan_write_json(const plan_t *p, FILE *f) {
@@ -351,6 +389,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_kint(&w, "local_world_size", p->local_world_size);
     jw_kstr(&w, "comm_backend", p->comm_backend);
     jw_kint(&w, "threads_per_rank", p->threads_per_rank);
+    jw_kint(&w, "cpu_cores", p->cpu_cores);
+    jw_kbool(&w, "oversubscribed", p->oversubscribed);
     jw_kstr(&w, "precision", p->precision);
     jw_kstr(&w, "dataset", p->dataset);
     jw_kstr(&w, "data_root", p->data_root);

@@ -31,6 +31,9 @@ typedef struct plan {
     int local_world_size;      /* ranks on this host */
     char comm_backend[8];      /* "nccl" | "shm" | "none" */
     int threads_per_rank;      /* cpu backend threads per rank / replica */
+    int cpu_cores;             /* cores this process may use (its affinity mask) */
+    bool oversubscribed;       /* cpu: ranks x threads on this host > cpu_cores */
+    char warning[512];         /* "" or one line the plan and the run print (oversubscription) */
     char precision[8];         /* "fp32" | "fp16" | "bf16" */
     /* data */
     char dataset[32];
