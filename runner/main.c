@@ -38,12 +38,17 @@ static const char usage[] =
     "usage:\n"
     "  runner EXPERIMENT.yaml [--set key=value]...      plan, launch, train, write a run directory\n"
     "  runner plan EXPERIMENT.yaml [--json] [--set ...]  print the resolved plan; starts nothing\n"
-    "  runner resume RUN_DIR                             continue an interrupted run exactly\n"
+    "  runner resume RUN_DIR [--set key=value]...        continue an interrupted run exactly; with --set,\n"
+    "                                                    continue it changed (recorded in config_changes.jsonl)\n"
     "  runner compare MATRIX.yaml [--set ...]            run a matrix of experiments + a report\n"
     "  runner report RUN_DIR... [--output DIR]           tables and plots from finished runs\n"
     "  runner check RUN_DIR --baseline FILE              regression gate (exit 1 on regression)\n"
     "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]\n"
     "\n"
+    "\n"
+    "Running the same experiment again continues its newest unfinished run (checkpoint.resume:\n"
+    "auto); after a change to a key that defines the numbers (docs/experiment-files.md, column\n"
+    "'hashed') it starts a new run directory instead and says so.\n"
     "multi-host: --nnodes N --node-rank R --master-addr HOST --master-port PORT\n"
     "docs: README.md, docs/experiment-files.md, docs/architecture.md\n";
 
@@ -197,6 +202,17 @@ static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err
     return rundir_create(x->output.root, x->name, p->run_dir, sizeof p->run_dir, e);
 }
 
+/* What the plan wants the user to know as the run starts: an unfinished run of this name
+ * that a changed configuration does not continue, and an oversubscribed CPU. */
+static void print_plan_notes(const plan_t *p) {
+    if (p->changed_from[0])
+        printf("runner: not continuing the unfinished run %s: the configuration changed (%s); this is a new run. "
+               "To continue that run with the change instead: runner resume %s%s\n", p->changed_from, p->changes,
+               p->changed_from, p->change_sets);
+    if (p->warning[0]) fprintf(stderr, "runner: warning: %s\n", p->warning);
+    fflush(stdout);
+}
+
 /* Downloads missing dataset files once, before ranks start. */
 static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
     if (!p->will_download) return 0;
@@ -250,6 +266,7 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
         snprintf(p.resume_from, sizeof p.resume_from, "%s", p.resumes ? resume_from : "");
     } else if (le->rank == 0) {
         if (prepare_run_dir(c, &x, &p, e)) return worker_fail(le, e);
+        print_plan_notes(&p);
     }
     if (p.world_size != le->world_size) {
         err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
@@ -318,6 +335,7 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
     if (!strcmp(c->verb, "_member")) req.for_worker = true;
     plan_t p;
     if (plan_build(&x, &req, &p, e) || prepare_run_dir(c, &x, &p, e) || fetch_data(&x, &p, e)) return fail(e);
+    print_plan_notes(&p);
     printf("runner: %s %s\n", p.resumes ? "resuming" : "run directory", p.run_dir);
     fflush(stdout);
     if (!strcmp(p.mode, "ddp")) {

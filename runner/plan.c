@@ -259,6 +259,31 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+/* The unfinished run `other` was written by another configuration: note which hashed
+ * keys differ (from its resolved.yaml) so the new run can say why it did not continue it,
+ * and how to continue it with the change instead. */
+static void note_changed_config(const experiment_t *e, const char *other, plan_t *p) {
+    snprintf(p->changed_from, sizeof p->changed_from, "%s", other);
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/resolved.yaml", other);
+    experiment_t *old = malloc(sizeof *old);
+    config_change_t ch[8];
+    err_t ignore = {0};
+    int n = old && config_load(path, NULL, 0, old, &ignore) == 0 ? config_diff(old, e, true, ch, 8) : 0;
+    free(old);
+    size_t a = 0, b = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+        a += (size_t)snprintf(p->changes + a, a < sizeof p->changes ? sizeof p->changes - a : 0, "%s%s %s -> %s",
+                              i ? ", " : "", ch[i].key, ch[i].before, ch[i].after);
+        const char *q = strpbrk(ch[i].after, " []{}\"'$*?~;&|<>()") ? "'" : "";
+        b += (size_t)snprintf(p->change_sets + b, b < sizeof p->change_sets ? sizeof p->change_sets - b : 0,
+                              " --set %s%s=%s%s", q, ch[i].key, ch[i].after, q);
+    }
+    if (n > 8) snprintf(p->changes + (a < sizeof p->changes ? a : sizeof p->changes - 1),
+                        a < sizeof p->changes ? sizeof p->changes - a : 1, ", and %d more", n - 8);
+    if (n == 0) snprintf(p->changes, sizeof p->changes, "its checkpoint's configuration hash differs");
+}
+
 /* Which run directory, and whether it resumes. */
 static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
     p->resumes = false;
@@ -277,12 +302,16 @@ static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t 
     }
     const char *r = e->checkpoint.resume;
     if (!strcmp(r, "auto")) {
-        if (rundir_find_resumable(e->output.root, e->name, p->run_dir, sizeof p->run_dir)) {
+        /* only a run of the same configuration continues; a changed one starts afresh */
+        char other[CFG_PATH];
+        if (rundir_find_resumable(e->output.root, e->name, config_hash(e), p->run_dir, sizeof p->run_dir,
+                                  other, sizeof other)) {
             p->resumes = true;
             snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
             snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
             return 0;
         }
+        if (other[0]) note_changed_config(e, other, p);
     } else if (strcmp(r, "never") != 0) {
         struct stat st;
         if (stat(r, &st) != 0)
@@ -373,6 +402,8 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
+    if (p->changed_from[0])
+        fprintf(f, "             not continuing %s: the configuration changed (%s)\n", p->changed_from, p->changes);
     if (p->warning[0]) fprintf(f, "warning      %s\n", p->warning);
 }
 

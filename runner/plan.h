@@ -72,6 +72,12 @@ typedef struct plan {
     char run_dir[CFG_PATH];    /* the directory used (proposed name for a new run) */
     bool resumes;
     char resume_from[CFG_PATH + 128]; /* checkpoint file resumed from */
+    /* checkpoint.resume: auto found an unfinished run of this name written by another
+     * configuration (hashed keys), so this is a new run: which, what changed, and the
+     * --set options that would continue it with the change (`runner resume DIR ...`) */
+    char changed_from[CFG_PATH];
+    char changes[1024];
+    char change_sets[1024];
 } plan_t;
 
 /* How the CLI asks for the plan. */

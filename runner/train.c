@@ -451,6 +451,26 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     return 0;
 }
 
+/* Resuming with another configuration (`runner resume DIR --set ...`, or keys outside
+ * the hash under checkpoint.resume: auto): the run directory keeps every change with the
+ * step it took effect in config_changes.jsonl, since resolved.yaml only holds the latest. */
+static int record_changes(trainer_t *t, err_t *e) {
+    char what[1024], line[1200];
+    int rc = rundir_record_config_changes(t->run_dir, t->e, t->step, (int)(t->step / t->p->steps_per_epoch) + 1, what, sizeof what,
+                                          &t->config_changes, e);
+    if (rc < 0) return -1;
+    if (rc > 0) {
+        snprintf(line, sizeof line, "runner: configuration changed at step %lld: %.1000s (recorded in "
+                 "config_changes.jsonl)", (long long)t->step, what);
+        printf("%s\n", line);
+    } else if (t->ckpt_hash_differs) {
+        printf("runner: note: the checkpoint was written by a different experiment configuration; continuing "
+               "with the current one (not an exact continuation)\n");
+    }
+    fflush(stdout);
+    return 0;
+}
+
 /* Rank 0: the files that describe the run, written once when it starts. */
 static int write_run_files(trainer_t *t, err_t *e) {
     char path[CFG_PATH + 64];
@@ -458,6 +478,7 @@ static int write_run_files(trainer_t *t, err_t *e) {
         snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
         if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
     }
+    if (t->p->resumes && record_changes(t, e)) return -1;
     char *buf = NULL;
     size_t len = 0;
     if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");

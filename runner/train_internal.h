@@ -83,6 +83,8 @@ typedef struct trainer {
     double train_loss, train_top1, val_loss, val_top1, val_top5;
     bool evaluated;
     bool already_finished;                  /* resumed a run that had no steps left */
+    bool ckpt_hash_differs;                 /* resumed from a checkpoint of another config hash */
+    int config_changes;                     /* records in config_changes.jsonl */
     double *ips;                            /* images/s of every step (median for summary) */
     int64_t n_ips, cap_ips;
     /* steps issued but not yet read back: each writes its loss, hits, loss scale and

@@ -275,9 +275,7 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     t->epoch_seconds_sum = json_get_number(m, "epoch_seconds_sum", 0);
     t->epochs_timed = (int)json_get_number(m, "epochs_timed", 0);
     snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", json_get_string(m, "wandb_run_id", ""));
-    if (c->config_hash != config_hash(t->e))
-        fprintf(stderr, "runner: note: %s was written by a different experiment configuration; "
-                "continuing with the current one (the result is not an exact continuation)\n", c->path);
+    t->ckpt_hash_differs = c->config_hash != config_hash(t->e);   /* recorded by write_run_files */
     rc = 0;
 out:
     json_free(m);
@@ -344,6 +342,7 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_knum(&w, "val_top5", t->val_top5);
     jw_knum(&w, "best_val_top1", t->best_val_top1 >= 0 ? t->best_val_top1 : NAN);
     jw_kint(&w, "best_epoch", t->best_epoch);
+    jw_kint(&w, "config_changes", t->config_changes);
     jw_knum(&w, "images_per_second", ips);
     jw_knum(&w, "seconds_per_epoch", t->epochs_timed ? t->epoch_seconds_sum / t->epochs_timed : NAN);
     jw_kint(&w, "peak_memory_bytes", t->be && t->be->ops->peak_memory ? (int64_t)t->be->ops->peak_memory(t->be) : 0);
