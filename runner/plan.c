@@ -120,12 +120,48 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err) {
+    dataset_info_t info;
+    if (dataset_info(e->data.dataset, &info, err)) return -1;
+    snprintf(root, cap, "%s", e->data.root[0] ? e->data.root : info.default_root);
+    *present = true;
+    *will_download = false;
+    if (!strcmp(info.name, "synthetic")) return 0;
+    char missing[CFG_PATH];
+    int tr = dataset_files_present(info.name, root, DATA_SPLIT_TRAIN, missing, sizeof missing, err);
+    int va = tr == 1 ? dataset_files_present(info.name, root, DATA_SPLIT_VAL, missing, sizeof missing, err) : tr;
+    if (tr < 0 || va < 0) return -1;
+    *present = tr == 1 && va == 1;
+    if (*present) return 0;
+    /* say where a relative root was looked for, and never promise a download that cannot
+     * happen (Fashion-MNIST has no official archive the runner can fetch) */
+    char where[CFG_PATH + 160] = "", cwd[CFG_PATH] = "";
+    if (root[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(where, sizeof where, "; a relative data.root is looked up in the current directory "
+                 "%s, not next to the experiment file", cwd);
+    bool fetchable = info.url[0] || e->data.download_url[0];
+    if (!fetchable)
+        return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; %s cannot be "
+                       "downloaded by the runner%s: install it with `apt-get install dataset-fashion-mnist` "
+                       "(files in %s) or put its IDX files (.gz or uncompressed) in data.root",
+                       e->source_path, info.name, missing, root, where, info.name,
+                       e->data.download ? " (data.download: true cannot help)" : "", info.default_root);
+    if (!e->data.download)
+        return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; set "
+                       "data.download: true to fetch %s, or put the files in data.root",
+                       e->source_path, info.name, missing, root, where,
+                       e->data.download_url[0] ? e->data.download_url : info.url);
+    *will_download = true;
+    return 0;
+}
+
 /* Dataset sizes and shapes: from the files when they are there, else the known sizes. */
 static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
     dataset_info_t info;
-    if (dataset_info(e->data.dataset, &info, err)) return -1;
+    if (dataset_info(e->data.dataset, &info, err) ||
+        plan_data_files(e, p->data_root, sizeof p->data_root, &p->data_present, &p->will_download, err))
+        return -1;
     snprintf(p->dataset, sizeof p->dataset, "%s", info.name);
-    snprintf(p->data_root, sizeof p->data_root, "%s", e->data.root[0] ? e->data.root : info.default_root);
     int c = info.channels, h = info.height, w = info.width, classes = info.num_classes;
     p->train_size = info.train_size;
     p->val_size = info.val_size;
@@ -136,46 +172,17 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
         classes = e->data.synthetic.classes;
         p->train_size = e->data.synthetic.train_size;
         p->val_size = e->data.synthetic.val_size;
-        p->data_present = true;
-    } else {
-        char missing[CFG_PATH];
-        int tr = dataset_files_present(info.name, p->data_root, DATA_SPLIT_TRAIN, missing, sizeof missing, err);
-        int va = tr == 1 ? dataset_files_present(info.name, p->data_root, DATA_SPLIT_VAL, missing, sizeof missing, err) : tr;
-        if (tr < 0 || va < 0) return -1;
-        p->data_present = tr == 1 && va == 1;
-        if (p->data_present) {
-            /* read the real files: sizes may differ from the official ones, and problems
-             * are best reported before anything starts */
-            for (int split = 0; split < 2; split++) {
-                dataset_opts_t o = {.name = info.name, .root = p->data_root, .split = (data_split_t)split};
-                dataset_t *d = NULL;
-                if (dataset_open(&o, &d, err)) return -1;
-                if (split == 0) p->train_size = dataset_size(d);
-                else p->val_size = dataset_size(d);
-                dataset_shape(d, &c, &h, &w);
-                dataset_free(d);
-            }
-        } else {
-            /* say where a relative root was looked for, and never promise a download that
-             * cannot happen (Fashion-MNIST has no official archive the runner can fetch) */
-            char where[CFG_PATH + 160] = "", cwd[CFG_PATH] = "";
-            if (p->data_root[0] != '/' && getcwd(cwd, sizeof cwd))
-                snprintf(where, sizeof where, "; a relative data.root is looked up in the current directory "
-                         "%s, not next to the experiment file", cwd);
-            bool fetchable = info.url[0] || e->data.download_url[0];
-            if (!fetchable)
-                return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; %s cannot be "
-                               "downloaded by the runner%s: install it with `apt-get install dataset-fashion-mnist` "
-                               "(files in %s) or put its IDX files (.gz or uncompressed) in data.root",
-                               e->source_path, info.name, missing, p->data_root, where, info.name,
-                               e->data.download ? " (data.download: true cannot help)" : "",
-                               info.default_root);
-            if (!e->data.download)
-                return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; set "
-                               "data.download: true to fetch %s, or put the files in data.root",
-                               e->source_path, info.name, missing, p->data_root, where,
-                               e->data.download_url[0] ? e->data.download_url : info.url);
-            p->will_download = true;
+    } else if (p->data_present) {
+        /* read the real files: sizes may differ from the official ones, and problems
+         * are best reported before anything starts */
+        for (int split = 0; split < 2; split++) {
+            dataset_opts_t o = {.name = info.name, .root = p->data_root, .split = (data_split_t)split};
+            dataset_t *d = NULL;
+            if (dataset_open(&o, &d, err)) return -1;
+            if (split == 0) p->train_size = dataset_size(d);
+            else p->val_size = dataset_size(d);
+            dataset_shape(d, &c, &h, &w);
+            dataset_free(d);
         }
     }
     augment_opts_t ao = {.random_crop = e->data.augment.random_crop,

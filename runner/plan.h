@@ -90,6 +90,13 @@ typedef struct plan_request {
  * than visible, an indivisible batch, a dataset too small for one batch, ... */
 int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err);
 
+/* Whether e's dataset files are in place under root (e's data.root or the dataset's
+ * default, written to root). When some are missing: a download that can fetch them is
+ * planned (*will_download), or ERR_INPUT with the one message saying what was looked for
+ * where and how to get it. Reads no file; `runner compare` checks every member with it
+ * before the first one starts. */
+int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err);
+
 /* The schedule_t the trainer uses for this experiment. */
 struct schedule;
 void plan_schedule(const experiment_t *e, struct schedule *s);
