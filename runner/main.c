@@ -264,6 +264,13 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     plan_t p;
     if (plan_build(&x, &req, &p, e)) return worker_fail(le, e);
+    /* checked before rank 0 creates a run directory, which a failed start must not leave */
+    if (p.world_size != le->world_size) {
+        err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
+                "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
+                le->world_size);
+        return worker_fail(le, e);
+    }
     if (run_dir) {
         snprintf(p.run_dir, sizeof p.run_dir, "%s", run_dir);
         p.resumes = resume_from && resume_from[0];
@@ -271,12 +278,6 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     } else if (le->rank == 0) {
         if (prepare_run_dir(c, &x, &p, e)) return worker_fail(le, e);
         print_plan_notes(&p);
-    }
-    if (p.world_size != le->world_size) {
-        err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
-                "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
-                le->world_size);
-        return worker_fail(le, e);
     }
     train_env_t env = {0};
     env.rank = le->rank;
@@ -338,7 +339,8 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     if (!strcmp(c->verb, "_member")) req.for_worker = true;
     plan_t p;
-    if (plan_build(&x, &req, &p, e) || prepare_run_dir(c, &x, &p, e) || fetch_data(&x, &p, e)) return fail(e);
+    /* the download comes before the run directory: a failed start leaves none behind */
+    if (plan_build(&x, &req, &p, e) || fetch_data(&x, &p, e) || prepare_run_dir(c, &x, &p, e)) return fail(e);
     print_plan_notes(&p);
     printf("runner: %s %s\n", p.resumes ? "resuming" : "run directory", p.run_dir);
     fflush(stdout);
@@ -542,8 +544,10 @@ static int verb_export(cli_t *c, err_t *e) {
     if (c->format && strcmp(c->format, "safetensors"))
         return err_set(e, ERR_INPUT, "--format %s: only safetensors is supported", c->format), fail(e);
     char out[CFG_PATH + 64];
-    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, e)) return fail(e);
+    export_info_t info;
+    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, &info, e)) return fail(e);
     printf("runner: wrote %s\n", out);
+    export_print_usage(&info, out, stdout);
     return 0;
 }
 

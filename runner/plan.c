@@ -246,6 +246,12 @@ static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
 
 static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     snprintf(p->arch, sizeof p->arch, "%s", e->model.arch);
+    struct stat st;
+    if (e->model.init_from[0] && (stat(e->model.init_from, &st) != 0 || !S_ISREG(st.st_mode) ||
+                                  access(e->model.init_from, R_OK) != 0))
+        return err_set(err, ERR_INPUT, "%s: model.init_from: %s is not a readable file; give a .safetensors file "
+                       "with torchvision names (e.g. from runner export), or null", e->source_path,
+                       e->model.init_from);
     net_t *n = resnet_build(e->model.arch, p->channels, p->num_classes, e->model.zero_init_residual, err);
     if (!n) return -1;
     bool cuda = !strcmp(p->device, "cuda");

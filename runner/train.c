@@ -561,6 +561,7 @@ static int train_loop(trainer_t *t, err_t *e) {
         int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
         if (epoch_end > p->total_steps) epoch_end = p->total_steps;
         bool stopping = false;   /* interrupted at the last step of the epoch */
+        bool cut = false;        /* train.max_steps ends the run inside this epoch */
         t->n_pending = 0;
         t->window_t0 = now_s();
         while (t->step < epoch_end) {
@@ -582,15 +583,17 @@ static int train_loop(trainer_t *t, err_t *e) {
                 break;
             }
             if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
-                /* interrupted, or max_steps reached mid-way: save exactly where we are */
+                /* interrupted, or max_steps reached mid-way: save exactly where we are (for
+                 * max_steps after the evaluation below, so best.ckpt can be this state) */
                 t->ep_seconds = now_s() - ep_t0;
                 t->start_batch = batch < p->batches_per_epoch ? batch : 0;
-                if (t->rank0) {
+                cut = !stop;
+                if (t->rank0 && stop) {
                     char path[CFG_PATH + 64];
                     snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
                     if (trainer_save_checkpoint(t, path, e)) return -1;
-                    snprintf(line, sizeof line, "%s at step %lld: checkpoint written to %s",
-                             stop ? "interrupted" : "train.max_steps reached", (long long)t->step, path);
+                    snprintf(line, sizeof line, "interrupted at step %lld: checkpoint written to %s",
+                             (long long)t->step, path);
                     track_console(t->track, line);
                 }
                 if (stop) {
@@ -625,6 +628,12 @@ static int train_loop(trainer_t *t, err_t *e) {
         if (track_epoch(t->track, &er, e)) return -1;
         rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
                   (long long)t->step, t->train_loss);
+        if (cut && t->rank0) {   /* before the epoch sums are reset: resume continues this epoch */
+            if (trainer_checkpoint_cut(t, improved, e)) return -1;
+            snprintf(line, sizeof line, "train.max_steps reached at step %lld: checkpoint written to "
+                     "%s/checkpoints/last.ckpt", (long long)t->step, t->run_dir);
+            track_console(t->track, line);
+        }
         t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
         int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
         bool checkpointed = t->rank0 && epoch_done &&
@@ -809,16 +818,20 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
             track_console(t.track, line);
         }
     }
+    t.loop_started = true;
     rc = train_loop(&t, e);
     if (rc == 0) rank_note(&t, "finished at step %lld", (long long)t.step);
 done:
     if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
     if (rc < 0 && t.store) store_set_failed(t.store, e->msg);
-    if (t.rank0 && t.run_dir[0] && t.net && !t.already_finished) {
+    if (t.rank0 && t.run_dir[0] && !t.already_finished && (!p->resumes || t.loop_started)) {
+        /* also when a new run's setup failed (a bad init_from, an unreachable peer): its
+         * directory then says failed and why, instead of looking like a run still going.
+         * A resume refused before its first step leaves the run's summary as it was. */
         err_t e2 = {0};
         const char *status = rc == 0 ? "completed" : rc == 130 ? "interrupted" : "failed";
         int code = rc >= 0 ? rc : (e->code ? e->code : 1);
-        if (trainer_write_summary(&t, status, code, &e2) && rc == 0) { *e = e2; rc = -1; }
+        if (trainer_write_summary(&t, status, code, rc < 0 ? e->msg : NULL, &e2) && rc == 0) { *e = e2; rc = -1; }
     }
     if (t.track) {
         err_t e3 = {0};

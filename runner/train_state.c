@@ -49,6 +49,22 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_kint(&w, "num_classes", net_num_classes(t->net));
     jw_kint(&w, "in_h", t->p->height);
     jw_kint(&w, "in_w", t->p->width);
+    /* what rebuilding the model and its input pipeline elsewhere needs (runner export puts
+     * it in the safetensors metadata); "stem" is the only stem there is until model.stem */
+    jw_kstr(&w, "stem", "cifar");
+    jw_kstr(&w, "dataset", t->e->data.dataset);
+    jw_key(&w, "mean");
+    jw_arr_begin(&w);
+    for (int k = 0; k < t->train_opts.n_norm; k++) jw_num(&w, t->train_opts.mean[k]);
+    jw_arr_end(&w);
+    jw_key(&w, "std");
+    jw_arr_begin(&w);
+    for (int k = 0; k < t->train_opts.n_norm; k++) jw_num(&w, t->train_opts.std[k]);
+    jw_arr_end(&w);
+    jw_key(&w, "class_names");
+    jw_arr_begin(&w);
+    for (int k = 0; t->train_ds && k < dataset_num_classes(t->train_ds); k++) jw_str(&w, dataset_class_name(t->train_ds, k));
+    jw_arr_end(&w);
     jw_kint(&w, "param_count", (int64_t)net_num_params(t->net));
     jw_kint(&w, "buffer_count", (int64_t)net_num_buffers(t->net));
     jw_kstr(&w, "mode", t->p->mode);
@@ -190,6 +206,14 @@ int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e) {
     return 0;
 }
 
+int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e) {
+    char path[CFG_PATH + 64], best[CFG_PATH + 64];
+    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
+    if (trainer_save_checkpoint(t, path, e)) return -1;
+    snprintf(best, sizeof best, "%s/checkpoints/best.ckpt", t->run_dir);
+    return improved && t->e->checkpoint.keep_best ? link_over(path, best, e) : 0;
+}
+
 /* Candidate checkpoints for resume, best first: the plan's file, then epoch_<N>.ckpt
  * newest first. */
 static int resume_candidates(const trainer_t *t, char out[][CFG_PATH + 128], int max) {
@@ -309,7 +333,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e) {
+int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e) {
     /* images/s: median over steady-state steps (the first 10% and the first 5 are warm-up) */
     double ips = NAN;
     if (t->n_ips > 0) {
@@ -333,7 +357,11 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_kstr(&w, "name", t->e->name);
     jw_kstr(&w, "status", status);
     jw_kint(&w, "exit_code", exit_code);
-    jw_kint(&w, "epochs", t->step / (t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1));
+    if (error && *error) jw_kstr(&w, "error", error);   /* why a failed run stopped */
+    /* epochs with a metrics.csv row: a run that train.max_steps ended mid-epoch evaluated
+     * (and may have its best.ckpt from) that partial epoch */
+    int64_t spe = t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1;
+    jw_kint(&w, "epochs", t->step / spe + (!strcmp(status, "completed") && t->step % spe ? 1 : 0));
     jw_kint(&w, "steps", t->step);
     jw_knum(&w, "train_loss", t->train_loss);
     jw_knum(&w, "train_top1", t->train_top1);
