@@ -444,59 +444,13 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     o.total_steps = t->p->total_steps;
     o.total_epochs = t->p->epochs;
     o.rank = t->env->rank;
+    /* DDP rank 0 under the runner's launcher, which copies its output to a terminal */
+    if (getenv("RUNNER_TTY") && !strcmp(getenv("RUNNER_TTY"), "1")) o.progress = TRACK_PROGRESS_TEE;
     t->track = track_open(&o, e);
     free(cfg);
     if (!t->track) return -1;
     if (t->rank0) snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", track_wandb_run_id(t->track));
     return 0;
-}
-
-/* Resuming with another configuration (`runner resume DIR --set ...`, or keys outside
- * the hash under checkpoint.resume: auto): the run directory keeps every change with the
- * step it took effect in config_changes.jsonl, since resolved.yaml only holds the latest. */
-static int record_changes(trainer_t *t, err_t *e) {
-    char what[1024], line[1200];
-    int rc = rundir_record_config_changes(t->run_dir, t->e, t->step, (int)(t->step / t->p->steps_per_epoch) + 1, what, sizeof what,
-                                          &t->config_changes, e);
-    if (rc < 0) return -1;
-    if (rc > 0) {
-        snprintf(line, sizeof line, "runner: configuration changed at step %lld: %.1000s (recorded in "
-                 "config_changes.jsonl)", (long long)t->step, what);
-        printf("%s\n", line);
-    } else if (t->ckpt_hash_differs) {
-        printf("runner: note: the checkpoint was written by a different experiment configuration; continuing "
-               "with the current one (not an exact continuation)\n");
-    }
-    fflush(stdout);
-    return 0;
-}
-
-/* Rank 0: the files that describe the run, written once when it starts. */
-static int write_run_files(trainer_t *t, err_t *e) {
-    char path[CFG_PATH + 64];
-    if (!t->p->resumes) {
-        snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
-        if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
-    }
-    if (t->p->resumes && record_changes(t, e)) return -1;
-    char *buf = NULL;
-    size_t len = 0;
-    if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");
-    snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
-    int rc = write_file_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return -1;
-    plan_t p = *t->p;
-    snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
-    plan_write_json(&p, f);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/plan.json", t->run_dir);
-    rc = write_file_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return -1;
-    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
 /* ------------------------------------------------------------------ evaluation */
@@ -509,6 +463,9 @@ static int evaluate(trainer_t *t, err_t *e) {
     int64_t c1 = 0, c5 = 0, n = 0;
     loader_batch_t *b;
     int r;
+    int64_t batches = loader_num_batches(t->val_ld), done = 0;
+    int ranks = t->ddp_mode ? t->env->world_size : 1;
+    track_eval_progress(t->track, t->epoch + 1, 0, batches, 0);
     while ((r = loader_next(t->val_ld, &b, e)) == 1) {
         net_loss_out_t out;
         if (net_upload_input(t->net, b->images, b->n, e) ||
@@ -519,6 +476,7 @@ static int evaluate(trainer_t *t, err_t *e) {
         c1 += out.correct1;
         c5 += out.correct5;
         n += b->n;
+        track_eval_progress(t->track, t->epoch + 1, ++done, batches, n * ranks);   /* rank 0's share x ranks */
     }
     if (r < 0) return -1;
     sums[0] = (float)loss; sums[1] = (float)c1; sums[2] = (float)c5; sums[3] = (float)n;
@@ -799,7 +757,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
     rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
-    if (gather_hosts(&t, e) || (t.rank0 && write_run_files(&t, e))) goto done;
+    if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];

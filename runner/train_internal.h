@@ -121,6 +121,11 @@ int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e);
  * best.ckpt linked to it when its evaluation improved. */
 int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e);
 int trainer_restore(trainer_t *t, err_t *e);
+/* On resume, before resolved.yaml is rewritten: records a changed configuration in
+ * config_changes.jsonl and says so (rundir_record_config_changes). */
+int trainer_record_config_changes(trainer_t *t, err_t *e);
+/* Rank 0 at the start: config.yaml (new runs), resolved.yaml, plan.json, env.json. */
+int trainer_write_run_files(trainer_t *t, err_t *e);
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e);
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */

@@ -1,5 +1,7 @@
 /* train_state.c: what a checkpoint holds and how a run is restored from one, the
- * epoch checkpoint cadence (last / best / epoch_<N>, keep_last), and summary.json.
+ * epoch checkpoint cadence (last / best / epoch_<N>, keep_last), the files that describe
+ * the run (config.yaml, resolved.yaml, plan.json, env.json, config_changes.jsonl on a
+ * changed resume) and summary.json.
  *
  * Sections: "meta" (JSON: architecture, sizes, world size, step, epoch position,
  * epoch accumulators, best top-1, loss-scaler state, optimizer step count, BN counters,
@@ -304,6 +306,54 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
 out:
     json_free(m);
     return rc;
+}
+
+/* Resuming with another configuration (`runner resume DIR --set ...`, or keys outside
+ * the hash under checkpoint.resume: auto): the run directory keeps every change with the
+ * step it took effect in config_changes.jsonl, since resolved.yaml only holds the latest. */
+int trainer_record_config_changes(trainer_t *t, err_t *e) {
+    char what[1024], line[1200];
+    int rc = rundir_record_config_changes(t->run_dir, t->e, t->step, (int)(t->step / t->p->steps_per_epoch) + 1, what, sizeof what,
+                                          &t->config_changes, e);
+    if (rc < 0) return -1;
+    if (rc > 0) {
+        snprintf(line, sizeof line, "runner: configuration changed at step %lld: %.1000s (recorded in "
+                 "config_changes.jsonl)", (long long)t->step, what);
+        printf("%s\n", line);
+    } else if (t->ckpt_hash_differs) {
+        printf("runner: note: the checkpoint was written by a different experiment configuration; continuing "
+               "with the current one (not an exact continuation)\n");
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* Rank 0: the files that describe the run, written once when it starts. */
+int trainer_write_run_files(trainer_t *t, err_t *e) {
+    char path[CFG_PATH + 64];
+    if (!t->p->resumes) {
+        snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
+        if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
+    }
+    if (t->p->resumes && trainer_record_config_changes(t, e)) return -1;
+    char *buf = NULL;
+    size_t len = 0;
+    if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");
+    snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
+    int rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    plan_t p = *t->p;
+    snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    plan_write_json(&p, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/plan.json", t->run_dir);
+    rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
 int trainer_restore(trainer_t *t, err_t *e) {
