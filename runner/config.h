@@ -1,6 +1,6 @@
 /* config.h: the typed experiment (experiment_t) and the functions that load it from YAML.
  *
- * Every key of ../shared/EXPERIMENT_SCHEMA.md (the contract) has a field here with its
+ * Every key of docs/experiment-files.md (the contract) has a field here with its
  * default; config.c holds the table that maps dotted keys to fields with types and
  * bounds. experiment_t is a plain value (fixed-size strings, no pointers) so it can be
  * copied freely: matrix expansion, DP replicas and checkpoints copy it.

@@ -3,7 +3,7 @@
  * for typos, and the plain-name rule for run names.
  *
  * It does not parse YAML or apply values (config_apply.c) and holds no mutable state:
- * the table is const. Row order is the order of ../shared/EXPERIMENT_SCHEMA.md and of
+ * the table is const. Row order is the order of docs/experiment-files.md and of
  * resolved.yaml; a K_SWITCH row is followed by its F_CHILD rows.
  */
 #include "runner/config_internal.h"

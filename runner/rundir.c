@@ -191,9 +191,24 @@ int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
         if (backend_cuda_device_name(i, name, sizeof name) == 0) jw_str(&w, name);
     }
     jw_arr_end(&w);
+    /* one key per component (null without CUDA), from "driver 13.0, runtime 13.0,
+     * cuDNN 9.1.0, cuBLASLt 13.0.0, NCCL 2.28.3" */
     char versions[512];
     backend_cuda_versions(versions, sizeof versions);
-    jw_kstr(&w, "cuda_versions", versions);
+    static const char *const parts[][2] = {{"driver", "driver"}, {"cuda", "runtime"}, {"cudnn", "cuDNN"},
+                                           {"cublaslt", "cuBLASLt"}, {"nccl", "NCCL"}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char v[64] = "";
+        size_t l = strlen(parts[i][1]);
+        for (const char *p = versions; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            while (*p == ' ') p++;
+            if (!strncmp(p, parts[i][1], l) && p[l] == ' ') {
+                snprintf(v, sizeof v, "%.*s", (int)strcspn(p + l + 1, ","), p + l + 1);
+                break;
+            }
+        }
+        jw_kstr(&w, parts[i][0], v[0] && strcmp(v, "none") ? v : NULL);
+    }
     jw_kstr(&w, "runner_version", runner_version());
     jw_kstr(&w, "runner_commit", runner_commit());
     jw_key(&w, "hosts");

@@ -37,8 +37,10 @@ bool rundir_is_run(const char *dir);
 /* Copies src to dst (atomically). */
 int copy_file(const char *src, const char *dst, err_t *e);
 
-/* Writes <run_dir>/env.json: host, OS, CPU, GPUs, driver/CUDA/cuDNN/NCCL, runner commit;
- * hosts lists every host of a multi-host run (may be NULL). */
+/* Writes <run_dir>/env.json: {"host", "os", "cpu", "cpu_cores", "gpus": [..], "driver",
+ * "cuda", "cudnn", "cublaslt", "nccl" (versions; null without CUDA), "runner_version",
+ * "runner_commit", "hosts": [..]} (docs/architecture.md); hosts lists every host of a
+ * multi-host run (may be NULL). */
 int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e);
 
 /* On resume, before resolved.yaml is replaced: compares run_dir/resolved.yaml (the
