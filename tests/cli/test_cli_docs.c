@@ -281,8 +281,6 @@ int main(void) {
     TEST_RUN(make_runs);
     TEST_RUN(run_dir_keys_match_docs);
     TEST_RUN(docs_are_self_contained);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (test_failures_ == 0 && test_cases_failed_ == 0 && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp);
+    test_remove_dir_if_passed(tmp);
     return test_main_end();
 }

@@ -40,14 +40,6 @@ static const char *tiny =
     "parallel: {mode: single}\n"
     "logging: {print_every: 1}\n";
 
-static int count_lines(const char *path) {
-    char *s = test_read_file(path, NULL);
-    int n = 0;
-    for (char *p = s; p && *p; p++) n += *p == '\n';
-    free(s);
-    return n;
-}
-
 /* The lr column (third) of step's row in steps.csv text; NaN when there is none. */
 static double step_lr(const char *csv, int step) {
     char key[32];
@@ -129,21 +121,6 @@ static void tilde_and_vars_are_expanded(void) {
     CHECK(access(path, R_OK) == 0);
 }
 
-/* Starts `runner EXP --set output.root=ROOT` in the background (output to log). */
-static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[700];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* 2. Edited experiment + the same command: a new run directory, said so; an explicit
  * `runner resume DIR --set` continues with the change, recorded with its step. */
 static void changed_config_starts_new_run(void) {
@@ -151,24 +128,22 @@ static void changed_config_starts_new_run(void) {
     const char *exp = exp_path("chg.yaml", tiny);
     snprintf(root, sizeof root, "%s/chg", tmp);
     snprintf(log, sizeof log, "%s/chg.log", tmp);
-    pid_t pid = spawn_runner(exp, root, log);
+    pid_t pid = spawn_runner_logged(exp, root, log);
     bool started = false;
     for (int i = 0; i < 3000 && !started; i++) {
         char *d = only_run_dir(root, "tiny");
         if (d) {
             snprintf(path, sizeof path, "%s/steps.csv", d);
-            started = count_lines(path) >= 4;
+            started = test_count_lines(path) >= 4;
         }
         if (!started) usleep(100000);
     }
     kill(pid, SIGINT);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 130);
+    CHECK_INT(wait_exit_code(pid), 130);
     char first[4200];
     snprintf(first, sizeof first, "%s", only_run_dir(root, "tiny"));
     snprintf(path, sizeof path, "%s/steps.csv", first);
-    int stopped = count_lines(path) - 1;
+    int stopped = test_count_lines(path) - 1;
     CHECK(stopped >= 3 && stopped < 40);
 
     /* the same command with a changed hashed key: a new run directory, and the message */
@@ -198,7 +173,7 @@ static void changed_config_starts_new_run(void) {
     CHECK_CONTAINS(s, want);
     CHECK_CONTAINS(s, "{\"key\":\"optimizer.lr\",\"from\":\"0.05\",\"to\":\"0.01\",\"hashed\":true}");
     CHECK_CONTAINS(s, "{\"key\":\"train.max_steps\",\"from\":\"null\",\"to\":\"40\",\"hashed\":false}");
-    CHECK_INT(count_lines(path), 1);
+    CHECK_INT(test_count_lines(path), 1);
     free(s);
     snprintf(path, sizeof path, "%s/summary.json", first);
     s = test_read_file(path, NULL);
@@ -446,8 +421,6 @@ int main(void) {
     TEST_RUN(data_root_messages);
     TEST_RUN(export_agrees_and_loads);
     TEST_RUN(plan_threads_and_oversubscription);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (test_failures_ == 0 && test_cases_failed_ == 0 && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp);
+    test_remove_dir_if_passed(tmp);
     return test_main_end();
 }

@@ -130,8 +130,6 @@ int main(void) {
     TEST_RUN(ddp_terminal_gets_live_line);
     TEST_RUN(single_and_dp_terminal_show_evaluation);
     TEST_RUN(pipe_gets_plain_lines);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (test_failures_ == 0 && test_cases_failed_ == 0 && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmp);
+    test_remove_dir_if_passed(tmp);
     return test_main_end();
 }

@@ -7,23 +7,9 @@
  * experiments/slurm/ddp_2nodes.sbatch, export MASTER_ADDR (a host name) and MASTER_PORT. */
 #include "tests/dist/dist_util.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 
 static char tmp[512], exp_path[700], ref[4096];
-
-/* A free TCP port on 127.0.0.1 (bound, then closed). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    int ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l);
-    if (fd >= 0) close(fd);
-    return ok ? ntohs(a.sin_port) : -1;
-}
 
 /* Every variable either launcher sets, cleared before a variant sets its own. */
 static const char *const launcher_vars[] = {
@@ -101,7 +87,7 @@ static void reference_with_own_launcher(void) {
 static void torchrun_one_host(void) {
     if (!ref[0]) return;
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", dist_free_port());
     const char *common[] = {"WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=0", "GROUP_WORLD_SIZE=1",
                             "ROLE_NAME=default", "ROLE_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
                             "TORCHELASTIC_RESTART_COUNT=0", "TORCHELASTIC_MAX_RESTARTS=0",
@@ -121,7 +107,7 @@ static void torchrun_one_host(void) {
 static void torchrun_two_hosts(void) {
     if (!ref[0]) return;
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", dist_free_port());
     const char *e0[] = {"RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=1", "GROUP_RANK=0",
                         "GROUP_WORLD_SIZE=2", "ROLE_RANK=0", "ROLE_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port,
                         "TORCHELASTIC_RESTART_COUNT=0", "OMP_NUM_THREADS=1", NULL};
@@ -135,7 +121,7 @@ static void torchrun_two_hosts(void) {
 static void slurm_one_node(void) {
     if (!ref[0]) return;
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", dist_free_port());
     const char *e0[] = {"SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=2", "SLURM_NPROCS=2",
                         "SLURM_NTASKS_PER_NODE=2", "SLURM_TASKS_PER_NODE=2", "SLURM_NNODES=1",
                         "SLURM_JOB_NUM_NODES=1", "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0",
@@ -153,7 +139,7 @@ static void slurm_one_node(void) {
 static void slurm_two_nodes(void) {
     if (!ref[0]) return;
     char port[32];
-    snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+    snprintf(port, sizeof port, "MASTER_PORT=%d", dist_free_port());
     const char *e0[] = {"SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NTASKS=2",
                         "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NNODES=2", "SLURM_JOB_NUM_NODES=2",
                         "SLURM_JOB_ID=4243", "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1", "MASTER_ADDR=127.0.0.1", port,

@@ -105,14 +105,6 @@ static void test_compare_one_fails(void) {
     free(csv);
 }
 
-static int count_lines(const char *path) {
-    char *s = test_read_file(path, NULL);
-    int n = 0;
-    for (char *p = s; p && *p; p++) n += *p == '\n';
-    free(s);
-    return n;
-}
-
 /* kill -INT <compare pid>: before the fix the compare process ignored it, ran every
  * remaining member and exited 0. */
 static void test_compare_sigint_to_compare_process(void) {
@@ -136,7 +128,7 @@ static void test_compare_sigint_to_compare_process(void) {
     for (int i = 0; i < 3000 && !started; i++) {
         if (find_parent("tiny_sig", parent, sizeof parent) == 0) {
             snprintf(path, sizeof path, "%s/long/steps.csv", parent);
-            started = count_lines(path) >= 4;
+            started = test_count_lines(path) >= 4;
         }
         if (!started) usleep(100000);
     }
