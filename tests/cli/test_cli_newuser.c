@@ -113,8 +113,11 @@ static void tilde_and_vars_are_expanded(void) {
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"lr_base\": 0.125");
     snprintf(path, sizeof path, "%s/runs", home);
+    const char *run = only_run_dir(path, "tiny");
+    CHECK(run != NULL);
+    if (!run) return;
     char rel[4600];
-    snprintf(rel, sizeof rel, "~/runs/tiny/%s", strrchr(only_run_dir(path, "tiny"), '/') + 1);
+    snprintf(rel, sizeof rel, "~/runs/tiny/%s", strrchr(run, '/') + 1);
     snprintf(args, sizeof args, "report '%s' --output '~/rep'", rel);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     snprintf(path, sizeof path, "%s/rep/report.html", home);
@@ -140,8 +143,11 @@ static void changed_config_starts_new_run(void) {
     }
     kill(pid, SIGINT);
     CHECK_INT(wait_exit_code(pid), 130);
+    const char *d = only_run_dir(root, "tiny");
+    CHECK(d != NULL);
+    if (!d) return;
     char first[4200];
-    snprintf(first, sizeof first, "%s", only_run_dir(root, "tiny"));
+    snprintf(first, sizeof first, "%s", d);
     snprintf(path, sizeof path, "%s/steps.csv", first);
     int stopped = test_count_lines(path) - 1;
     CHECK(stopped >= 3 && stopped < 40);
