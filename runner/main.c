@@ -12,13 +12,13 @@
  *   runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -48,7 +48,6 @@ static const char usage[] =
     "  runner report RUN_DIR... [--output DIR]           tables and plots from finished runs\n"
     "  runner check RUN_DIR --baseline FILE              regression gate (exit 1 on regression)\n"
     "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]\n"
-    "\n"
     "\n"
     "Running the same experiment again continues its newest unfinished run (checkpoint.resume:\n"
     "auto); after a change to a key that defines the numbers (docs/experiment-files.md, column\n"
