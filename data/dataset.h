@@ -76,7 +76,8 @@ int dataset_info(const char *name, dataset_info_t *info, err_t *e);
 /* Checks that every file the split needs exists under root (root NULL/"" = default),
  * without reading them: `runner plan` uses it to say whether a download would happen.
  * Returns 1 if all are present (always for synthetic), 0 if some are missing (then
- * missing, if non-NULL, gets the first missing path), -1 on a bad name. */
+ * missing, if non-NULL, gets the first missing path: for fashion_mnist the .gz name, the
+ * form Debian installs; the uncompressed file would do too), -1 on a bad name. */
 int dataset_files_present(const char *name, const char *root, data_split_t split,
                           char *missing, size_t missing_len, err_t *e);
 

@@ -347,6 +347,11 @@ int safetensors_write(const char *path, const st_entry_t *entries, int n,
         free(tmp);
         return -1;
     }
+    /* mkstemp creates 0600; the file is a result to share like the run's other files
+     * (0644 under the usual umask). umask can only be read by setting it. */
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0644 & ~um);
     FILE *f = fdopen(fd, "wb");
     int rc = -1;
     if (!f) {

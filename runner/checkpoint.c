@@ -121,6 +121,17 @@ int ckpt_write(const char *path, uint64_t config_hash, const ckpt_section_t *sec
     return 0;
 }
 
+int ckpt_read_config_hash(const char *path, uint64_t *hash) {
+    unsigned char head[HEADER_BYTES];
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got != sizeof head || memcmp(head, CKPT_MAGIC, 8) != 0 || get_u32(head + 8) != CKPT_VERSION) return -1;
+    *hash = get_u64(head + 16);
+    return 0;
+}
+
 ckpt_t *ckpt_read(const char *path, err_t *e) {
     ckpt_t *c = calloc(1, sizeof *c);
     if (!c) { err_set(e, ERR_RUNTIME, "out of memory reading %s", path); return NULL; }

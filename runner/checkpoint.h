@@ -54,6 +54,10 @@ typedef struct ckpt {
 ckpt_t *ckpt_read(const char *path, err_t *e);
 void ckpt_free(ckpt_t *c);
 
+/* Reads only the config hash from path's header (magic and version checked, nothing
+ * else). Returns 0, or -1 when the file is missing or not a checkpoint. */
+int ckpt_read_config_hash(const char *path, uint64_t *hash);
+
 /* The section called name, or NULL. */
 const ckpt_section_t *ckpt_find(const ckpt_t *c, const char *name);
 

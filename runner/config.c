@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/fs.h"
+
 void config_defaults(experiment_t *e) {
     memset(e, 0, sizeof *e);
     e->seed = 0;
@@ -341,12 +343,17 @@ static int load_chain(cfg_ctx_t *c, cfg_state_t *st, const char *label, int dept
             rc = cfg_fail(c, bl, "base: the base: chain is longer than %d files; flatten it",
                           (int)CFG_MAX_BASE_DEPTH);
         } else {
+            char bx[CFG_PATH];
+            err_t pe = {0};
+            if (strpbrk(b, "~$") && path_expand(b, bx, sizeof bx, &pe) == 0) b = bx;
             const char *slash = strrchr(label, '/');
             if (b[0] == '/' || !slash)
                 snprintf(resolved, sizeof resolved, "%s", b);
             else
                 snprintf(resolved, sizeof resolved, "%.*s/%s", (int)(slash - label), label, b);
-            if (stat(resolved, &sb))
+            if (pe.code)
+                rc = cfg_fail(c, bl, "base: %s", pe.msg);
+            else if (stat(resolved, &sb))
                 rc = cfg_fail(c, bl,
                               "base file '%s' not found (looked for %s); base: paths are "
                               "relative to the directory of %s",

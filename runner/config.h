@@ -1,6 +1,6 @@
 /* config.h: the typed experiment (experiment_t) and the functions that load it from YAML.
  *
- * Every key of ../shared/EXPERIMENT_SCHEMA.md (the contract) has a field here with its
+ * Every key of docs/experiment-files.md (the contract) has a field here with its
  * default; config.c holds the table that maps dotted keys to fields with types and
  * bounds. experiment_t is a plain value (fixed-size strings, no pointers) so it can be
  * copied freely: matrix expansion, DP replicas and checkpoints copy it.
@@ -176,8 +176,23 @@ char *config_yaml_string(const experiment_t *e, size_t *len);
 
 /* A 64-bit hash of the settings that define the numbers a run produces (model, data,
  * optimizer, schedule, train, amp, seed, parallel semantics) but not of logging, output
- * or checkpoint cadence. Checkpoints store it; resume refuses a mismatch. */
+ * or checkpoint cadence. Checkpoints store it; checkpoint.resume: auto continues only a
+ * run whose checkpoint has the same hash (a changed experiment starts a new run
+ * directory); `runner resume DIR --set ...` continues with changes and records them. */
 uint64_t config_hash(const experiment_t *e);
+
+/* One key whose value differs between two experiments, as resolved.yaml writes it. */
+typedef struct config_change {
+    const char *key;              /* the dotted key (a string of the schema table) */
+    bool hashed;                  /* part of config_hash */
+    char before[1100], after[1100];   /* a path or a list, as resolved.yaml writes it */
+} config_change_t;
+
+/* Lists the keys whose values differ between before and after (only the hashed ones when
+ * hashed_only), in resolved.yaml order, writing at most max to out. Returns how many
+ * differ (possibly more than max). */
+int config_diff(const experiment_t *before, const experiment_t *after, bool hashed_only,
+                config_change_t *out, int max);
 
 /* A matrix file (a `matrix:` list of {name, dotted.key: value, ...}) expands into runs.
  * The base experiment is the file without `matrix:`; each entry's overrides apply on top

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/fs.h"
+
 #define FIELD(st, r) ((char *)&(st)->x + (r)->off)
 
 /* "name: expected X, found Y" with a hint for null and for "key:value" typos. */
@@ -188,6 +190,13 @@ static int get_string(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_ro
     const char *s = cfg_scalar(n);
     if (cfg_is_null(n) && (r->flags & F_NULLABLE)) s = "";
     else if (!s || cfg_is_null(n)) return want(c, loc, key, "a string", n);
+    char expanded[CFG_PATH];
+    if ((r->flags & F_PATH) && strpbrk(s, "~$")) {
+        /* `~/runs` must never become a directory named `~` (one rm -rf ~ from disaster) */
+        err_t pe = {0};
+        if (path_expand(s, expanded, sizeof expanded, &pe)) return cfg_fail(c, loc, "%s: %s", key, pe.msg);
+        s = expanded;
+    }
     size_t len = strlen(s);
     if (len >= size)
         return cfg_fail(c, loc, "%s: the value is %zu bytes long; at most %zu", key, len,

@@ -59,7 +59,8 @@ enum {
     F_MD5 = 1 << 8,       /* 32 hex digits */
     F_URL = 1 << 9,       /* http://, https:// or file:// */
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
-    F_QUOTE = 1 << 11     /* string written quoted */
+    F_QUOTE = 1 << 11,    /* string written quoted */
+    F_PATH = 1 << 12      /* a path: leading ~ / ~user and $VAR expanded (util/fs.h) */
 };
 
 typedef struct cfg_row {

@@ -3,7 +3,7 @@
  * for typos, and the plain-name rule for run names.
  *
  * It does not parse YAML or apply values (config_apply.c) and holds no mutable state:
- * the table is const. Row order is the order of ../shared/EXPERIMENT_SCHEMA.md and of
+ * the table is const. Row order is the order of docs/experiment-files.md and of
  * resolved.yaml; a K_SWITCH row is followed by its F_CHILD rows.
  */
 #include "runner/config_internal.h"
@@ -52,7 +52,7 @@ const cfg_row_t cfg_rows[] = {
 
     ROW_NAME("data.dataset", data.dataset, DATASETS, F_HASH,
              "cifar10 | cifar100 | fashion_mnist | synthetic"),
-    ROW_STR("data.root", data.root, 0, "where the dataset files are"),
+    ROW_STR("data.root", data.root, F_PATH, "where the dataset files are"),
     ROW_BOOL("data.download", data.download, 0, "fetch, verify and extract missing files"),
     ROW_STR("data.download_url", data.download_url, F_NULLABLE | F_URL,
             "null: the dataset's official URL"),
@@ -94,7 +94,7 @@ const cfg_row_t cfg_rows[] = {
             "classifier outputs (0 in the file: the dataset's)"),
     ROW_BOOL("model.zero_init_residual", model.zero_init_residual, F_HASH,
              "zero the last BN gamma of each residual branch"),
-    ROW_STR("model.init_from", model.init_from, F_NULLABLE | F_HASH,
+    ROW_STR("model.init_from", model.init_from, F_NULLABLE | F_HASH | F_PATH,
             "null | a .safetensors file with torchvision-style names"),
 
     ROW_ENUM("optimizer.name", optimizer.name, OPTIMS, F_HASH, "sgd | adamw"),
@@ -181,10 +181,10 @@ const cfg_row_t cfg_rows[] = {
     ROW_INT("checkpoint.keep_last", checkpoint.keep_last, 0, 1000000, 0,
             "epoch_<N>.ckpt files kept"),
     ROW_BOOL("checkpoint.keep_best", checkpoint.keep_best, 0, "best.ckpt by validation top-1"),
-    ROW_STR("checkpoint.resume", checkpoint.resume, F_NONEMPTY,
+    ROW_STR("checkpoint.resume", checkpoint.resume, F_NONEMPTY | F_PATH,
             "auto | never | a run directory or .ckpt path"),
 
-    ROW_STR("output.root", output.root, F_NONEMPTY, "run directories go under here"),
+    ROW_STR("output.root", output.root, F_NONEMPTY | F_PATH, "run directories go under here"),
 };
 const int cfg_n_rows = (int)(sizeof cfg_rows / sizeof cfg_rows[0]);
 /* K_ENUM rows store an int into the enum field */

@@ -246,3 +246,24 @@ uint64_t config_hash(const experiment_t *e) {
     }
     return h;
 }
+
+int config_diff(const experiment_t *before, const experiment_t *after, bool hashed_only,
+                config_change_t *out, int max) {
+    int n = 0;
+    char a[2048], b[2048];
+    for (int i = 0; i < cfg_n_rows; i++) {
+        const cfg_row_t *r = &cfg_rows[i];
+        if ((r->flags & F_CHILD) || (hashed_only && !(r->flags & F_HASH))) continue;
+        cfg_format_value(r, before, a, sizeof a);
+        cfg_format_value(r, after, b, sizeof b);
+        if (!strcmp(a, b)) continue;
+        if (n < max) {
+            out[n].key = r->key;
+            out[n].hashed = (r->flags & F_HASH) != 0;
+            snprintf(out[n].before, sizeof out[n].before, "%.1099s", a);
+            snprintf(out[n].after, sizeof out[n].after, "%.1099s", b);
+        }
+        n++;
+    }
+    return n;
+}

@@ -2,6 +2,7 @@
  * the dataset nor a GPU. */
 #include "runner/export.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,39 @@
 #include "runner/rundir.h"
 #include "util/json.h"
 
+/* A JSON list of the numbers in key of meta (NULL when absent) into buf and vals. */
+static int meta_floats(const json_t *m, const char *key, double *vals, int max, char *buf, size_t cap) {
+    const json_t *a = json_get(m, key);
+    int n = 0;
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (size_t i = 0; a && a->type == JSON_ARRAY && i < a->count && n < max; i++) {
+        vals[n] = a->items[i]->number;
+        o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, "%s%.6g", n ? ", " : "", vals[n]);
+        n++;
+    }
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return n;
+}
+
+/* The class names of meta as a JSON list (malloc'd; "[]" when absent). */
+static char *meta_class_names(const json_t *m) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    const json_t *a = json_get(m, "class_names");
+    fputc('[', f);
+    for (size_t i = 0; a && a->type == JSON_ARRAY && i < a->count; i++) {
+        if (i) fputs(", ", f);
+        json_write_string(f, a->items[i]->type == JSON_STRING ? a->items[i]->string : "");
+    }
+    fputc(']', f);
+    fclose(f);
+    return buf;
+}
+
 int export_run(const char *run_dir, const char *which, const char *output, char *out_path, size_t len,
-               err_t *e) {
+               export_info_t *info, err_t *e) {
     char ck[4200];
     if (!which || !strcmp(which, "last") || !strcmp(which, "best"))
         snprintf(ck, sizeof ck, "%s/checkpoints/%s.ckpt", run_dir, which ? which : "last");
@@ -26,7 +58,10 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
         if (!rundir_is_run(run_dir))
             return err_set(e, ERR_INPUT, "%s: not a run directory (no resolved.yaml); give the directory "
                            "runner printed when the run started", run_dir);
-        return err_set(e, ERR_INPUT, "%s: no checkpoint; the run has not finished an epoch yet (or use "
+        if (which && !strcmp(which, "best"))
+            return err_set(e, ERR_INPUT, "%s: no checkpoint: no evaluation of this run improved on the one "
+                           "before it yet, or checkpoint.keep_best is false; use --checkpoint last", ck);
+        return err_set(e, ERR_INPUT, "%s: no checkpoint; the run stopped before it wrote one (or use "
                        "--checkpoint PATH)", ck);
     }
     ckpt_t *c = ckpt_read(ck, e);
@@ -36,6 +71,7 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     backend_t *be = NULL;
     float *buf = NULL;
     json_t *m = NULL;
+    char *classes_json = NULL;
     const ckpt_section_t *ms = ckpt_find(c, "meta");
     if (!ms) { err_set(e, ERR_INPUT, "%s: section 'meta' missing", ck); goto out; }
     if (!(m = json_parse((const char *)ms->data, (size_t)ms->size, e))) { err_wrap(e, "%s: meta", ck); goto out; }
@@ -58,17 +94,85 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
         counters[i] = (int64_t)cn->items[i]->number;
     if (output) snprintf(out_path, len, "%s", output);
     else snprintf(out_path, len, "%s/model.safetensors", run_dir);
-    char steps[32], cls[16];
-    snprintf(steps, sizeof steps, "%lld", (long long)json_get_number(m, "step", 0));
+    export_info_t local;
+    export_info_t *in = info ? info : &local;
+    memset(in, 0, sizeof *in);
+    snprintf(in->arch, sizeof in->arch, "%s", arch);
+    snprintf(in->stem, sizeof in->stem, "%s", json_get_string(m, "stem", "cifar"));
+    const char *slash = strrchr(ck, '/');
+    snprintf(in->checkpoint, sizeof in->checkpoint, "%.63s", slash ? slash + 1 : ck);
+    in->in_channels = inc;
+    in->num_classes = classes;
+    in->in_h = h;
+    in->in_w = w;
+    in->step = (long long)json_get_number(m, "step", 0);
+    char steps[32], cls[16], chans[16], size[32], mean[128], std[128];
+    int nm = meta_floats(m, "mean", in->mean, 4, mean, sizeof mean);
+    int ns = meta_floats(m, "std", in->std, 4, std, sizeof std);
+    in->n_norm = nm == ns ? nm : 0;
+    if (!(classes_json = meta_class_names(m))) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
+    snprintf(steps, sizeof steps, "%lld", in->step);
     snprintf(cls, sizeof cls, "%d", classes);
-    const char *keys[] = {"format", "arch", "num_classes", "step", "run_dir", "runner_commit"};
-    const char *vals[] = {"pt", arch, cls, steps, run_dir, runner_commit()};
-    rc = safetensors_save_net(n, out_path, keys, vals, 6, e);
+    snprintf(chans, sizeof chans, "%d", inc);
+    snprintf(size, sizeof size, "%dx%d", h, w);
+    const char *keys[] = {"format", "arch", "stem", "in_channels", "num_classes", "input_size", "mean", "std",
+                          "class_names", "dataset", "step", "run_dir", "runner_commit"};
+    const char *vals[] = {"pt", arch, in->stem, chans, cls, size, mean, std, classes_json,
+                          json_get_string(m, "dataset", ""), steps, run_dir, runner_commit()};
+    rc = safetensors_save_net(n, out_path, keys, vals, (int)(sizeof keys / sizeof keys[0]), e);
 out:
     free(buf);
+    free(classes_json);
     json_free(m);
     net_free(n);
     backend_free(be);
     ckpt_free(c);
     return rc;
+}
+
+void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
+    bool tv = strncmp(in->arch, "resnet", 6) == 0 &&
+              (!strcmp(in->arch + 6, "18") || !strcmp(in->arch + 6, "34") || !strcmp(in->arch + 6, "50") ||
+               !strcmp(in->arch + 6, "101") || !strcmp(in->arch + 6, "152"));
+    bool cifar = !strcmp(in->stem, "cifar");
+    fprintf(f, "runner: %s, %s stem (%s), %d input channel%s, %d classes, %dx%d inputs; from %s at step %lld\n",
+            in->arch, in->stem, cifar ? "3x3 conv1, no max-pool" : "7x7/2 conv1 + max-pool", in->in_channels,
+            in->in_channels == 1 ? "" : "s", in->num_classes, in->in_h, in->in_w, in->checkpoint, in->step);
+    if (in->in_channels != 3) {
+        char why[96];
+        if (tv) snprintf(why, sizeof why, "torchvision's %s() has 3", in->arch);
+        else snprintf(why, sizeof why, "a 3-channel model does not take these weights");
+        fprintf(f, "runner: note: the data has %d channel%s, so conv1 must be built with %d input channel%s "
+                "(%s); the code below does that\n", in->in_channels, in->in_channels == 1 ? "" : "s",
+                in->in_channels, in->in_channels == 1 ? "" : "s", why);
+    }
+    if (in->n_norm) {
+        fprintf(f, "runner: inputs were normalised per channel as (x / 255 - mean) / std, mean [");
+        for (int k = 0; k < in->n_norm; k++) fprintf(f, "%s%.4g", k ? ", " : "", in->mean[k]);
+        fprintf(f, "], std [");
+        for (int k = 0; k < in->n_norm; k++) fprintf(f, "%s%.4g", k ? ", " : "", in->std[k]);
+        fprintf(f, "]\n");
+    }
+    if (!tv) {
+        fprintf(f, "runner: %s is a He et al. CIFAR ResNet, which torchvision does not ship; the runner's "
+                "scripts/torchvision_model.py builds it with these tensor names:\n"
+                "    import sys; sys.path.insert(0, \"scripts\")   # in the runner's source tree\n"
+                "    from torchvision_model import load\n"
+                "    model = load(\"%s\")\n", in->arch, path);
+        return;
+    }
+    fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also in "
+            "the file's __metadata__):\n"
+            "    import torch, torchvision\n"
+            "    from safetensors.torch import load_file\n"
+            "    model = torchvision.models.%s(num_classes=%d)\n", in->arch, in->num_classes);
+    int width = 64;
+    if (cifar)
+        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=3, stride=1, padding=1, bias=False)\n"
+                "    model.maxpool = torch.nn.Identity()\n", in->in_channels, width);
+    else if (in->in_channels != 3)
+        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=7, stride=2, padding=3, bias=False)\n",
+                in->in_channels, width);
+    fprintf(f, "    model.load_state_dict(load_file(\"%s\"))\n"
+            "    model.eval()\n", path);
 }

@@ -10,12 +10,35 @@
 #define RUNNER_EXPORT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "util/err.h"
 
+/* What was exported, for the command's output: the facts a user needs to build the
+ * matching model (also in the file's __metadata__, see export_run). */
+typedef struct export_info {
+    char arch[32];
+    char stem[16];           /* "cifar" (3x3 conv, no max-pool) until model.stem exists */
+    char checkpoint[64];     /* the file exported, e.g. "best.ckpt" */
+    int in_channels, num_classes, in_h, in_w;
+    long long step;
+    int n_norm;              /* entries of mean/std (0: not recorded) */
+    double mean[4], std[4];
+} export_info_t;
+
 /* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors.
- * The path written is copied to out_path. */
+ * The path written is copied to out_path and what it holds to info (may be NULL).
+ * __metadata__ (all strings, as safetensors wants): format "pt", arch, stem,
+ * in_channels, num_classes, input_size ("HxW"), mean and std (JSON lists, the
+ * normalisation the model was trained with), class_names (a JSON list), dataset, step,
+ * run_dir, runner_commit. */
 int export_run(const char *run_dir, const char *which, const char *output, char *out_path,
-               size_t len, err_t *e);
+               size_t len, export_info_t *info, err_t *e);
+
+/* Prints how to build the matching torchvision model and load path into it (a Python
+ * snippet; for the He et al. CIFAR ResNets, which torchvision does not ship, the helper
+ * scripts/torchvision_model.py). For a 1-channel model it says first that conv1 must
+ * have 1 input channel. */
+void export_print_usage(const export_info_t *info, const char *path, FILE *f);
 
 #endif

@@ -11,6 +11,7 @@
  * parse the CLI.
  */
 #include "runner/launch.h"
+#include "runner/track/track.h"
 #include "util/clock.h"
 #include "util/fs.h"
 
@@ -292,19 +293,43 @@ static void exec_rank(const char *exe, char *const argv[], char **env, int out_f
     _exit(127);
 }
 
-/* Copies what rank 0 wrote into its log and the tee stream. Returns bytes read, 0 at
- * EOF, -1 when nothing was available. */
-static ssize_t pump_tee(int pipe_fd, int log_fd, FILE *tee) {
-    char buf[8192];
+/* Writes all of buf to fd (a log). */
+static void write_all(int fd, const char *buf, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, buf, n);
+        if (w <= 0) return;
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+void launch_tee_split(const char *buf, size_t n, int *state, char *log_out, size_t *log_n, char *tty_out,
+                      size_t *tty_n) {
+    *log_n = *tty_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = buf[i];
+        if (*state == 1) {   /* after TRACK_TEE_START: the destination */
+            *state = c == TRACK_TEE_TERMINAL || c == TRACK_TEE_LOG ? c : 0;
+            continue;
+        }
+        if (c == TRACK_TEE_START) { *state = 1; continue; }
+        if (c == TRACK_TEE_END) { *state = 0; continue; }
+        if (*state != TRACK_TEE_TERMINAL) log_out[(*log_n)++] = c;
+        if (*state != TRACK_TEE_LOG) tty_out[(*tty_n)++] = c;
+    }
+}
+
+/* Copies what rank 0 wrote into its log and the tee stream, each getting the frames
+ * meant for it (launch_tee_split; *state carries a frame across reads). Returns bytes
+ * read, 0 at EOF, -1 when nothing was available. */
+static ssize_t pump_tee(int pipe_fd, int log_fd, FILE *tee, int *state) {
+    char buf[8192], to_log[8192], to_tty[8192];
     ssize_t n = read(pipe_fd, buf, sizeof buf);
     if (n > 0) {
-        ssize_t off = 0;
-        while (off < n) {
-            ssize_t w = write(log_fd, buf + off, (size_t)(n - off));
-            if (w <= 0) break;
-            off += w;
-        }
-        fwrite(buf, 1, (size_t)n, tee);
+        size_t nl, nt;
+        launch_tee_split(buf, (size_t)n, state, to_log, &nl, to_tty, &nt);
+        write_all(log_fd, to_log, nl);
+        fwrite(to_tty, 1, nt, tee);
         fflush(tee);
     }
     return n;
@@ -350,7 +375,7 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
 
     rank_proc_t *r = calloc((size_t)nproc, sizeof *r);
     if (!r) { err_set(e, ERR_RUNTIME, "out of memory"); return ERR_RUNTIME; }
-    int rc = ERR_RUNTIME, tee_pipe[2] = { -1, -1 }, tee_rank = -1, sfd = -1;
+    int rc = ERR_RUNTIME, tee_pipe[2] = { -1, -1 }, tee_rank = -1, sfd = -1, tee_state = 0;
     for (int i = 0; i < nproc; i++) {
         r[i].global_rank = o->node_rank * nproc + i;
         r[i].log_fd = -1;
@@ -406,7 +431,7 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
         int pr = poll(p, tee_pipe[0] >= 0 ? 2 : 1, ms);
         if (pr < 0 && errno != EINTR) break;
         if (tee_pipe[0] >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            if (pump_tee(tee_pipe[0], r[tee_rank].log_fd, tee) <= 0) {
+            if (pump_tee(tee_pipe[0], r[tee_rank].log_fd, tee, &tee_state) <= 0) {
                 close(tee_pipe[0]);
                 tee_pipe[0] = -1;
             }

@@ -9,7 +9,10 @@
  * group; its stdout/stderr go to <run_dir>/logs/rank<N>.log, and global rank 0's output is
  * also copied to the launcher's stdout (a pipe the launcher reads). Because rank 0 then
  * writes into a pipe, the launcher sets RUNNER_TTY=1 in rank 0's environment when its
- * own output is a terminal, so rank 0 can still choose a progress bar.
+ * own output is a terminal, so rank 0 can still draw its progress line; rank 0 then frames
+ * what is for the terminal only (the redrawn line) and for the log only (the plain
+ * periodic lines), runner/track/track.h TRACK_TEE_*, and the launcher sends each frame
+ * to its place (launch_tee_split).
  *
  * Failure: when a rank exits non-zero or dies from a signal, the others get SIGTERM (to
  * their whole process group), then SIGKILL after grace_s; everything is reaped, and
@@ -92,4 +95,11 @@ int launch_free_port(const char *addr, err_t *e);
 #ifdef __cplusplus
 }
 #endif
+/* Splits n bytes of rank 0's tee output: bytes framed for the terminal go to tty_out
+ * only, those framed for the log to log_out only, the rest to both (each out at least n
+ * bytes; lengths in *log_n, *tty_n). *state (0 at the start) carries a frame that
+ * continues in the next read. */
+void launch_tee_split(const char *buf, size_t n, int *state, char *log_out, size_t *log_n, char *tty_out,
+                      size_t *tty_n);
+
 #endif

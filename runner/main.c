@@ -12,10 +12,14 @@
  *   runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,12 +42,16 @@ static const char usage[] =
     "usage:\n"
     "  runner EXPERIMENT.yaml [--set key=value]...      plan, launch, train, write a run directory\n"
     "  runner plan EXPERIMENT.yaml [--json] [--set ...]  print the resolved plan; starts nothing\n"
-    "  runner resume RUN_DIR                             continue an interrupted run exactly\n"
+    "  runner resume RUN_DIR [--set key=value]...        continue an interrupted run exactly; with --set,\n"
+    "                                                    continue it changed (recorded in config_changes.jsonl)\n"
     "  runner compare MATRIX.yaml [--set ...]            run a matrix of experiments + a report\n"
     "  runner report RUN_DIR... [--output DIR]           tables and plots from finished runs\n"
     "  runner check RUN_DIR --baseline FILE              regression gate (exit 1 on regression)\n"
     "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]\n"
     "\n"
+    "Running the same experiment again continues its newest unfinished run (checkpoint.resume:\n"
+    "auto); after a change to a key that defines the numbers (docs/experiment-files.md, column\n"
+    "'hashed') it starts a new run directory instead and says so.\n"
     "multi-host: --nnodes N --node-rank R --master-addr HOST --master-port PORT\n"
     "docs: README.md, docs/experiment-files.md, docs/architecture.md\n";
 
@@ -67,6 +75,26 @@ static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *o
     if (errno || *end || end == v || x < lo || x > hi)
         return err_set(e, ERR_INPUT, "%s %s: expected an integer in [%d, %d]", flag, v, lo, hi);
     *out = (int)x;
+    return 0;
+}
+
+/* Path arguments the shell left alone ('~/runs/x' quoted, or a value it never saw as a
+ * path) get the expansion experiment files get (util/fs.h path_expand). The expanded
+ * strings live until the process exits. */
+static int cli_expand_paths(cli_t *c, err_t *e) {
+    const char **paths[64 + 3];
+    int n = 0;
+    for (int i = 0; i < c->n_positional; i++) paths[n++] = &c->positional[i];
+    paths[n++] = &c->output;
+    paths[n++] = &c->baseline;
+    paths[n++] = &c->checkpoint;
+    for (int i = 0; i < n; i++) {
+        const char *v = *paths[i];
+        if (!v || !strpbrk(v, "~$")) continue;
+        char buf[CFG_PATH];
+        if (path_expand(v, buf, sizeof buf, e)) return err_wrap(e, "command line");
+        if (!(*paths[i] = strdup(buf))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
     return 0;
 }
 
@@ -115,7 +143,7 @@ static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
         }
 #undef NEED_VALUE
     }
-    return 0;
+    return cli_expand_paths(c, e);
 }
 
 /* --nnodes and friends become --set overrides so the plan sees them. */
@@ -177,6 +205,17 @@ static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err
     return rundir_create(x->output.root, x->name, p->run_dir, sizeof p->run_dir, e);
 }
 
+/* What the plan wants the user to know as the run starts: an unfinished run of this name
+ * that a changed configuration does not continue, and an oversubscribed CPU. */
+static void print_plan_notes(const plan_t *p) {
+    if (p->changed_from[0])
+        printf("runner: not continuing the unfinished run %s: the configuration changed (%s); this is a new run. "
+               "To continue that run with the change instead: runner resume %s%s\n", p->changed_from, p->changes,
+               p->changed_from, p->change_sets);
+    if (p->warning[0]) fprintf(stderr, "runner: warning: %s\n", p->warning);
+    fflush(stdout);
+}
+
 /* Downloads missing dataset files once, before ranks start. */
 static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
     if (!p->will_download) return 0;
@@ -224,18 +263,20 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     plan_t p;
     if (plan_build(&x, &req, &p, e)) return worker_fail(le, e);
+    /* checked before rank 0 creates a run directory, which a failed start must not leave */
+    if (p.world_size != le->world_size) {
+        err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
+                "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
+                le->world_size);
+        return worker_fail(le, e);
+    }
     if (run_dir) {
         snprintf(p.run_dir, sizeof p.run_dir, "%s", run_dir);
         p.resumes = resume_from && resume_from[0];
         snprintf(p.resume_from, sizeof p.resume_from, "%s", p.resumes ? resume_from : "");
     } else if (le->rank == 0) {
         if (prepare_run_dir(c, &x, &p, e)) return worker_fail(le, e);
-    }
-    if (p.world_size != le->world_size) {
-        err_set(e, ERR_INPUT, "the launcher started %d ranks (WORLD_SIZE) but %s says parallel.world_size %d; "
-                "make them agree (--set parallel.world_size=%d)", le->world_size, exp_path, p.world_size,
-                le->world_size);
-        return worker_fail(le, e);
+        print_plan_notes(&p);
     }
     train_env_t env = {0};
     env.rank = le->rank;
@@ -297,7 +338,9 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     if (!strcmp(c->verb, "_member")) req.for_worker = true;
     plan_t p;
-    if (plan_build(&x, &req, &p, e) || prepare_run_dir(c, &x, &p, e) || fetch_data(&x, &p, e)) return fail(e);
+    /* the download comes before the run directory: a failed start leaves none behind */
+    if (plan_build(&x, &req, &p, e) || fetch_data(&x, &p, e) || prepare_run_dir(c, &x, &p, e)) return fail(e);
+    print_plan_notes(&p);
     printf("runner: %s %s\n", p.resumes ? "resuming" : "run directory", p.run_dir);
     fflush(stdout);
     if (!strcmp(p.mode, "ddp")) {
@@ -343,11 +386,37 @@ static int verb_plan(cli_t *c, err_t *e) {
 }
 
 /* compare: each member runs as `runner _member MEMBER_DIR` in a child process, so a
- * member that fails (or crashes) is recorded and the others still run. */
-typedef struct member_ctx { const char *exe; } member_ctx_t;
+ * member that fails (or crashes) is recorded and the others still run.
+ *
+ * SIGINT and SIGTERM are blocked in the compare process and read from a signalfd while a
+ * member runs. One sent to the compare process alone (kill -INT PID, a scheduler) is
+ * passed on to the member, which saves its checkpoint and exits 130; the comparison is
+ * then recorded as interrupted and ends with 130, and the same command resumes it. A
+ * terminal's Ctrl-C reaches the member itself (same process group), so that one is not
+ * passed on: a second copy would make the member exit at once without a checkpoint. */
+typedef struct member_ctx {
+    const char *exe;
+    int sfd;                  /* signalfd for SIGINT/SIGTERM (blocked in this process) */
+    sigset_t old_mask;        /* the mask to restore in the child */
+    bool stopped;             /* a stop signal arrived: no further member starts */
+} member_ctx_t;
+
+/* Reads the pending stop signals; passes each one not sent by the terminal to child
+ * (when > 0). */
+static void member_signals(member_ctx_t *m, pid_t child) {
+    struct signalfd_siginfo si;
+    while (read(m->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        m->stopped = true;
+        if (child > 0 && si.ssi_code != SI_KERNEL) kill(child, (int)si.ssi_signo);
+    }
+}
 
 static int run_member(void *ctx, const experiment_t *x, const char *member_dir, err_t *e) {
     member_ctx_t *m = ctx;
+    member_signals(m, 0);
+    if (m->stopped)
+        return err_set(e, ERR_INTERRUPT, "interrupted before it started; it runs when the comparison resumes"),
+               ERR_INTERRUPT;
     if (mkdir_p(member_dir, ERR_INPUT, e)) return -1;
     char path[CFG_PATH + 64];
     snprintf(path, sizeof path, "%s/experiment.yaml", member_dir);
@@ -362,59 +431,93 @@ static int run_member(void *ctx, const experiment_t *x, const char *member_dir, 
     /* the child's stderr passes through a pipe, so its last line (its one error message)
      * can be recorded for the comparison report */
     int pfd[2];
-    if (pipe(pfd) != 0) return err_errno(e, ERR_RUNTIME, "pipe");
+    if (pipe2(pfd, O_CLOEXEC) != 0) return err_errno(e, ERR_RUNTIME, "pipe");
     pid_t pid = fork();
     if (pid < 0) return err_errno(e, ERR_RUNTIME, "fork");
     if (pid == 0) {
-        close(pfd[0]);
         dup2(pfd[1], 2);
-        close(pfd[1]);
+        sigprocmask(SIG_SETMASK, &m->old_mask, NULL);
         execl(m->exe, "runner", "_member", member_dir, (char *)NULL);
         fprintf(stderr, "runner: cannot start %s: %s\n", m->exe, strerror(errno));
         _exit(127);
     }
     close(pfd[1]);
-    char last[1024] = "", line[1024];
+    char last[1024] = "", line[1024], chunk[4096];
     size_t ll = 0;
-    char c;
-    ssize_t r;
-    while ((r = read(pfd[0], &c, 1)) != 0) {
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            break;
-        }
-        fputc(c, stderr);
-        if (c == '\n') {
-            line[ll] = '\0';
-            if (ll) memcpy(last, line, ll + 1);
-            ll = 0;
-        } else if (ll + 1 < sizeof line) {
-            line[ll++] = c;
+    for (;;) {
+        struct pollfd pf[2] = {{pfd[0], POLLIN, 0}, {m->sfd, POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR) break;
+        if (pf[1].revents & POLLIN) member_signals(m, pid);
+        if (!(pf[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t r = read(pfd[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        fwrite(chunk, 1, (size_t)r, stderr);
+        for (ssize_t i = 0; i < r; i++) {
+            if (chunk[i] == '\n') {
+                line[ll] = '\0';
+                if (ll) memcpy(last, line, ll + 1);
+                ll = 0;
+            } else if (ll + 1 < sizeof line) {
+                line[ll++] = chunk[i];
+            }
         }
     }
     close(pfd[0]);
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    member_signals(m, 0);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code != 0 && last[0]) {
         const char *msg = strncmp(last, "runner: ", 8) ? last : last + 8;
-        err_set(e, code == 2 ? ERR_INPUT : ERR_RUNTIME, "%s", msg);
+        err_set(e, code == 2 ? ERR_INPUT : code == ERR_INTERRUPT ? ERR_INTERRUPT : ERR_RUNTIME, "%s", msg);
     }
     return code;
+}
+
+/* Before the first member starts: every member's dataset files are there, or are
+ * downloaded now, once per dataset and root. Missing files or an offline machine give one
+ * message and exit 2 here instead of the same failure, with its download retries, in
+ * every member and a report of empty charts. */
+static int compare_check_data(const experiment_matrix_t *m, err_t *e) {
+    plan_t *p = malloc(sizeof *p);
+    if (!p) return err_set(e, ERR_RUNTIME, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < m->n && rc == 0; i++) {
+        const experiment_t *x = &m->runs[i];
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = !strcmp(m->runs[j].data.dataset, x->data.dataset) && !strcmp(m->runs[j].data.root, x->data.root);
+        memset(p, 0, sizeof *p);
+        if (!seen && (plan_data_files(x, p->data_root, sizeof p->data_root, &p->data_present, &p->will_download, e) ||
+                      fetch_data(x, p, e)))
+            rc = err_wrap(e, "compare: no member was started: the data of matrix entry '%s'%s is not there",
+                          m->entry_names[i], m->n > 1 ? " (and of every entry with the same data)" : "");
+    }
+    free(p);
+    return rc;
 }
 
 static int verb_compare(cli_t *c, err_t *e) {
     if (c->n_positional != 1) return err_set(e, ERR_INPUT, "compare takes one matrix file"), fail(e);
     experiment_matrix_t *m = config_load_matrix(c->positional[0], c->sets, c->n_sets, e);
     if (!m) return fail(e);
+    if (compare_check_data(m, e)) { free(m); return fail(e); }
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) { free(m); err_errno(e, ERR_RUNTIME, "/proc/self/exe"); return fail(e); }
     exe[n] = '\0';
-    member_ctx_t ctx = {exe};
+    member_ctx_t ctx = {.exe = exe};
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, &ctx.old_mask);
+    ctx.sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (ctx.sfd < 0) { free(m); err_errno(e, ERR_RUNTIME, "signalfd"); return fail(e); }
     char parent[CFG_PATH];
-    train_install_signal_handlers();
     int rc = compare_main(m, run_member, &ctx, stdout, parent, sizeof parent, e);
+    close(ctx.sfd);
     free(m);
     if (rc < 0) return fail(e);
     return rc;
@@ -440,8 +543,10 @@ static int verb_export(cli_t *c, err_t *e) {
     if (c->format && strcmp(c->format, "safetensors"))
         return err_set(e, ERR_INPUT, "--format %s: only safetensors is supported", c->format), fail(e);
     char out[CFG_PATH + 64];
-    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, e)) return fail(e);
+    export_info_t info;
+    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, &info, e)) return fail(e);
     printf("runner: wrote %s\n", out);
+    export_print_usage(&info, out, stdout);
     return 0;
 }
 

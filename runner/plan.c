@@ -3,6 +3,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,18 +101,67 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     } else {
         snprintf(p->comm_backend, sizeof p->comm_backend, "none");
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* the cores this process may run on (taskset, cgroups, Slurm's --cpus-per-task) */
+    cpu_set_t cs;
+    long cores = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : sysconf(_SC_NPROCESSORS_ONLN);
     int per = e->parallel.mode == PAR_SINGLE ? 1 : p->local_world_size;
-    p->threads_per_rank = cuda ? 1 : (int)(cores / per > 0 ? cores / per : 1);
+    p->cpu_cores = (int)(cores > 0 ? cores : 1);
+    p->threads_per_rank = cuda ? 1 : (p->cpu_cores / per > 0 ? p->cpu_cores / per : 1);
+    /* CPU compute threads beyond the cores make every step slower (threads wait for each
+     * other at every op), so say so; loader threads mostly wait and are not counted */
+    p->oversubscribed = !cuda && per * p->threads_per_rank > p->cpu_cores;
+    if (p->oversubscribed)
+        snprintf(p->warning, sizeof p->warning, "%d %s x %d thread%s = %d compute threads on %d core%s: "
+                 "oversubscribed, so each step will be slower than with fewer ranks; use "
+                 "parallel.world_size: %d or less (per host), or parallel.mode: single",
+                 per, e->parallel.mode == PAR_DP ? "replicas" : "ranks", p->threads_per_rank,
+                 p->threads_per_rank == 1 ? "" : "s", per * p->threads_per_rank, p->cpu_cores,
+                 p->cpu_cores == 1 ? "" : "s", p->cpu_cores);
+    return 0;
+}
+
+int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err) {
+    dataset_info_t info;
+    if (dataset_info(e->data.dataset, &info, err)) return -1;
+    snprintf(root, cap, "%s", e->data.root[0] ? e->data.root : info.default_root);
+    *present = true;
+    *will_download = false;
+    if (!strcmp(info.name, "synthetic")) return 0;
+    char missing[CFG_PATH];
+    int tr = dataset_files_present(info.name, root, DATA_SPLIT_TRAIN, missing, sizeof missing, err);
+    int va = tr == 1 ? dataset_files_present(info.name, root, DATA_SPLIT_VAL, missing, sizeof missing, err) : tr;
+    if (tr < 0 || va < 0) return -1;
+    *present = tr == 1 && va == 1;
+    if (*present) return 0;
+    /* say where a relative root was looked for, and never promise a download that cannot
+     * happen (Fashion-MNIST has no official archive the runner can fetch) */
+    char where[CFG_PATH + 160] = "", cwd[CFG_PATH] = "";
+    if (root[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(where, sizeof where, "; a relative data.root is looked up in the current directory "
+                 "%s, not next to the experiment file", cwd);
+    bool fetchable = info.url[0] || e->data.download_url[0];
+    if (!fetchable)
+        return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; %s cannot be "
+                       "downloaded by the runner%s: install it with `apt-get install dataset-fashion-mnist` "
+                       "(files in %s) or put its IDX files (.gz or uncompressed) in data.root",
+                       e->source_path, info.name, missing, root, where, info.name,
+                       e->data.download ? " (data.download: true cannot help)" : "", info.default_root);
+    if (!e->data.download)
+        return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; set "
+                       "data.download: true to fetch %s, or put the files in data.root",
+                       e->source_path, info.name, missing, root, where,
+                       e->data.download_url[0] ? e->data.download_url : info.url);
+    *will_download = true;
     return 0;
 }
 
 /* Dataset sizes and shapes: from the files when they are there, else the known sizes. */
 static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
     dataset_info_t info;
-    if (dataset_info(e->data.dataset, &info, err)) return -1;
+    if (dataset_info(e->data.dataset, &info, err) ||
+        plan_data_files(e, p->data_root, sizeof p->data_root, &p->data_present, &p->will_download, err))
+        return -1;
     snprintf(p->dataset, sizeof p->dataset, "%s", info.name);
-    snprintf(p->data_root, sizeof p->data_root, "%s", e->data.root[0] ? e->data.root : info.default_root);
     int c = info.channels, h = info.height, w = info.width, classes = info.num_classes;
     p->train_size = info.train_size;
     p->val_size = info.val_size;
@@ -122,31 +172,17 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
         classes = e->data.synthetic.classes;
         p->train_size = e->data.synthetic.train_size;
         p->val_size = e->data.synthetic.val_size;
-        p->data_present = true;
-    } else {
-        char missing[CFG_PATH];
-        int tr = dataset_files_present(info.name, p->data_root, DATA_SPLIT_TRAIN, missing, sizeof missing, err);
-        int va = tr == 1 ? dataset_files_present(info.name, p->data_root, DATA_SPLIT_VAL, missing, sizeof missing, err) : tr;
-        if (tr < 0 || va < 0) return -1;
-        p->data_present = tr == 1 && va == 1;
-        if (p->data_present) {
-            /* read the real files: sizes may differ from the official ones, and problems
-             * are best reported before anything starts */
-            for (int split = 0; split < 2; split++) {
-                dataset_opts_t o = {.name = info.name, .root = p->data_root, .split = (data_split_t)split};
-                dataset_t *d = NULL;
-                if (dataset_open(&o, &d, err)) return -1;
-                if (split == 0) p->train_size = dataset_size(d);
-                else p->val_size = dataset_size(d);
-                dataset_shape(d, &c, &h, &w);
-                dataset_free(d);
-            }
-        } else if (!e->data.download) {
-            return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing; set data.download: true "
-                           "to fetch %s, or put the files under data.root (%s)",
-                           e->source_path, info.name, missing, info.url[0] ? info.url : "it", p->data_root);
-        } else {
-            p->will_download = true;
+    } else if (p->data_present) {
+        /* read the real files: sizes may differ from the official ones, and problems
+         * are best reported before anything starts */
+        for (int split = 0; split < 2; split++) {
+            dataset_opts_t o = {.name = info.name, .root = p->data_root, .split = (data_split_t)split};
+            dataset_t *d = NULL;
+            if (dataset_open(&o, &d, err)) return -1;
+            if (split == 0) p->train_size = dataset_size(d);
+            else p->val_size = dataset_size(d);
+            dataset_shape(d, &c, &h, &w);
+            dataset_free(d);
         }
     }
     augment_opts_t ao = {.random_crop = e->data.augment.random_crop,
@@ -210,6 +246,12 @@ static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
 
 static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     snprintf(p->arch, sizeof p->arch, "%s", e->model.arch);
+    struct stat st;
+    if (e->model.init_from[0] && (stat(e->model.init_from, &st) != 0 || !S_ISREG(st.st_mode) ||
+                                  access(e->model.init_from, R_OK) != 0))
+        return err_set(err, ERR_INPUT, "%s: model.init_from: %s is not a readable file; give a .safetensors file "
+                       "with torchvision names (e.g. from runner export), or null", e->source_path,
+                       e->model.init_from);
     net_t *n = resnet_build(e->model.arch, p->channels, p->num_classes, e->model.zero_init_residual, err);
     if (!n) return -1;
     bool cuda = !strcmp(p->device, "cuda");
@@ -230,6 +272,31 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+/* The unfinished run `other` was written by another configuration: note which hashed
+ * keys differ (from its resolved.yaml) so the new run can say why it did not continue it,
+ * and how to continue it with the change instead. */
+static void note_changed_config(const experiment_t *e, const char *other, plan_t *p) {
+    snprintf(p->changed_from, sizeof p->changed_from, "%s", other);
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/resolved.yaml", other);
+    experiment_t *old = malloc(sizeof *old);
+    config_change_t ch[8];
+    err_t ignore = {0};
+    int n = old && config_load(path, NULL, 0, old, &ignore) == 0 ? config_diff(old, e, true, ch, 8) : 0;
+    free(old);
+    size_t a = 0, b = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+        a += (size_t)snprintf(p->changes + a, a < sizeof p->changes ? sizeof p->changes - a : 0, "%s%s %s -> %s",
+                              i ? ", " : "", ch[i].key, ch[i].before, ch[i].after);
+        const char *q = strpbrk(ch[i].after, " []{}\"'$*?~;&|<>()") ? "'" : "";
+        b += (size_t)snprintf(p->change_sets + b, b < sizeof p->change_sets ? sizeof p->change_sets - b : 0,
+                              " --set %s%s=%s%s", q, ch[i].key, ch[i].after, q);
+    }
+    if (n > 8) snprintf(p->changes + (a < sizeof p->changes ? a : sizeof p->changes - 1),
+                        a < sizeof p->changes ? sizeof p->changes - a : 1, ", and %d more", n - 8);
+    if (n == 0) snprintf(p->changes, sizeof p->changes, "its checkpoint's configuration hash differs");
+}
+
 /* Which run directory, and whether it resumes. */
 static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
     p->resumes = false;
@@ -248,12 +315,16 @@ static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t 
     }
     const char *r = e->checkpoint.resume;
     if (!strcmp(r, "auto")) {
-        if (rundir_find_resumable(e->output.root, e->name, p->run_dir, sizeof p->run_dir)) {
+        /* only a run of the same configuration continues; a changed one starts afresh */
+        char other[CFG_PATH];
+        if (rundir_find_resumable(e->output.root, e->name, config_hash(e), p->run_dir, sizeof p->run_dir,
+                                  other, sizeof other)) {
             p->resumes = true;
             snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
             snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
             return 0;
         }
+        if (other[0]) note_changed_config(e, other, p);
     } else if (strcmp(r, "never") != 0) {
         struct stat st;
         if (stat(r, &st) != 0)
@@ -305,11 +376,19 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "mode         %s, world size %d", p->mode, p->world_size);
     if (p->nnodes > 1) fprintf(f, " (%d hosts x %d)", p->nnodes, p->local_world_size);
     fprintf(f, ", comm %s", p->comm_backend);
-    if (!strcmp(p->device, "cpu")) fprintf(f, ", %d thread%s per rank", p->threads_per_rank, p->threads_per_rank == 1 ? "" : "s");
-    fprintf(f, "\nprecision    %s\n", p->precision);
-    fprintf(f, "data         %s from %s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
-            p->dataset, p->data_root[0] ? p->data_root : "(generated)",
-            p->will_download ? " (will download)" : "", (long long)p->train_size,
+    fprintf(f, "\n");
+    if (!strcmp(p->device, "cpu")) {
+        int per = !strcmp(p->mode, "single") ? 1 : p->local_world_size;
+        fprintf(f, "threads      %d per %s x %d = %d on %d core%s%s\n", p->threads_per_rank,
+                !strcmp(p->mode, "dp") ? "replica" : "rank", per, per * p->threads_per_rank, p->cpu_cores,
+                p->cpu_cores == 1 ? "" : "s", p->oversubscribed ? " (oversubscribed)" : "");
+    }
+    fprintf(f, "precision    %s\n", p->precision);
+    char cwd[CFG_PATH] = "";
+    bool rel = p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
+    fprintf(f, "data         %s from %s%s%s%s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
+            p->dataset, p->data_root[0] ? p->data_root : "(generated)", rel ? " (in " : "", rel ? cwd : "",
+            rel ? ")" : "", p->will_download ? " (will download)" : "", (long long)p->train_size,
             (long long)p->val_size, p->channels, p->height, p->width, p->num_classes);
     if (!strcmp(p->mode, "ddp"))
         fprintf(f, "batch        %d ranks x %d", p->world_size, p->micro_batch);
@@ -336,6 +415,9 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
+    if (p->changed_from[0])
+        fprintf(f, "             not continuing %s: the configuration changed (%s)\n", p->changed_from, p->changes);
+    if (p->warning[0]) fprintf(f, "warning      %s\n", p->warning);
 }
 
 void plan_write_json(const plan_t *p, FILE *f) {
@@ -351,6 +433,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_kint(&w, "local_world_size", p->local_world_size);
     jw_kstr(&w, "comm_backend", p->comm_backend);
     jw_kint(&w, "threads_per_rank", p->threads_per_rank);
+    jw_kint(&w, "cpu_cores", p->cpu_cores);
+    jw_kbool(&w, "oversubscribed", p->oversubscribed);
     jw_kstr(&w, "precision", p->precision);
     jw_kstr(&w, "dataset", p->dataset);
     jw_kstr(&w, "data_root", p->data_root);

@@ -31,6 +31,9 @@ typedef struct plan {
     int local_world_size;      /* ranks on this host */
     char comm_backend[8];      /* "nccl" | "shm" | "none" */
     int threads_per_rank;      /* cpu backend threads per rank / replica */
+    int cpu_cores;             /* cores this process may use (its affinity mask) */
+    bool oversubscribed;       /* cpu: ranks x threads on this host > cpu_cores */
+    char warning[512];         /* "" or one line the plan and the run print (oversubscription) */
     char precision[8];         /* "fp32" | "fp16" | "bf16" */
     /* data */
     char dataset[32];
@@ -69,6 +72,12 @@ typedef struct plan {
     char run_dir[CFG_PATH];    /* the directory used (proposed name for a new run) */
     bool resumes;
     char resume_from[CFG_PATH + 128]; /* checkpoint file resumed from */
+    /* checkpoint.resume: auto found an unfinished run of this name written by another
+     * configuration (hashed keys), so this is a new run: which, what changed, and the
+     * --set options that would continue it with the change (`runner resume DIR ...`) */
+    char changed_from[CFG_PATH];
+    char changes[1024];
+    char change_sets[1024];
 } plan_t;
 
 /* How the CLI asks for the plan. */
@@ -80,6 +89,13 @@ typedef struct plan_request {
 /* Builds the plan for e. Errors (ERR_INPUT): a GPU asked for but absent, more devices
  * than visible, an indivisible batch, a dataset too small for one batch, ... */
 int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err);
+
+/* Whether e's dataset files are in place under root (e's data.root or the dataset's
+ * default, written to root). When some are missing: a download that can fetch them is
+ * planned (*will_download), or ERR_INPUT with the one message saying what was looked for
+ * where and how to get it. Reads no file; `runner compare` checks every member with it
+ * before the first one starts. */
+int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err);
 
 /* The schedule_t the trainer uses for this experiment. */
 struct schedule;

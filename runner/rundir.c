@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "model/backend.h"
+#include "runner/checkpoint.h"
+#include "runner/config.h"
 #include "util/json.h"
 
 #ifndef RUNNER_GIT_COMMIT
@@ -89,12 +91,14 @@ static bool run_completed(const char *dir) {
     return done;
 }
 
-int rundir_find_resumable(const char *root, const char *name, char *out, size_t len) {
+int rundir_find_resumable(const char *root, const char *name, uint64_t hash, char *out, size_t len,
+                          char *other, size_t other_len) {
     char parent[4096];
     snprintf(parent, sizeof parent, "%s/%s", root, name);
+    if (other && other_len) other[0] = '\0';
     DIR *d = opendir(parent);
     if (!d) return 0;
-    char best[256] = "";
+    char best[256] = "", best_other[256] = "";
     struct dirent *de;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best) continue;
@@ -102,9 +106,15 @@ int rundir_find_resumable(const char *root, const char *name, char *out, size_t 
         snprintf(run, sizeof run, "%s/%s", parent, de->d_name);
         snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", run);
         if (access(ck, R_OK) != 0 || run_completed(run)) continue;
-        if (strcmp(de->d_name, best) > 0) snprintf(best, sizeof best, "%s", de->d_name);
+        /* a checkpoint whose header cannot be read counts as this run's: resume then
+         * reports it and falls back to an older checkpoint */
+        uint64_t h;
+        bool same = ckpt_read_config_hash(ck, &h) != 0 || h == hash;
+        char *slot = same ? best : best_other;
+        if (strcmp(de->d_name, slot) > 0) snprintf(slot, sizeof best, "%s", de->d_name);
     }
     closedir(d);
+    if (best_other[0] && other && other_len) snprintf(other, other_len, "%s/%s", parent, best_other);
     if (!best[0]) return 0;
     snprintf(out, len, "%s/%s", parent, best);
     return 1;
@@ -181,9 +191,24 @@ int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
         if (backend_cuda_device_name(i, name, sizeof name) == 0) jw_str(&w, name);
     }
     jw_arr_end(&w);
+    /* one key per component (null without CUDA), from "driver 13.0, runtime 13.0,
+     * cuDNN 9.1.0, cuBLASLt 13.0.0, NCCL 2.28.3" */
     char versions[512];
     backend_cuda_versions(versions, sizeof versions);
-    jw_kstr(&w, "cuda_versions", versions);
+    static const char *const parts[][2] = {{"driver", "driver"}, {"cuda", "runtime"}, {"cudnn", "cuDNN"},
+                                           {"cublaslt", "cuBLASLt"}, {"nccl", "NCCL"}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char v[64] = "";
+        size_t l = strlen(parts[i][1]);
+        for (const char *p = versions; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            while (*p == ' ') p++;
+            if (!strncmp(p, parts[i][1], l) && p[l] == ' ') {
+                snprintf(v, sizeof v, "%.*s", (int)strcspn(p + l + 1, ","), p + l + 1);
+                break;
+            }
+        }
+        jw_kstr(&w, parts[i][0], v[0] && strcmp(v, "none") ? v : NULL);
+    }
     jw_kstr(&w, "runner_version", runner_version());
     jw_kstr(&w, "runner_commit", runner_commit());
     jw_key(&w, "hosts");
@@ -199,4 +224,76 @@ int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
     int rc = write_file_atomic(path, buf, len, e);
     free(buf);
     return rc;
+}
+
+int rundir_record_config_changes(const char *run_dir, const experiment_t *now, int64_t step, int epoch,
+                                 char *summary, size_t summary_len, int *total, err_t *e) {
+    if (summary_len) summary[0] = '\0';
+    *total = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config_changes.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {   /* earlier records: one per line */
+        int c, prev = '\n';
+        while ((c = fgetc(f)) != EOF) {
+            if (c == '\n' && prev != '\n') (*total)++;
+            prev = c;
+        }
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/resolved.yaml", run_dir);
+    experiment_t *old = malloc(sizeof *old);
+    enum { MAX_CH = 96 };
+    config_change_t *ch = malloc(MAX_CH * sizeof *ch);
+    err_t le = {0};
+    int n = -1;
+    if (old && ch) n = config_load(path, NULL, 0, old, &le) == 0 ? config_diff(old, now, false, ch, MAX_CH) : -1;
+    free(old);
+    if (n <= 0) {   /* nothing changed, or no readable resolved.yaml to compare with */
+        free(ch);
+        return n < 0 && !le.code ? err_set(e, ERR_RUNTIME, "out of memory") : 0;
+    }
+    if (n > MAX_CH) n = MAX_CH;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) { free(ch); return err_set(e, ERR_RUNTIME, "out of memory"); }
+    char when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    jw_t w;
+    jw_init(&w, m, false);
+    jw_obj_begin(&w);
+    jw_kint(&w, "step", step);
+    jw_kint(&w, "epoch", epoch);
+    jw_kstr(&w, "time", when);
+    jw_key(&w, "changes");
+    jw_arr_begin(&w);
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        jw_obj_begin(&w);
+        jw_kstr(&w, "key", ch[i].key);
+        jw_kstr(&w, "from", ch[i].before);
+        jw_kstr(&w, "to", ch[i].after);
+        jw_kbool(&w, "hashed", ch[i].hashed);
+        jw_obj_end(&w);
+        if (used < summary_len)
+            used += (size_t)snprintf(summary + used, summary_len - used, "%s%s %.200s -> %.200s", i ? ", " : "",
+                                     ch[i].key, ch[i].before, ch[i].after);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    fputc('\n', m);
+    fclose(m);
+    free(ch);
+    snprintf(path, sizeof path, "%s/config_changes.jsonl", run_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && write(fd, buf, len) == (ssize_t)len && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    free(buf);
+    if (!ok) return err_errno(e, ERR_RUNTIME, "%s: cannot append", path);
+    (*total)++;
+    return 1;
 }

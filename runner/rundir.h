@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/err.h"
 #include "util/fs.h"   /* mkdir_p, write_file_atomic */
@@ -22,9 +23,13 @@ int rundir_create(const char *root, const char *name, char *out, size_t len, err
 void rundir_propose(const char *root, const char *name, char *out, size_t len);
 
 /* Finds the newest run under <root>/<name>/ that is unfinished (no summary.json with
- * "status": "completed") and has checkpoints/last.ckpt. Returns 1 and writes its path, or
- * 0 when there is none. */
-int rundir_find_resumable(const char *root, const char *name, char *out, size_t len);
+ * "status": "completed") and has a checkpoints/last.ckpt written by the configuration
+ * with config_hash `hash` (or whose header cannot be read). Returns 1 and writes its path
+ * to out, or 0 when there is none. other (may be NULL) gets the newest unfinished run
+ * whose checkpoint has another hash, "" if none: the run a changed experiment does not
+ * continue. */
+int rundir_find_resumable(const char *root, const char *name, uint64_t hash, char *out, size_t len,
+                          char *other, size_t other_len);
 
 /* True when dir looks like a run directory (has resolved.yaml). */
 bool rundir_is_run(const char *dir);
@@ -32,9 +37,21 @@ bool rundir_is_run(const char *dir);
 /* Copies src to dst (atomically). */
 int copy_file(const char *src, const char *dst, err_t *e);
 
-/* Writes <run_dir>/env.json: host, OS, CPU, GPUs, driver/CUDA/cuDNN/NCCL, runner commit;
- * hosts lists every host of a multi-host run (may be NULL). */
+/* Writes <run_dir>/env.json: {"host", "os", "cpu", "cpu_cores", "gpus": [..], "driver",
+ * "cuda", "cudnn", "cublaslt", "nccl" (versions; null without CUDA), "runner_version",
+ * "runner_commit", "hosts": [..]} (docs/architecture.md); hosts lists every host of a
+ * multi-host run (may be NULL). */
 int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e);
+
+/* On resume, before resolved.yaml is replaced: compares run_dir/resolved.yaml (the
+ * configuration so far) with now and, when any key differs, appends one JSON line to
+ * run_dir/config_changes.jsonl: {"step", "epoch", "time", "changes": [{"key", "from",
+ * "to", "hashed"}]} (values as resolved.yaml writes them), and writes "key a -> b, ..."
+ * to summary. *total gets the number of records in the file afterwards. Returns 1 when a
+ * change was recorded, 0 when nothing changed (or resolved.yaml is unreadable), -1. */
+struct experiment;
+int rundir_record_config_changes(const char *run_dir, const struct experiment *now, int64_t step, int epoch,
+                                 char *summary, size_t summary_len, int *total, err_t *e);
 
 /* The runner's version and git commit, fixed at build time. */
 const char *runner_version(void);

@@ -444,38 +444,13 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     o.total_steps = t->p->total_steps;
     o.total_epochs = t->p->epochs;
     o.rank = t->env->rank;
+    /* DDP rank 0 under the runner's launcher, which copies its output to a terminal */
+    if (getenv("RUNNER_TTY") && !strcmp(getenv("RUNNER_TTY"), "1")) o.progress = TRACK_PROGRESS_TEE;
     t->track = track_open(&o, e);
     free(cfg);
     if (!t->track) return -1;
     if (t->rank0) snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", track_wandb_run_id(t->track));
     return 0;
-}
-
-/* Rank 0: the files that describe the run, written once when it starts. */
-static int write_run_files(trainer_t *t, err_t *e) {
-    char path[CFG_PATH + 64];
-    if (!t->p->resumes) {
-        snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
-        if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
-    }
-    char *buf = NULL;
-    size_t len = 0;
-    if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");
-    snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
-    int rc = write_file_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return -1;
-    plan_t p = *t->p;
-    snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
-    plan_write_json(&p, f);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/plan.json", t->run_dir);
-    rc = write_file_atomic(path, buf, len, e);
-    free(buf);
-    if (rc) return -1;
-    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
 /* ------------------------------------------------------------------ evaluation */
@@ -488,6 +463,9 @@ static int evaluate(trainer_t *t, err_t *e) {
     int64_t c1 = 0, c5 = 0, n = 0;
     loader_batch_t *b;
     int r;
+    int64_t batches = loader_num_batches(t->val_ld), done = 0;
+    int ranks = t->ddp_mode ? t->env->world_size : 1;
+    track_eval_progress(t->track, t->epoch + 1, 0, batches, 0);
     while ((r = loader_next(t->val_ld, &b, e)) == 1) {
         net_loss_out_t out;
         if (net_upload_input(t->net, b->images, b->n, e) ||
@@ -498,6 +476,7 @@ static int evaluate(trainer_t *t, err_t *e) {
         c1 += out.correct1;
         c5 += out.correct5;
         n += b->n;
+        track_eval_progress(t->track, t->epoch + 1, ++done, batches, n * ranks);   /* rank 0's share x ranks */
     }
     if (r < 0) return -1;
     sums[0] = (float)loss; sums[1] = (float)c1; sums[2] = (float)c5; sums[3] = (float)n;
@@ -540,6 +519,7 @@ static int train_loop(trainer_t *t, err_t *e) {
         int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
         if (epoch_end > p->total_steps) epoch_end = p->total_steps;
         bool stopping = false;   /* interrupted at the last step of the epoch */
+        bool cut = false;        /* train.max_steps ends the run inside this epoch */
         t->n_pending = 0;
         t->window_t0 = now_s();
         while (t->step < epoch_end) {
@@ -561,15 +541,17 @@ static int train_loop(trainer_t *t, err_t *e) {
                 break;
             }
             if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
-                /* interrupted, or max_steps reached mid-way: save exactly where we are */
+                /* interrupted, or max_steps reached mid-way: save exactly where we are (for
+                 * max_steps after the evaluation below, so best.ckpt can be this state) */
                 t->ep_seconds = now_s() - ep_t0;
                 t->start_batch = batch < p->batches_per_epoch ? batch : 0;
-                if (t->rank0) {
+                cut = !stop;
+                if (t->rank0 && stop) {
                     char path[CFG_PATH + 64];
                     snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
                     if (trainer_save_checkpoint(t, path, e)) return -1;
-                    snprintf(line, sizeof line, "%s at step %lld: checkpoint written to %s",
-                             stop ? "interrupted" : "train.max_steps reached", (long long)t->step, path);
+                    snprintf(line, sizeof line, "interrupted at step %lld: checkpoint written to %s",
+                             (long long)t->step, path);
                     track_console(t->track, line);
                 }
                 if (stop) {
@@ -604,6 +586,12 @@ static int train_loop(trainer_t *t, err_t *e) {
         if (track_epoch(t->track, &er, e)) return -1;
         rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
                   (long long)t->step, t->train_loss);
+        if (cut && t->rank0) {   /* before the epoch sums are reset: resume continues this epoch */
+            if (trainer_checkpoint_cut(t, improved, e)) return -1;
+            snprintf(line, sizeof line, "train.max_steps reached at step %lld: checkpoint written to "
+                     "%s/checkpoints/last.ckpt", (long long)t->step, t->run_dir);
+            track_console(t->track, line);
+        }
         t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
         int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
         bool checkpointed = t->rank0 && epoch_done &&
@@ -769,7 +757,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
     rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
-    if (gather_hosts(&t, e) || (t.rank0 && write_run_files(&t, e))) goto done;
+    if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];
@@ -788,16 +776,20 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
             track_console(t.track, line);
         }
     }
+    t.loop_started = true;
     rc = train_loop(&t, e);
     if (rc == 0) rank_note(&t, "finished at step %lld", (long long)t.step);
 done:
     if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
     if (rc < 0 && t.store) store_set_failed(t.store, e->msg);
-    if (t.rank0 && t.run_dir[0] && t.net && !t.already_finished) {
+    if (t.rank0 && t.run_dir[0] && !t.already_finished && (!p->resumes || t.loop_started)) {
+        /* also when a new run's setup failed (a bad init_from, an unreachable peer): its
+         * directory then says failed and why, instead of looking like a run still going.
+         * A resume refused before its first step leaves the run's summary as it was. */
         err_t e2 = {0};
         const char *status = rc == 0 ? "completed" : rc == 130 ? "interrupted" : "failed";
         int code = rc >= 0 ? rc : (e->code ? e->code : 1);
-        if (trainer_write_summary(&t, status, code, &e2) && rc == 0) { *e = e2; rc = -1; }
+        if (trainer_write_summary(&t, status, code, rc < 0 ? e->msg : NULL, &e2) && rc == 0) { *e = e2; rc = -1; }
     }
     if (t.track) {
         err_t e3 = {0};

@@ -83,6 +83,9 @@ typedef struct trainer {
     double train_loss, train_top1, val_loss, val_top1, val_top5;
     bool evaluated;
     bool already_finished;                  /* resumed a run that had no steps left */
+    bool loop_started;                      /* setup done, the epoch loop began */
+    bool ckpt_hash_differs;                 /* resumed from a checkpoint of another config hash */
+    int config_changes;                     /* records in config_changes.jsonl */
     double *ips;                            /* images/s of every step (median for summary) */
     int64_t n_ips, cap_ips;
     /* steps issued but not yet read back: each writes its loss, hits, loss scale and
@@ -114,8 +117,16 @@ typedef struct trainer {
 /* train_state.c */
 int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e);
 int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e);
+/* train.max_steps ended the run mid-epoch: last.ckpt at this step (resumable), and
+ * best.ckpt linked to it when its evaluation improved. */
+int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e);
 int trainer_restore(trainer_t *t, err_t *e);
-int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e);
+/* On resume, before resolved.yaml is rewritten: records a changed configuration in
+ * config_changes.jsonl and says so (rundir_record_config_changes). */
+int trainer_record_config_changes(trainer_t *t, err_t *e);
+/* Rank 0 at the start: config.yaml (new runs), resolved.yaml, plan.json, env.json. */
+int trainer_write_run_files(trainer_t *t, err_t *e);
+int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e);
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */
 /* Sums n small values over all ranks (host in/out), through backend memory when the

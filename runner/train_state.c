@@ -1,5 +1,7 @@
 /* train_state.c: what a checkpoint holds and how a run is restored from one, the
- * epoch checkpoint cadence (last / best / epoch_<N>, keep_last), and summary.json.
+ * epoch checkpoint cadence (last / best / epoch_<N>, keep_last), the files that describe
+ * the run (config.yaml, resolved.yaml, plan.json, env.json, config_changes.jsonl on a
+ * changed resume) and summary.json.
  *
  * Sections: "meta" (JSON: architecture, sizes, world size, step, epoch position,
  * epoch accumulators, best top-1, loss-scaler state, optimizer step count, BN counters,
@@ -49,6 +51,22 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_kint(&w, "num_classes", net_num_classes(t->net));
     jw_kint(&w, "in_h", t->p->height);
     jw_kint(&w, "in_w", t->p->width);
+    /* what rebuilding the model and its input pipeline elsewhere needs (runner export puts
+     * it in the safetensors metadata); "stem" is the only stem there is until model.stem */
+    jw_kstr(&w, "stem", "cifar");
+    jw_kstr(&w, "dataset", t->e->data.dataset);
+    jw_key(&w, "mean");
+    jw_arr_begin(&w);
+    for (int k = 0; k < t->train_opts.n_norm; k++) jw_num(&w, t->train_opts.mean[k]);
+    jw_arr_end(&w);
+    jw_key(&w, "std");
+    jw_arr_begin(&w);
+    for (int k = 0; k < t->train_opts.n_norm; k++) jw_num(&w, t->train_opts.std[k]);
+    jw_arr_end(&w);
+    jw_key(&w, "class_names");
+    jw_arr_begin(&w);
+    for (int k = 0; t->train_ds && k < dataset_num_classes(t->train_ds); k++) jw_str(&w, dataset_class_name(t->train_ds, k));
+    jw_arr_end(&w);
     jw_kint(&w, "param_count", (int64_t)net_num_params(t->net));
     jw_kint(&w, "buffer_count", (int64_t)net_num_buffers(t->net));
     jw_kstr(&w, "mode", t->p->mode);
@@ -190,6 +208,14 @@ int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e) {
     return 0;
 }
 
+int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e) {
+    char path[CFG_PATH + 64], best[CFG_PATH + 64];
+    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
+    if (trainer_save_checkpoint(t, path, e)) return -1;
+    snprintf(best, sizeof best, "%s/checkpoints/best.ckpt", t->run_dir);
+    return improved && t->e->checkpoint.keep_best ? link_over(path, best, e) : 0;
+}
+
 /* Candidate checkpoints for resume, best first: the plan's file, then epoch_<N>.ckpt
  * newest first. */
 static int resume_candidates(const trainer_t *t, char out[][CFG_PATH + 128], int max) {
@@ -275,13 +301,59 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     t->epoch_seconds_sum = json_get_number(m, "epoch_seconds_sum", 0);
     t->epochs_timed = (int)json_get_number(m, "epochs_timed", 0);
     snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", json_get_string(m, "wandb_run_id", ""));
-    if (c->config_hash != config_hash(t->e))
-        fprintf(stderr, "runner: note: %s was written by a different experiment configuration; "
-                "continuing with the current one (the result is not an exact continuation)\n", c->path);
+    t->ckpt_hash_differs = c->config_hash != config_hash(t->e);   /* recorded by write_run_files */
     rc = 0;
 out:
     json_free(m);
     return rc;
+}
+
+/* Resuming with another configuration (`runner resume DIR --set ...`, or keys outside
+ * the hash under checkpoint.resume: auto): the run directory keeps every change with the
+ * step it took effect in config_changes.jsonl, since resolved.yaml only holds the latest. */
+int trainer_record_config_changes(trainer_t *t, err_t *e) {
+    char what[1024], line[1200];
+    int rc = rundir_record_config_changes(t->run_dir, t->e, t->step, (int)(t->step / t->p->steps_per_epoch) + 1, what, sizeof what,
+                                          &t->config_changes, e);
+    if (rc < 0) return -1;
+    if (rc > 0) {
+        snprintf(line, sizeof line, "runner: configuration changed at step %lld: %.1000s (recorded in "
+                 "config_changes.jsonl)", (long long)t->step, what);
+        printf("%s\n", line);
+    } else if (t->ckpt_hash_differs) {
+        printf("runner: note: the checkpoint was written by a different experiment configuration; continuing "
+               "with the current one (not an exact continuation)\n");
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* Rank 0: the files that describe the run, written once when it starts. */
+int trainer_write_run_files(trainer_t *t, err_t *e) {
+    char path[CFG_PATH + 64];
+    if (!t->p->resumes) {
+        snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
+        if (t->env->config_text_path && copy_file(t->env->config_text_path, path, e)) return -1;
+    }
+    if (t->p->resumes && trainer_record_config_changes(t, e)) return -1;
+    char *buf = NULL;
+    size_t len = 0;
+    if (!(buf = config_yaml_string(t->e, &len))) return err_set(e, ERR_RUNTIME, "out of memory");
+    snprintf(path, sizeof path, "%s/resolved.yaml", t->run_dir);
+    int rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    plan_t p = *t->p;
+    snprintf(p.run_dir, sizeof p.run_dir, "%s", t->run_dir);
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    plan_write_json(&p, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/plan.json", t->run_dir);
+    rc = write_file_atomic(path, buf, len, e);
+    free(buf);
+    if (rc) return -1;
+    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
 int trainer_restore(trainer_t *t, err_t *e) {
@@ -311,7 +383,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e) {
+int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e) {
     /* images/s: median over steady-state steps (the first 10% and the first 5 are warm-up) */
     double ips = NAN;
     if (t->n_ips > 0) {
@@ -335,7 +407,11 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_kstr(&w, "name", t->e->name);
     jw_kstr(&w, "status", status);
     jw_kint(&w, "exit_code", exit_code);
-    jw_kint(&w, "epochs", t->step / (t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1));
+    if (error && *error) jw_kstr(&w, "error", error);   /* why a failed run stopped */
+    /* epochs with a metrics.csv row: a run that train.max_steps ended mid-epoch evaluated
+     * (and may have its best.ckpt from) that partial epoch */
+    int64_t spe = t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1;
+    jw_kint(&w, "epochs", t->step / spe + (!strcmp(status, "completed") && t->step % spe ? 1 : 0));
     jw_kint(&w, "steps", t->step);
     jw_knum(&w, "train_loss", t->train_loss);
     jw_knum(&w, "train_top1", t->train_top1);
@@ -344,6 +420,7 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     jw_knum(&w, "val_top5", t->val_top5);
     jw_knum(&w, "best_val_top1", t->best_val_top1 >= 0 ? t->best_val_top1 : NAN);
     jw_kint(&w, "best_epoch", t->best_epoch);
+    jw_kint(&w, "config_changes", t->config_changes);
     jw_knum(&w, "images_per_second", ips);
     jw_knum(&w, "seconds_per_epoch", t->epochs_timed ? t->epoch_seconds_sum / t->epochs_timed : NAN);
     jw_kint(&w, "peak_memory_bytes", t->be && t->be->ops->peak_memory ? (int64_t)t->be->ops->peak_memory(t->be) : 0);

@@ -90,3 +90,20 @@ int test_write_file(const char *path, const char *text) {
     int ok = fwrite(text, 1, n, f) == n;
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
+
+int test_count_lines(const char *path) {
+    size_t n = 0;
+    char *s = test_read_file(path, &n);
+    if (!s) return 0;
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += s[i] == '\n';
+    free(s);
+    return lines;
+}
+
+void test_remove_dir_if_passed(const char *dir) {
+    if (test_failures_ || test_cases_failed_ || !dir || !*dir) return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}

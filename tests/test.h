@@ -52,5 +52,9 @@ const char *test_runner_exe(void);
 char *test_read_file(const char *path, size_t *len);
 /* Writes text to path; returns 0 on success. */
 int test_write_file(const char *path, const char *text);
+/* Number of '\n' in the file at path (0 when it cannot be read). */
+int test_count_lines(const char *path);
+/* Removes dir (rm -rf) when no check has failed so far, so a failure's files stay. */
+void test_remove_dir_if_passed(const char *dir);
 
 #endif

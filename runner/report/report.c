@@ -126,8 +126,15 @@ static int row_build(const report_input_t *in, report_row_t *row, err_t *e) {
         pick_str(row->status, sizeof row->status, sm, "status", sm ? "unknown" : "incomplete");
         row->exit_code = (int)json_get_number(sm, "exit_code", -1);
     }
-    add_note(row, in->message);
-    add_note(row, rf.problem);
+    /* a run that failed before its first step says why in summary.json ("error"); the
+     * files it never wrote are not worth a note then */
+    const char *error = json_get_string(sm, "error", NULL);
+    bool failed_start = sm && !strcmp(json_get_string(sm, "status", ""), "failed") &&
+                        json_get_number(sm, "steps", 0) <= 0;
+    add_note(row, in->message ? in->message : error);
+    if (!(failed_start && error)) add_note(row, rf.problem);
+    if (json_get_number(sm, "config_changes", 0) > 0)
+        add_note(row, "the configuration changed during the run (config_changes.jsonl)");
     double *nums[] = {&row->images_per_second, &row->seconds_per_epoch, &row->speedup,
                       &row->comm_exposed_pct, &row->peak_memory_bytes, &row->final_val_top1,
                       &row->best_val_top1, &row->final_train_loss};
@@ -380,6 +387,21 @@ typedef struct expanded {
     char message[1024];
 } expanded_t;
 
+/* True when dir is a run directory that lacks summary.json or metrics.csv: a run that
+ * failed before its first step or was killed early. It is listed (marked) instead of
+ * failing the whole report; malformed files of a complete run stay errors. */
+static bool unfinished_run(const char *dir) {
+    static const char *const names[] = {"summary.json", "metrics.csv", "resolved.yaml", "logs", "checkpoints"};
+    char p[REPORT_PATH + 32];
+    struct stat st;
+    bool has[5];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        has[i] = stat(p, &st) == 0;
+    }
+    return !(has[0] && has[1]) && (has[0] || has[2] || has[3] || has[4]);
+}
+
 /* True when dir is a comparison directory (compare.json and no summary.json). */
 static bool is_comparison(const char *dir) {
     char p[REPORT_PATH + 32];
@@ -430,6 +452,7 @@ int report_runs(const char *const *dirs, int n, const char *out_dir, FILE *out, 
     for (int i = 0; i < n && rc == 0; i++) {
         if (!is_comparison(dirs[i])) {
             in[k].dir = dirs[i];
+            in[k].lenient = unfinished_run(dirs[i]);
             in[k++].exit_code = -1;
             continue;
         }

@@ -1,7 +1,14 @@
 /* progress.c: the console progress display. On a terminal one line is redrawn with \r
- * every step (epoch, step/steps, loss, images/s, ETA); elsewhere (a log file, a pipe) the
- * same text is printed as a plain line every print_every steps. Epoch summaries and
- * console lines are printed on their own lines, clearing a redrawn line first.
+ * every step (epoch, step/steps, loss, images/s, ETA) and during evaluation (epoch,
+ * batch/batches, images/s, ETA); elsewhere (a log file, a pipe) the step text is printed
+ * as a plain line every print_every steps and evaluation prints nothing. Epoch summaries
+ * and console lines are printed on their own lines, after a redrawn step line (which
+ * stays) or an evaluation line (which is cleared).
+ *
+ * In DDP, rank 0 writes to a pipe the launcher copies to the terminal and to
+ * logs/rank0.log (TRACK_PROGRESS_TEE): the redrawn lines are framed for the terminal and
+ * the plain periodic lines for the log (track.h TRACK_TEE_*), so the terminal looks as in
+ * single mode and the log as when not on a terminal.
  *
  * Not here: colours or cursor movement beyond \r (logs stay readable when captured).
  */
@@ -12,12 +19,15 @@
 
 #include "runner/track/track_impl.h"
 
+enum { LINE_WIDTH = 78 };
+
 void track_progress_init(track_progress_sink_t *p, FILE *out, track_progress_t mode,
                          int print_every, int64_t total_steps, int total_epochs) {
     memset(p, 0, sizeof *p);
     p->out = out;
     p->off = mode == TRACK_PROGRESS_OFF;
-    p->tty = mode == TRACK_PROGRESS_TTY || (mode == TRACK_PROGRESS_AUTO && isatty(fileno(out)));
+    p->tee = mode == TRACK_PROGRESS_TEE;
+    p->tty = p->tee || mode == TRACK_PROGRESS_TTY || (mode == TRACK_PROGRESS_AUTO && isatty(fileno(out)));
     p->print_every = print_every > 0 ? print_every : 1;
     p->total_steps = total_steps;
     p->total_epochs = total_epochs;
@@ -33,20 +43,42 @@ void track_format_eta(double s, char *buf, size_t len) {
     else snprintf(buf, len, "%lds", t);
 }
 
-/* Clears a redrawn line so the next output starts on a fresh line. */
-static void progress_break(track_progress_sink_t *p) {
-    if (p->line_open) {
-        fputc('\n', p->out);
-        p->line_open = false;
-    }
+/* Opens / closes a frame of tee output for one destination (nothing outside tee mode). */
+static void frame(track_progress_sink_t *p, char dest) {
+    if (p->tee) fprintf(p->out, "%c%c", TRACK_TEE_START, dest);
+}
+static void frame_end(track_progress_sink_t *p) {
+    if (p->tee) fputc(TRACK_TEE_END, p->out);
 }
 
-/* Shows one step: redrawn on a terminal, a plain line every print_every steps otherwise. */
+/* Redraws the terminal line with text. */
+static void redraw(track_progress_sink_t *p, const char *text) {
+    frame(p, TRACK_TEE_TERMINAL);
+    fprintf(p->out, "\r%-*s", LINE_WIDTH, text);
+    frame_end(p);
+    p->line_open = true;
+}
+
+/* Ends a redrawn line so the next output starts on a fresh line: a step line stays on
+ * screen, an evaluation line is wiped (its epoch line says the same, finished). */
+static void progress_break(track_progress_sink_t *p) {
+    if (!p->line_open) return;
+    frame(p, TRACK_TEE_TERMINAL);
+    if (p->eval_open) fprintf(p->out, "\r%*s\r", LINE_WIDTH, "");
+    else fputc('\n', p->out);
+    frame_end(p);
+    p->line_open = false;
+    p->eval_open = false;
+}
+
+/* Shows one step: redrawn on a terminal, a plain line every print_every steps otherwise
+ * (in tee mode both, each framed for its destination). */
 void track_progress_step(track_progress_sink_t *p, const track_step_t *r, double now) {
     if (p->off) return;
     if (p->first_step < 0) { p->first_step = r->step; p->first_time = now; }
     bool last = p->total_steps > 0 && r->step >= p->total_steps;
-    if (!p->tty && r->step % p->print_every != 0 && !last) return;
+    bool periodic = r->step % p->print_every == 0 || last;
+    if (!p->tty && !periodic) return;
 
     char eta[32] = "?";
     if (p->total_steps > 0 && r->step > p->first_step) {
@@ -61,12 +93,41 @@ void track_progress_step(track_progress_sink_t *p, const track_step_t *r, double
     char line[256];
     snprintf(line, sizeof line, "epoch %s  step %s  loss %.4f  %.1f img/s  ETA %s",
              ep, st, r->loss, r->images_per_second, eta);
-    if (p->tty) {
-        fprintf(p->out, "\r%-78s", line);
-        p->line_open = true;
-    } else {
+    if (p->eval_open) progress_break(p);
+    if (p->tee && periodic) {
+        frame(p, TRACK_TEE_LOG);
         fprintf(p->out, "%s\n", line);
+        frame_end(p);
     }
+    if (p->tty) redraw(p, line);
+    else fprintf(p->out, "%s\n", line);
+    fflush(p->out);
+}
+
+void track_progress_eval(track_progress_sink_t *p, int epoch, int64_t batch, int64_t batches, int64_t images,
+                         double now) {
+    if (p->off || !p->tty) return;
+    if (batch == 0 || batch < p->eval_batch) {   /* a new evaluation starts */
+        p->eval_t0 = now;
+        p->eval_batch = 0;
+        if (batch == 0) return;
+    }
+    bool done = batch >= batches;
+    /* at most ~10 redraws a second: evaluation batches can be much faster than steps */
+    if (!done && batch > 1 && now - p->last_draw < 0.1) { p->eval_batch = batch; return; }
+    p->eval_batch = batch;
+    p->last_draw = now;
+    double dt = now - p->eval_t0;
+    char eta[32] = "?", ep[32];
+    if (batch > 0 && dt > 0) track_format_eta(dt / (double)batch * (double)(batches - batch), eta, sizeof eta);
+    if (p->total_epochs > 0) snprintf(ep, sizeof ep, "%d/%d", epoch, p->total_epochs);
+    else snprintf(ep, sizeof ep, "%d", epoch);
+    char line[256];
+    snprintf(line, sizeof line, "epoch %s  evaluating %" PRId64 "/%" PRId64 "  %.1f img/s  ETA %s", ep, batch,
+             batches, dt > 0 ? (double)images / dt : 0.0, eta);
+    if (p->line_open && !p->eval_open) progress_break(p);   /* keep the last step line */
+    redraw(p, line);
+    p->eval_open = true;
     fflush(p->out);
 }
 

@@ -394,6 +394,11 @@ int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
     return emit_scalars(t, r->step, kv, (int)(sizeof kv / sizeof kv[0]), e);
 }
 
+void track_eval_progress(track_t *t, int epoch, int64_t batch, int64_t batches, int64_t images) {
+    if (!t || !t->active) return;
+    track_progress_eval(&t->prog, epoch, batch, batches, images, now_s());
+}
+
 void track_summary(track_t *t, const char *key, double value) {
     if (!t || !t->active || !t->wlog || !key) return;
     char v[64];

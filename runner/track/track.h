@@ -2,7 +2,9 @@
  * epoch here; the bus decides what goes where:
  *
  *   progress    every step on a terminal (one line redrawn with \r: epoch, step/steps,
- *               loss, images/s, ETA), otherwise a plain line every print_every steps.
+ *               loss, images/s, ETA; during evaluation batch/batches, images/s, ETA),
+ *               otherwise a plain line every print_every steps. In DDP rank 0's output
+ *               reaches the terminal through the launcher (TRACK_PROGRESS_TEE).
  *   steps.csv   one row every print_every steps (and the last step), header exactly
  *               step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds,
  *               comm_exposed_seconds,data_wait_seconds,loss_scale
@@ -54,8 +56,20 @@ typedef enum {
     TRACK_PROGRESS_AUTO = 0,  /* redrawn line when progress_out is a terminal, else plain */
     TRACK_PROGRESS_TTY,       /* always the redrawn line */
     TRACK_PROGRESS_PLAIN,     /* always plain lines every print_every steps */
-    TRACK_PROGRESS_OFF        /* no progress output (console lines go to W&B only) */
+    TRACK_PROGRESS_OFF,       /* no progress output (console lines go to W&B only) */
+    TRACK_PROGRESS_TEE        /* the output is a pipe that the DDP launcher copies to a
+                                 terminal and to logs/rank0.log (RUNNER_TTY=1): the redrawn
+                                 line framed for the terminal only, the plain lines for the
+                                 log only (TRACK_TEE_* below; launch.c separates them) */
 } track_progress_t;
+
+/* Framing of TRACK_PROGRESS_TEE output: TRACK_TEE_START, then TRACK_TEE_TERMINAL or
+ * TRACK_TEE_LOG, the bytes for that destination only, then TRACK_TEE_END. Bytes outside a
+ * frame go to both. The control characters never occur in the runner's own output. */
+#define TRACK_TEE_START '\x1e'
+#define TRACK_TEE_END '\x1f'
+#define TRACK_TEE_TERMINAL 'T'
+#define TRACK_TEE_LOG 'L'
 
 enum { TRACK_MAX_TAGS = 16 };
 
@@ -138,6 +152,11 @@ int track_step(track_t *t, const track_step_t *row, err_t *e);
 /* Reports one finished epoch (metrics.csv row, W&B history, TensorBoard scalars).
  * Returns 0 or -1 as track_step. */
 int track_epoch(track_t *t, const track_epoch_t *row, err_t *e);
+
+/* Evaluation progress (rank 0): batch of batches done (0 when it starts), images
+ * evaluated so far over all ranks. A terminal gets a redrawn line (epoch, batch/batches, images/s, ETA), at most
+ * about ten times a second; logs and pipes get nothing (the epoch line follows). */
+void track_eval_progress(track_t *t, int epoch, int64_t batch, int64_t batches, int64_t images);
 
 /* Sets a W&B summary value (wandb-summary.json; the offline log's summary record). */
 void track_summary(track_t *t, const char *key, double value);

@@ -76,6 +76,10 @@ typedef struct track_progress_sink {
     int64_t first_step;       /* first step seen by this process (ETA baseline) */
     double first_time;        /* monotonic seconds at first_step */
     double last_draw;         /* monotonic seconds of the last redraw */
+    bool tee;                 /* TRACK_PROGRESS_TEE framing (tty is true too) */
+    bool eval_open;           /* the open line is an evaluation line (cleared, not kept) */
+    int64_t eval_batch;       /* last evaluation batch shown */
+    double eval_t0;           /* monotonic seconds when this evaluation started */
 } track_progress_sink_t;
 
 void track_progress_init(track_progress_sink_t *p, FILE *out, track_progress_t mode,
@@ -84,6 +88,8 @@ void track_progress_step(track_progress_sink_t *p, const track_step_t *r, double
 void track_progress_epoch(track_progress_sink_t *p, const track_epoch_t *r);
 void track_progress_line(track_progress_sink_t *p, const char *line);
 void track_progress_finish(track_progress_sink_t *p);
+void track_progress_eval(track_progress_sink_t *p, int epoch, int64_t batch, int64_t batches, int64_t images,
+                         double now);
 /* Formats seconds as "1h02m03s" / "4m05s" / "6s" into buf. */
 void track_format_eta(double seconds, char *buf, size_t len);
 

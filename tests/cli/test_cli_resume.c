@@ -31,37 +31,6 @@ static const char *tiny =
     "logging: {print_every: 1}\n"
     "checkpoint: {every_epochs: 1, keep_last: 2, resume: never}\n";
 
-static int count_lines(const char *path) {
-    size_t n = 0;
-    char *s = test_read_file(path, &n);
-    if (!s) return 0;
-    int lines = 0;
-    for (size_t i = 0; i < n; i++) lines += s[i] == '\n';
-    free(s);
-    return lines;
-}
-
-/* Starts the runner on exp in the background and returns its pid. */
-static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[700];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_exit(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static char ref_dir[4096], run_dir[4096];
 
 static void sigint_then_resume_is_bit_exact(void) {
@@ -80,18 +49,18 @@ static void sigint_then_resume_is_bit_exact(void) {
     snprintf(root, sizeof root, "%s/int", tmp);
     char log[800];
     snprintf(log, sizeof log, "%s/int.log", tmp);
-    pid_t pid = spawn_runner(exp, root, log);
+    pid_t pid = spawn_runner_logged(exp, root, log);
     char steps[4300] = "";
     for (int i = 0; i < 3000; i++) {   /* up to 300 s on a loaded machine */
         char *d = only_run_dir(root, "tiny");
         if (d) {
             snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (count_lines(steps) >= 4) break;   /* header + 3 steps */
+            if (test_count_lines(steps) >= 4) break;   /* header + 3 steps */
         }
         usleep(100000);
     }
     kill(pid, SIGINT);
-    rc = wait_exit(pid);
+    rc = wait_exit_code(pid);
     CHECK_INT(rc, 130);
     char *d = only_run_dir(root, "tiny");
     CHECK(d != NULL);
@@ -138,8 +107,8 @@ static void sigint_then_resume_is_bit_exact(void) {
     char *ma = test_read_file(a, NULL), *mb = test_read_file(b, NULL);
     CHECK(ma && mb);
     if (ma && mb) {
-        CHECK_INT(count_lines(a), 4);
-        CHECK_INT(count_lines(b), 4);
+        CHECK_INT(test_count_lines(a), 4);
+        CHECK_INT(test_count_lines(b), 4);
         /* compare everything up to the timing columns of the last row */
         char *la = strrchr(ma, '\n'), *lb = strrchr(mb, '\n');
         *la = *lb = '\0';

@@ -25,8 +25,9 @@ except ImportError:
     print("skipped: PyTorch not installed")
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_export import CifarResNet, load_safetensors  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from torchvision_model import CifarResNet  # noqa: E402
+from torchvision_model import read_safetensors as load_safetensors  # noqa: E402
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)

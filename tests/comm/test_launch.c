@@ -127,6 +127,34 @@ static void test_tty_env(void) {
     free(l0); free(l1);
 }
 
+/* Rank 0's framed output (TRACK_PROGRESS_TEE) split into terminal and log, fed in every
+ * possible pair of chunks: the redraws reach only the terminal, the plain periodic line
+ * only the log, everything else both; no framing byte leaks. */
+static void test_tee_split(void) {
+    const char in[] = "run x\n\x1eT\repoch 1  step 1/4     \x1f\x1eLepoch 1  step 2/4\n\x1f"
+                      "\x1eT\repoch 1  step 2/4     \x1fwarning: w\n\x1eT\n\x1f"
+                      "epoch 1 done\n\x1eX?\x1f";
+    const char want_log[] = "run x\nepoch 1  step 2/4\nwarning: w\nepoch 1 done\n?";
+    const char want_tty[] = "run x\n\repoch 1  step 1/4     \repoch 1  step 2/4     warning: w\n\nepoch 1 done\n?";
+    size_t n = sizeof in - 1;
+    for (size_t cut = 0; cut <= n; cut++) {
+        char log[256], tty[256], lo[256], to[256];
+        size_t ln = 0, tn = 0, a, b;
+        int state = 0;
+        launch_tee_split(in, cut, &state, lo, &a, to, &b);
+        memcpy(log, lo, a); ln = a; memcpy(tty, to, b); tn = b;
+        launch_tee_split(in + cut, n - cut, &state, lo, &a, to, &b);
+        memcpy(log + ln, lo, a); ln += a; memcpy(tty + tn, to, b); tn += b;
+        log[ln] = tty[tn] = '\0';
+        if (strcmp(log, want_log) || strcmp(tty, want_tty)) {
+            fprintf(stderr, "cut at %zu\n", cut);
+            CHECK_STR(log, want_log);
+            CHECK_STR(tty, want_tty);
+            break;
+        }
+    }
+}
+
 /* Node 1 of 2 with 2 ranks each: global ranks 2 and 3, nothing teed (rank 0 is remote). */
 static void test_second_node_ranks(void) {
     char dir[4096];
@@ -378,6 +406,7 @@ int main(void) {
     TEST_RUN(test_worker_env_slurm);
     TEST_RUN(test_env_contract_logs_tee);
     TEST_RUN(test_tty_env);
+    TEST_RUN(test_tee_split);
     TEST_RUN(test_second_node_ranks);
     TEST_RUN(test_kill9_ends_run);
     TEST_RUN(test_failing_rank_log_tail);

@@ -91,18 +91,6 @@ static const char *interrupted_run(const char *exp, const char *root, const char
 
 static char exp_path[700], ref[4096];
 
-/* A free TCP port on 127.0.0.1 (bound, then closed). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    int ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l);
-    if (fd >= 0) close(fd);
-    return ok ? ntohs(a.sin_port) : -1;
-}
-
 static void sigint_then_resume_is_bit_exact(void) {
     char *exp = exp_path, root[800];
     dist_write_exp(exp, sizeof exp_path, tmp, "res", true, aug, 3);
@@ -237,7 +225,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     double stopped = dist_json_number(dir, "summary.json", "steps");
     CHECK(stopped >= 2 && stopped < 150);
     /* the ranks as torchrun would start them: same command, RANK/WORLD_SIZE/MASTER_* */
-    int port = free_port();
+    int port = dist_free_port();
     CHECK(port > 0);
     char l0[800], l1[800];
     snprintf(l0, sizeof l0, "%s/ext-rank0.log", tmp);

@@ -1,6 +1,10 @@
-/* test_util.c: JSON round trips and errors, half-precision rounding, the counter RNG. */
+/* test_util.c: JSON round trips and errors, half-precision rounding, the counter RNG,
+ * path expansion (~, ~user, $VAR). */
+#include <pwd.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "util/fs.h"
 #include "util/half.h"
 #include "util/json.h"
 #include "util/rng.h"
@@ -96,7 +100,51 @@ static void rng_counter_based(void) {
     for (int i = 0; i < 10; i++) CHECK_NEAR(hist[i], 10000, 400, 0);
 }
 
+/* path_expand: what a shell would have done to ~, ~user and $VAR; literal otherwise. */
+static void path_expansion(void) {
+    char out[256];
+    err_t e = {0};
+    setenv("HOME", "/home/tester", 1);
+    setenv("RUNNER_TEST_SCRATCH", "/scratch/u1", 1);
+    unsetenv("RUNNER_TEST_UNSET");
+    CHECK_INT(path_expand("~/runs", out, sizeof out, &e), 0);
+    CHECK_STR(out, "/home/tester/runs");
+    CHECK_INT(path_expand("~", out, sizeof out, &e), 0);
+    CHECK_STR(out, "/home/tester");
+    struct passwd *pw = getpwuid(getuid());
+    if (pw) {
+        char in[300], want[300];
+        snprintf(in, sizeof in, "~%s/fm", pw->pw_name);
+        snprintf(want, sizeof want, "%s/fm", pw->pw_dir);
+        CHECK_INT(path_expand(in, out, sizeof out, &e), 0);
+        CHECK_STR(out, want);
+    }
+    CHECK_INT(path_expand("$RUNNER_TEST_SCRATCH/data", out, sizeof out, &e), 0);
+    CHECK_STR(out, "/scratch/u1/data");
+    CHECK_INT(path_expand("a/${RUNNER_TEST_SCRATCH}x/b", out, sizeof out, &e), 0);
+    CHECK_STR(out, "a//scratch/u1x/b");
+    /* only a leading ~ is special; $$ and a lone $ are literal */
+    CHECK_INT(path_expand("data/~x/$$y/a$/$1", out, sizeof out, &e), 0);
+    CHECK_STR(out, "data/~x/$y/a$/$1");
+    CHECK_INT(path_expand("relative/path", out, sizeof out, &e), 0);
+    CHECK_STR(out, "relative/path");
+    /* errors: unset variable, unknown user, unclosed brace, too long */
+    CHECK_INT(path_expand("$RUNNER_TEST_UNSET/x", out, sizeof out, &e), -1);
+    CHECK_INT(e.code, ERR_INPUT);
+    CHECK_CONTAINS(e.msg, "environment variable RUNNER_TEST_UNSET is not set");
+    err_clear(&e);
+    CHECK_INT(path_expand("~no_such_user_xq/x", out, sizeof out, &e), -1);
+    CHECK_CONTAINS(e.msg, "there is no user no_such_user_xq");
+    err_clear(&e);
+    CHECK_INT(path_expand("${HOME", out, sizeof out, &e), -1);
+    CHECK_CONTAINS(e.msg, "closing }");
+    err_clear(&e);
+    CHECK_INT(path_expand("~/0123456789", out, 12, &e), -1);
+    CHECK_CONTAINS(e.msg, "longer than 11 bytes");
+}
+
 int main(void) {
+    TEST_RUN(path_expansion);
     TEST_RUN(json_roundtrip);
     TEST_RUN(json_errors);
     TEST_RUN(half_rounding);
