@@ -397,6 +397,19 @@ int safetensors_load_net(net_t *n, const char *path, err_t *e) {
     if (!net_backend(n)) return err_set(e, ERR_RUNTIME, "safetensors_load_net: net is not bound");
     safetensors_t *st = safetensors_open(path, 0, e);
     if (!st) return -1;
+    int rc = safetensors_load_net_from(n, st, NULL, e);
+    safetensors_close(st);
+    return rc;
+}
+
+/* True when name starts with prefix (a non-empty one). */
+static bool kept(const char *name, const char *prefix) {
+    return prefix && prefix[0] && !strncmp(name, prefix, strlen(prefix));
+}
+
+int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *keep_prefix, err_t *e) {
+    if (!net_backend(n)) return err_set(e, ERR_RUNTIME, "safetensors_load_net: net is not bound");
+    const char *path = st->path;
     int rc = -1;
     float *hp = malloc((n->n_params + 1) * sizeof(float));
     float *hb = malloc((n->n_buffers + 1) * sizeof(float));
@@ -411,13 +424,17 @@ int safetensors_load_net(net_t *n, const char *path, err_t *e) {
         goto done;
     }
     for (int i = 0; i < st->n; i++)
-        if (!net_find_tensor(n, st->t[i].name)) {
+        if (!kept(st->t[i].name, keep_prefix) && !net_find_tensor(n, st->t[i].name)) {
             err_set(e, ERR_INPUT, "%s: unexpected tensor %s (the model has no such parameter or buffer); "
                     "check model.arch and model.num_classes match the file", path, st->t[i].name);
             goto done;
         }
+    /* what is kept comes from the net itself */
+    if (keep_prefix && (net_download_params(n, hp, e) < 0 || net_download_buffers(n, hb, e) < 0)) goto done;
+    memcpy(cnt, n->counters, (size_t)n->n_counters * sizeof(int64_t));
     for (int i = 0; i < n->n_tensors; i++) {
         const net_tensor_t *t = &n->tensors[i];
+        if (kept(t->name, keep_prefix)) continue;
         const st_tensor_t *s = safetensors_find(st, t->name);
         if (!s) {
             err_set(e, ERR_INPUT, "%s: missing tensor %s; check model.arch matches the file", path, t->name);
@@ -457,7 +474,6 @@ done:
     free(hb);
     free(tmp);
     free(cnt);
-    safetensors_close(st);
     return rc;
 }
 

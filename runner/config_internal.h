@@ -59,7 +59,9 @@ enum {
     F_MD5 = 1 << 8,       /* 32 hex digits */
     F_URL = 1 << 9,       /* http://, https:// or file:// */
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
-    F_QUOTE = 1 << 11     /* string written quoted */
+    F_QUOTE = 1 << 11,    /* string written quoted */
+    F_HASH_NONZERO = 1 << 12 /* with F_HASH, K_ENUM: hashed only when not the first name (the
+                                default), so runs made before the key existed keep their hash */
 };
 
 typedef struct cfg_row {

@@ -42,7 +42,14 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     const char *arch = json_get_string(m, "arch", "");
     int inc = (int)json_get_number(m, "in_channels", 3), classes = (int)json_get_number(m, "num_classes", 10);
     int h = (int)json_get_number(m, "in_h", 32), w = (int)json_get_number(m, "in_w", 32);
-    if (!(n = resnet_build(arch, inc, classes, false, e))) goto out;
+    /* checkpoints from before model.stem existed are CIFAR-stem ones */
+    const char *stem = json_get_string(m, "stem", "cifar");
+    resnet_stem_t sk = !strcmp(stem, "imagenet") ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+    if (strcmp(stem, resnet_stem_name(sk))) {
+        err_set(e, ERR_INPUT, "%s: meta: unknown stem '%s' (cifar | imagenet)", ck, stem);
+        goto out;
+    }
+    if (!(n = resnet_build_stem(arch, sk, inc, classes, false, e))) goto out;
     backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
     if (!(be = backend_create(&bo, e))) goto out;
     if (net_bind(n, be, 1, h, w, DT_F32, e)) goto out;
@@ -61,9 +68,9 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     char steps[32], cls[16];
     snprintf(steps, sizeof steps, "%lld", (long long)json_get_number(m, "step", 0));
     snprintf(cls, sizeof cls, "%d", classes);
-    const char *keys[] = {"format", "arch", "num_classes", "step", "run_dir", "runner_commit"};
-    const char *vals[] = {"pt", arch, cls, steps, run_dir, runner_commit()};
-    rc = safetensors_save_net(n, out_path, keys, vals, 6, e);
+    const char *keys[] = {"format", "arch", "stem", "num_classes", "step", "run_dir", "runner_commit"};
+    const char *vals[] = {"pt", arch, stem, cls, steps, run_dir, runner_commit()};
+    rc = safetensors_save_net(n, out_path, keys, vals, 7, e);
 out:
     free(buf);
     json_free(m);

@@ -208,9 +208,31 @@ static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+/* model.stem resolved: auto takes torchvision's ImageNet stem (7x7/2 conv + max-pool) for
+ * inputs larger than 64 px, where the CIFAR stem's full-resolution layer1 would cost 16x
+ * the compute, and the CIFAR stem for CIFAR/Fashion-MNIST-sized ones, whose 32 px would
+ * shrink to 8 px before layer1. */
+static void plan_stem(const experiment_t *e, plan_t *p) {
+    const char *a = e->model.arch;
+    if (e->model.stem != STEM_AUTO) {
+        p->stem = e->model.stem == STEM_IMAGENET ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "model.stem: %s", resnet_stem_name(p->stem));
+    } else if (!resnet_has_imagenet_stem(a)) {
+        p->stem = RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %s has only the CIFAR stem", a);
+    } else {
+        bool large = p->height > 64 || p->width > 64;
+        p->stem = large ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %dx%d inputs are %s 64 px", p->height,
+                 p->width, large ? "larger than" : "at most");
+    }
+}
+
 static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     snprintf(p->arch, sizeof p->arch, "%s", e->model.arch);
-    net_t *n = resnet_build(e->model.arch, p->channels, p->num_classes, e->model.zero_init_residual, err);
+    plan_stem(e, p);
+    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
+                                 e->model.zero_init_residual, err);
     if (!n) return -1;
     bool cuda = !strcmp(p->device, "cuda");
     size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
@@ -333,6 +355,11 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     human_bytes((double)p->state_bytes, s, sizeof s);
     fprintf(f, "model        %s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch,
             (long long)p->param_count, p->forward_gflops_per_sample);
+    fprintf(f, "stem         %s (%s)\n", p->stem == RESNET_STEM_IMAGENET ?
+            "imagenet: conv 7x7/2 + max-pool 3x3/2" : "cifar: conv 3x3/1, no max-pool", p->stem_reason);
+    if (e->model.init_from[0])
+        fprintf(f, "init from    %s (classifier %s)\n", e->model.init_from,
+                e->model.init_head == INIT_HEAD_REINIT ? "re-initialised: model.init_head reinit" : "loaded too");
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
@@ -386,6 +413,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_arr_end(&w);
     jw_knum(&w, "lr_final", p->lr_final);
     jw_kstr(&w, "arch", p->arch);
+    jw_kstr(&w, "stem", resnet_stem_name(p->stem));
+    jw_kstr(&w, "stem_reason", p->stem_reason);
     jw_kint(&w, "param_count", p->param_count);
     jw_knum(&w, "forward_gflops_per_sample", p->forward_gflops_per_sample);
     jw_kint(&w, "activation_bytes", p->activation_bytes);
