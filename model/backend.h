@@ -203,6 +203,9 @@ struct backend {
     int device;
     int threads;
     err_t err;          /* the last failure of any op */
+    char notice[512];   /* what the backend did differently from what was asked, for the
+                           console ("" if nothing; the caller prints and clears it), e.g. a
+                           cuDNN fallback to a non-deterministic algorithm */
 };
 
 /* Creates a backend. kind BACKEND_CUDA in a build without CUDA, or on a machine without a

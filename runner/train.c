@@ -775,6 +775,11 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];
+        if (t.be->notice[0]) {   /* e.g. a cuDNN fallback while plan_device_work searched */
+            snprintf(line, sizeof line, "note: %.600s", t.be->notice);
+            track_console(t.track, line);
+            t.be->notice[0] = '\0';
+        }
         snprintf(line, sizeof line, "%s %.1023s: %.64s on %.8s, %lld steps", p->resumes ? "resuming" : "run", t.run_dir,
                  x->model.arch, p->device, (long long)p->total_steps);
         track_console(t.track, line);
