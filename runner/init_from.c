@@ -66,11 +66,28 @@ static int check_head(const safetensors_t *st, const net_t *n, const init_from_o
                    shape_of(b, sizeof b, t->ndim, t->shape), (long long)t->shape[0], (long long)f->shape[0]);
 }
 
-int init_from_load(net_t *n, const init_from_opts_t *o, err_t *e) {
+/* Opens o->path and runs every check; the file, or NULL with e set. */
+static safetensors_t *open_checked(const net_t *n, const init_from_opts_t *o, err_t *e) {
     safetensors_t *st = safetensors_open(o->path, 0, e);
+    if (st && (check_stem(st, n, o, e) || check_head(st, n, o, e) ||
+               safetensors_check_net(n, st, o->reinit_head ? "fc." : NULL, e))) {
+        safetensors_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+int init_from_check(const net_t *n, const init_from_opts_t *o, err_t *e) {
+    safetensors_t *st = open_checked(n, o, e);
+    int rc = st ? 0 : -1;
+    safetensors_close(st);
+    return rc;
+}
+
+int init_from_load(net_t *n, const init_from_opts_t *o, err_t *e) {
+    safetensors_t *st = open_checked(n, o, e);
     if (!st) return -1;
-    int rc = check_stem(st, n, o, e) || check_head(st, n, o, e) ||
-             safetensors_load_net_from(n, st, o->reinit_head ? "fc." : NULL, e) ? -1 : 0;
+    int rc = safetensors_load_net_from(n, st, o->reinit_head ? "fc." : NULL, e);
     safetensors_close(st);
     return rc;
 }

@@ -30,4 +30,8 @@ typedef struct init_from_opts {
 /* Loads o->path into the bound, initialised net n. */
 int init_from_load(net_t *n, const init_from_opts_t *o, err_t *e);
 
+/* Every check of init_from_load, on a net that need not be bound (the plan's), so that a
+ * bad file stops the run before its directory is created. */
+int init_from_check(const net_t *n, const init_from_opts_t *o, err_t *e);
+
 #endif

@@ -11,6 +11,7 @@
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "model/net.h"
+#include "runner/init_from.h"
 #include "model/resnet.h"
 #include "model/schedule.h"
 #include "runner/rundir.h"
@@ -234,6 +235,12 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
                                  e->model.zero_init_residual, err);
     if (!n) return -1;
+    init_from_opts_t io = {.path = e->model.init_from, .reinit_head = e->model.init_head == INIT_HEAD_REINIT,
+                           .arch = e->model.arch, .stem = p->stem, .stem_reason = p->stem_reason};
+    if (e->model.init_from[0] && init_from_check(n, &io, err)) {
+        net_free(n);
+        return err_wrap(err, "%s: model.init_from", e->source_path);
+    }
     bool cuda = !strcmp(p->device, "cuda");
     size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
     p->param_count = (int64_t)net_num_params(n);

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Loads a safetensors file written by `runner export` into the torchvision-style model
-with load_state_dict(strict=True) and runs a forward pass.
+with load_state_dict(strict=True) and runs a forward pass. The model is the one the file's
+metadata stem says: imagenet, torchvision.models.resnetNN(num_classes) itself (conv1 with
+IN_CHANNELS inputs); cifar (or none), its variant with a 3x3 conv1 and no max-pool.
 
 usage: check_export.py FILE ARCH NUM_CLASSES IN_CHANNELS STEPS
-Prints "loaded ARCH: N tensors, M parameters, logits finite, num_batches_tracked=STEPS".
+Prints "loaded ARCH (STEM stem): N tensors, M parameters, logits finite, num_batches_tracked=STEPS".
 Exit 0 on success. Reads safetensors with the standard library (Debian's PyTorch 1.13
 has no safetensors module)."""
 import json
@@ -72,9 +74,13 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def build(arch, classes, cin):
+def build(arch, classes, cin, stem="cifar"):
     if arch in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152"):
         m = getattr(torchvision.models, arch)(num_classes=classes)
+        if stem == "imagenet":  # torchvision's model as it is (conv1 7x7/2 + maxpool)
+            if cin != 3:
+                m.conv1 = nn.Conv2d(cin, 64, 7, 2, 3, bias=False)
+            return m
         m.conv1 = nn.Conv2d(cin, 64, 3, 1, 1, bias=False)
         m.maxpool = nn.Identity()
         return m
@@ -84,17 +90,18 @@ def build(arch, classes, cin):
 def main():
     path, arch, classes, cin, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     sd, meta = load_safetensors(path)
-    m = build(arch, classes, cin)
+    stem = meta.get("stem", "cifar")
+    m = build(arch, classes, cin, stem)
     m.load_state_dict(sd, strict=True)
     m.eval()
     with torch.no_grad():
-        y = m(torch.randn(2, cin, 32, 32))
+        y = m(torch.randn(2, cin, 64 if stem == "imagenet" else 32, 64 if stem == "imagenet" else 32))
     assert torch.isfinite(y).all(), "non-finite logits"
     nbt = {int(v) for k, v in sd.items() if k.endswith("num_batches_tracked")}
     assert nbt == {steps}, "num_batches_tracked %s, expected %d" % (nbt, steps)
     assert meta.get("arch") == arch, meta
-    print("loaded %s: %d tensors, %d parameters, logits finite, num_batches_tracked=%d"
-          % (arch, len(sd), sum(p.numel() for p in m.parameters()), steps))
+    print("loaded %s (%s stem): %d tensors, %d parameters, logits finite, num_batches_tracked=%d"
+          % (arch, stem, len(sd), sum(p.numel() for p in m.parameters()), steps))
 
 
 if __name__ == "__main__":
