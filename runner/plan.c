@@ -235,12 +235,6 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
                                  e->model.zero_init_residual, err);
     if (!n) return -1;
-    init_from_opts_t io = {.path = e->model.init_from, .reinit_head = e->model.init_head == INIT_HEAD_REINIT,
-                           .arch = e->model.arch, .stem = p->stem, .stem_reason = p->stem_reason};
-    if (e->model.init_from[0] && init_from_check(n, &io, err)) {
-        net_free(n);
-        return err_wrap(err, "%s: model.init_from", e->source_path);
-    }
     bool cuda = !strcmp(p->device, "cuda");
     size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
     p->param_count = (int64_t)net_num_params(n);
@@ -257,6 +251,20 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
                                (e->amp.enabled ? net_num_params(n) * elem : 0));
     net_free(n);
     return 0;
+}
+
+/* model.init_from checked against the net a new run builds, so a bad file stops it before
+ * its directory exists (a resumed run takes its weights from the checkpoint instead). */
+static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
+    if (!e->model.init_from[0] || p->resumes) return 0;
+    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
+                                 e->model.zero_init_residual, err);
+    if (!n) return -1;
+    init_from_opts_t io = {.path = e->model.init_from, .reinit_head = e->model.init_head == INIT_HEAD_REINIT,
+                           .arch = e->model.arch, .stem = p->stem, .stem_reason = p->stem_reason};
+    int rc = init_from_check(n, &io, err);
+    net_free(n);
+    return rc ? err_wrap(err, "%s: model.init_from", e->source_path) : 0;
 }
 
 /* Which run directory, and whether it resumes. */
@@ -316,7 +324,7 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
         plan_model(e, p, err))
         return -1;
     if (req && req->for_worker) return 0;
-    return plan_rundir(e, req, p, err);
+    return plan_rundir(e, req, p, err) || plan_init_from(e, p, err) ? -1 : 0;
 }
 
 static void human_bytes(double b, char *out, size_t len) {

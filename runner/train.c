@@ -217,7 +217,9 @@ static int setup_model(trainer_t *t, err_t *e) {
     if (net_init(t->net, x->seed, e)) return -1;
     init_from_opts_t io = {.path = x->model.init_from, .reinit_head = x->model.init_head == INIT_HEAD_REINIT,
                            .arch = x->model.arch, .stem = t->p->stem, .stem_reason = t->p->stem_reason};
-    if (x->model.init_from[0] && init_from_load(t->net, &io, e)) return err_wrap(e, "model.init_from");
+    /* a resumed run takes every weight from its checkpoint */
+    if (x->model.init_from[0] && !t->p->resumes && init_from_load(t->net, &io, e))
+        return err_wrap(e, "model.init_from");
     if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, t->p->height, t->p->width, e))) return -1;
 
     optim_opts_t oo = {0};

@@ -1,26 +1,31 @@
 /* test_cli_imagenet.c: the ImageNet stem and fine-tuning from torchvision weights through
  * the CLI, as a user drives them.
  *
- *  - model.stem auto: `runner plan` says imagenet for 72x72 inputs and why, cifar for
- *    32x32 and for resnet20; plan.json carries stem and stem_reason.
+ *  - model.stem auto: `runner plan` says imagenet for 66x66 inputs and why, cifar for
+ *    64x64 and for resnet20; plan.json carries stem and stem_reason; imagenet for resnet20
+ *    is exit 2.
  *  - A resnet18 ImageNet-stem run (DDP, 2 ranks on the CPU) exports safetensors that load
  *    with strict=True into torchvision.models.resnet18(num_classes=5) itself, and a resnet50
  *    one into torchvision.models.resnet50; resuming the resnet18 run with model.stem: cifar
- *    is refused (exit 2, naming model.stem).
- *  - Fine-tuning (needs Debian's python3-torchvision, else those cases are skipped): a
- *    torchvision resnet18(num_classes=10) with its own random init is saved as .pth and
- *    converted by scripts/torchvision_weights.py; with lr 1e-30 (so weights stay put to
- *    far below fp32 resolution, while the whole training path runs):
+ *    is refused (exit 2, naming model.stem). fp16 AMP: stopped after epoch 1 and resumed
+ *    gives every parameter, running statistic and counter of the uninterrupted run.
+ *  - scripts/torchvision_weights.py converts a torchvision resnet18(num_classes=10) .pth
+ *    (torchvision's init, 3 training forwards: running statistics moved, counters 3), and
+ *    the same weights saved the legacy way ({"model": {"module." + name}}, no counters) to
+ *    the same values; a text file and a wrong --arch are exit 2 with one message.
+ *  - Fine-tuning from that file, with lr 1e-30 (the weights stay put to far below fp32
+ *    resolution while the whole training path runs):
  *      strict, 10 classes: the exported parameters are torchvision's (atol 1e-20), and
- *        num_batches_tracked counts on from the file's (running statistics move with the
- *        two training forwards, as they would in PyTorch);
- *      reinit, 5 classes: every weight but fc.* is torchvision's, and fc.* equals that of
- *        a run from scratch with the same seed (the run's own init);
+ *        num_batches_tracked goes on from the file's 3 to 5;
+ *      reinit, 5 classes: every parameter but fc.* is torchvision's, and fc.* equals that
+ *        of a run from scratch with the same seed (the run's own init);
  *      strict, 5 classes: exit 2 naming both fc shapes and model.init_head: reinit,
- *        before any run directory is made;
- *      into a CIFAR-stem net (32x32 inputs): exit 2 naming model.stem: imagenet.
- * That the runner's logits equal torchvision's for the same weights is
- * tests/golden/test_golden_stem.c's job (the same converted file, compared in float64).
+ *        before any run directory is made; into a CIFAR-stem net (32x32 inputs): exit 2
+ *        naming model.stem: imagenet; into resnet34: exit 2 naming the file's arch.
+ * The torchvision checks run in one python process at the end (torchvision_check.py);
+ * without Debian's python3-torchvision they are skipped. That the runner's logits equal
+ * torchvision's for the same weights is tests/golden/test_golden_stem.c's job (the same
+ * converter, compared in float64).
  */
 #include "tests/cli/cli_util.h"
 
@@ -77,16 +82,16 @@ static int python(const char *script_args) {
 }
 
 static void plan_says_which_stem(void) {
-    write_exp("auto", "resnet18", 72, 5, NULL);
+    write_exp("auto", "resnet18", 66, 5, NULL);
     char args[2000];
     snprintf(args, sizeof args, "plan %s/auto.yaml", tmp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "stem         imagenet: conv 7x7/2 + max-pool 3x3/2 (auto: 72x72 inputs are larger than 64 px)");
+    CHECK_CONTAINS(out, "stem         imagenet: conv 7x7/2 + max-pool 3x3/2 (auto: 66x66 inputs are larger than 64 px)");
     CHECK_CONTAINS(out, "resnet18, 11179077 parameters");   /* torchvision's resnet18(num_classes=5) */
     snprintf(args, sizeof args, "plan %s/auto.yaml --json", tmp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"stem\": \"imagenet\"");
-    CHECK_CONTAINS(out, "\"stem_reason\": \"auto: 72x72 inputs are larger than 64 px\"");
+    CHECK_CONTAINS(out, "\"stem_reason\": \"auto: 66x66 inputs are larger than 64 px\"");
     snprintf(args, sizeof args, "plan %s/auto.yaml --set data.synthetic.image=[3,64,64]", tmp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "stem         cifar: conv 3x3/1, no max-pool (auto: 64x64 inputs are at most 64 px)");
@@ -101,10 +106,20 @@ static void plan_says_which_stem(void) {
     CHECK_CONTAINS(out, "model.stem: imagenet: resnet20 is a CIFAR ResNet");
 }
 
-/* DDP (2 ranks, shm) with the ImageNet stem; export loads into torchvision's own
- * resnet18; a resume that would build the CIFAR stem is refused. */
+/* Checks for the one python run at the end (torch takes seconds to import). */
+static char py_checks[16384];
+
+static void py_check(const char *fmt, const char *a, const char *b, const char *c) {
+    size_t n = strlen(py_checks);
+    snprintf(py_checks + n, sizeof py_checks - n, "%s", n ? " ';' " : "");
+    n = strlen(py_checks);
+    snprintf(py_checks + n, sizeof py_checks - n, fmt, a, b, c);
+}
+
+/* DDP (2 ranks, shm) with the ImageNet stem; export (torchvision's own resnet18 loads it,
+ * checked at the end); a resume that would build the CIFAR stem is refused. */
 static void imagenet_stem_run_export_resume(void) {
-    write_exp("r18", "resnet18", 72, 5, NULL);
+    write_exp("r18", "resnet18", 66, 5, NULL);
     CHECK_INT(train("r18", "--set parallel.mode=ddp --set parallel.world_size=2"), 0);
     const char *file = export_run("r18");
     CHECK(file != NULL);
@@ -115,13 +130,7 @@ static void imagenet_stem_run_export_resume(void) {
     CHECK(hdr && memmem(hdr, n, conv1, strlen(conv1)) != NULL);
     CHECK(hdr && memmem(hdr, n, stem, strlen(stem)) != NULL);
     free(hdr);
-    if (have_torch) {
-        char args[5000];
-        snprintf(args, sizeof args, "%s/tests/cli/check_export.py %s resnet18 5 3 2", test_source_dir(), file);
-        CHECK_INT(python(args), 0);
-        CHECK_CONTAINS(out, "loaded resnet18 (imagenet stem): 122 tensors, 11179077 parameters, logits finite, "
-                            "num_batches_tracked=2");
-    }
+    py_check("export %s resnet18 5 3 2%s%s", file, "", "");
     char root[700], args[2000];
     snprintf(root, sizeof root, "%s/r18", tmp);
     const char *d = only_run_dir(root, "r18");
@@ -137,17 +146,68 @@ static void imagenet_stem_run_export_resume(void) {
                         "stem (model.stem: cifar); resume with model.stem: imagenet");
 }
 
+/* fp16 AMP with the ImageNet stem: stopped after epoch 1 and resumed == uninterrupted,
+ * every parameter, running statistic and counter (compared at the end). */
+static void imagenet_stem_amp_resume_exact(void) {
+    write_exp("whole", "resnet18", 66, 5, NULL);
+    write_exp("parts", "resnet18", 66, 5, NULL);
+    const char *amp = "--set amp.enabled=true --set amp.dtype=fp16 --set train.epochs=2";
+    CHECK_INT(train("whole", amp), 0);
+    char sets[600], root[700], args[2000];
+    snprintf(sets, sizeof sets, "%s --set train.max_steps=2", amp);
+    CHECK_INT(train("parts", sets), 0);
+    snprintf(root, sizeof root, "%s/parts", tmp);
+    const char *d = only_run_dir(root, "parts");
+    CHECK(d != NULL);
+    if (!d) return;
+    snprintf(args, sizeof args, "resume %s --set train.max_steps=null", d);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "continuing at step 2 (epoch 2)");
+    char whole[4200];
+    const char *f = export_run("whole");
+    CHECK(f != NULL);
+    snprintf(whole, sizeof whole, "%s", f ? f : "");
+    f = export_run("parts");
+    CHECK(f != NULL);
+    if (f && whole[0]) py_check("compare %s %s --buffers --atol 0%s", whole, f, "");
+}
+
 static void resnet50_export_loads(void) {
     write_exp("r50", "resnet50", 64, 7, NULL);
     CHECK_INT(train("r50", "--set model.stem=imagenet --set train.batch_size=2 --set data.synthetic.train_size=2 "
                            "--set data.synthetic.val_size=2"), 0);
     const char *file = export_run("r50");
     CHECK(file != NULL);
-    if (!file || !have_torch) return;
-    char args[5000];
-    snprintf(args, sizeof args, "%s/tests/cli/check_export.py %s resnet50 7 3 1", test_source_dir(), file);
+    if (file) py_check("export %s resnet50 7 3 1%s%s", file, "", "");
+}
+
+/* scripts/torchvision_weights.py: a plain state dict, a legacy checkpoint dict with
+ * "module." names and no num_batches_tracked, and its refusals (exit 2, one message). */
+static bool convert_torchvision(const char *pth, const char *st) {
+    char args[5000], legacy[700], legacy_st[700], text[700];
+    snprintf(legacy, sizeof legacy, "%s/legacy.pth", tmp);
+    snprintf(legacy_st, sizeof legacy_st, "%s/legacy.safetensors", tmp);
+    snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py make resnet18 10 5 %s ';' make resnet18 10 5 %s legacy",
+             test_source_dir(), pth, legacy);
     CHECK_INT(python(args), 0);
-    CHECK_CONTAINS(out, "loaded resnet50 (imagenet stem): 320 tensors, 23522375 parameters");
+    snprintf(args, sizeof args, "%s/scripts/torchvision_weights.py %s %s --arch resnet18", test_source_dir(), pth, st);
+    CHECK_INT(python(args), 0);
+    CHECK_CONTAINS(out, "resnet18, imagenet stem, 10 classes, 3 input channels, 122 tensors");
+    snprintf(args, sizeof args, "%s/scripts/torchvision_weights.py %s %s", test_source_dir(), legacy, legacy_st);
+    CHECK_INT(python(args), 0);
+    CHECK_CONTAINS(out, "resnet18, imagenet stem, 10 classes, 3 input channels, 122 tensors");
+    py_check("compare %s %s --atol 0%s", legacy_st, st, "");   /* same values, counters added */
+    snprintf(text, sizeof text, "%s/notes.pth", tmp);
+    test_write_file(text, "not a checkpoint\n");
+    snprintf(args, sizeof args, "/usr/bin/python3 %s/scripts/torchvision_weights.py %s %s/x.safetensors",
+             test_source_dir(), text, tmp);
+    CHECK_INT(test_run_cmd(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "notes.pth: cannot be read as a PyTorch file");
+    snprintf(args, sizeof args, "/usr/bin/python3 %s/scripts/torchvision_weights.py %s %s/x.safetensors --arch resnet50",
+             test_source_dir(), pth, tmp);
+    CHECK_INT(test_run_cmd(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "holds resnet18 weights, not resnet50; use --arch resnet18 (and model.arch: resnet18)");
+    return access(st, R_OK) == 0;
 }
 
 static void finetune_from_torchvision(void) {
@@ -155,34 +215,27 @@ static void finetune_from_torchvision(void) {
         printf("  (no PyTorch/torchvision at /usr/bin/python3: fine-tuning cases skipped)\n");
         return;
     }
-    char pth[700], st[700], args[5000];
+    static char pth[700], st[700];
     snprintf(pth, sizeof pth, "%s/tv_resnet18.pth", tmp);
     snprintf(st, sizeof st, "%s/tv_resnet18.safetensors", tmp);
-    snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py make resnet18 10 5 %s", test_source_dir(), pth);
-    CHECK_INT(python(args), 0);
-    snprintf(args, sizeof args, "%s/scripts/torchvision_weights.py %s %s --arch resnet18", test_source_dir(), pth, st);
-    CHECK_INT(python(args), 0);
-    CHECK_CONTAINS(out, "resnet18, imagenet stem, 10 classes, 3 input channels, 122 tensors");
+    if (!convert_torchvision(pth, st)) return;
 
-    /* strict, classes match: the weights are torchvision's */
-    char sets[2000];
-    write_exp("ft_strict", "resnet18", 72, 10, NULL);
+    /* strict, classes match: the parameters are torchvision's, the counters go on from
+     * the file's 3 (2 steps: 5) */
+    char sets[2000], args[5000];
+    write_exp("ft_strict", "resnet18", 66, 10, NULL);
     snprintf(sets, sizeof sets, "--set model.init_from=%s --set optimizer.lr=1e-30 --set optimizer.momentum=0", st);
     CHECK_INT(train("ft_strict", sets), 0);
     const char *file = export_run("ft_strict");
     CHECK(file != NULL);
     if (file) {
-        snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py compare %s %s --atol 1e-20",
-                 test_source_dir(), file, pth);
-        CHECK_INT(python(args), 0);
-        CHECK_CONTAINS(out, "compare: 62 tensors within 1e-20");   /* every parameter */
-        snprintf(args, sizeof args, "%s/tests/cli/check_export.py %s resnet18 10 3 2", test_source_dir(), file);
-        CHECK_INT(python(args), 0);   /* the file's counters were 0; 2 steps since */
+        py_check("compare %s %s --atol 1e-20%s", file, pth, "");   /* 62 parameters */
+        py_check("export %s resnet18 10 3 5%s%s", file, "", "");
     }
 
     /* reinit with 5 classes: everything but fc.* from the file, fc.* the run's own init */
-    write_exp("ft_reinit", "resnet18", 72, 5, NULL);
-    write_exp("scratch", "resnet18", 72, 5, NULL);
+    write_exp("ft_reinit", "resnet18", 66, 5, NULL);
+    write_exp("scratch", "resnet18", 66, 5, NULL);
     snprintf(sets, sizeof sets, "--set model.init_from=%s --set model.init_head=reinit --set optimizer.lr=1e-30 "
              "--set optimizer.momentum=0", st);
     CHECK_INT(train("ft_reinit", sets), 0);
@@ -194,17 +247,12 @@ static void finetune_from_torchvision(void) {
     const char *scratch_file = export_run("scratch");
     CHECK(scratch_file != NULL);
     if (file && scratch_file) {
-        snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py compare %s %s --skip fc. --atol 1e-20",
-                 test_source_dir(), reinit_file, pth);
-        CHECK_INT(python(args), 0);
-        CHECK_CONTAINS(out, "compare: 60 tensors within 1e-20");
-        snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py compare %s %s --only fc. --atol 1e-20",
-                 test_source_dir(), reinit_file, scratch_file);
-        CHECK_INT(python(args), 0);
-        CHECK_CONTAINS(out, "compare: 2 tensors within 1e-20");
+        py_check("compare %s %s --skip fc. --atol 1e-20%s", reinit_file, pth, "");
+        py_check("compare %s %s --only fc. --atol 1e-20%s", reinit_file, scratch_file, "");
     }
 
-    /* strict with 5 classes: the error names both shapes and the key */
+    /* strict with 5 classes: the error names both shapes and the key, before any run
+     * directory is made */
     snprintf(sets, sizeof sets, "--set model.init_from=%s", st);
     snprintf(args, sizeof args, "%s/ft_reinit.yaml --set output.root=%s/bad %s", tmp, tmp, sets);
     CHECK_INT(run_runner(args, out, sizeof out), 2);
@@ -212,7 +260,7 @@ static void finetune_from_torchvision(void) {
                         "set model.init_head: reinit");
     char bad_dir[700];
     snprintf(bad_dir, sizeof bad_dir, "%s/bad/ft_reinit", tmp);
-    CHECK(access(bad_dir, F_OK) != 0);   /* refused at the plan: no run directory made */
+    CHECK(access(bad_dir, F_OK) != 0);
     /* a 7x7-stem file into a CIFAR-stem net */
     write_exp("ft_cifar", "resnet18", 32, 10, NULL);
     snprintf(args, sizeof args, "%s/ft_cifar.yaml --set output.root=%s/bad %s", tmp, tmp, sets);
@@ -227,13 +275,36 @@ static void finetune_from_torchvision(void) {
                         "set model.arch: resnet18");
 }
 
+/* Everything collected above, in one interpreter. */
+static void torchvision_checks(void) {
+    if (!have_torch) {
+        printf("  (no PyTorch/torchvision at /usr/bin/python3: strict loads into torchvision not checked)\n");
+        return;
+    }
+    char args[sizeof py_checks + 200];
+    snprintf(args, sizeof args, "%s/tests/cli/torchvision_check.py %s", test_source_dir(), py_checks);
+    CHECK_INT(python(args), 0);
+    CHECK_CONTAINS(out, "loaded resnet18 (imagenet stem): 122 tensors, 11179077 parameters, logits finite, "
+                        "num_batches_tracked=2");
+    CHECK_CONTAINS(out, "loaded resnet50 (imagenet stem): 320 tensors, 23522375 parameters");
+    CHECK_CONTAINS(out, "compare: 122 tensors within 0");   /* resumed == uninterrupted */
+    CHECK_CONTAINS(out, "compare: 62 tensors within 0");    /* legacy conversion == plain */
+    CHECK_CONTAINS(out, "compare: 62 tensors within 1e-20");   /* strict: torchvision's parameters */
+    CHECK_CONTAINS(out, "loaded resnet18 (imagenet stem): 122 tensors, 11181642 parameters, logits finite, "
+                        "num_batches_tracked=5");
+    CHECK_CONTAINS(out, "compare: 60 tensors within 1e-20");   /* reinit: all but fc.* */
+    CHECK_CONTAINS(out, "compare: 2 tensors within 1e-20");    /* reinit: fc.* as from scratch */
+}
+
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     have_torch = test_run_cmd("/usr/bin/python3 -c 'import torch, torchvision'", NULL, 0) == 0;
     TEST_RUN(plan_says_which_stem);
     TEST_RUN(imagenet_stem_run_export_resume);
+    TEST_RUN(imagenet_stem_amp_resume_exact);
     TEST_RUN(resnet50_export_loads);
     TEST_RUN(finetune_from_torchvision);
+    TEST_RUN(torchvision_checks);
     int rc = test_main_end();
     if (rc == 0) {
         char cmd[700];

@@ -1,16 +1,23 @@
 #!/usr/bin/python3
-"""torchvision_check.py: the torchvision side of tests/cli/test_cli_imagenet.c.
+"""torchvision_check.py: the torchvision side of tests/cli/test_cli_imagenet.c. Runs one or
+more commands, separated by ";" arguments (one interpreter start for several checks:
+importing torch takes seconds).
 
-  make ARCH CLASSES SEED OUT.pth
+  make ARCH CLASSES SEED OUT.pth [legacy]
       torchvision.models.ARCH(num_classes=CLASSES) with torchvision's own init under
-      torch.manual_seed(SEED), saved as a plain state dict (what torch.save(model.state_dict())
-      writes; the converter's input).
-  compare A B [--skip PREFIX] [--only PREFIX] [--atol X]
-      A, B: .safetensors or .pth state dicts. Every tensor in both (minus --skip, or only
-      --only) must exist in both with the same shape and, for floating tensors, agree within
-      X (default 0); counters and BN running statistics (which any training forward
-      updates) are not compared. Prints "compare: N tensors within X".
-Exit 0 when everything holds; anything else is a failure with a message.
+      torch.manual_seed(SEED), then 3 train-mode forwards of random batches (so the BN
+      running statistics are not the init's and num_batches_tracked is 3), saved as a plain
+      state dict. legacy: as old checkpoints and DDP training scripts save them instead:
+      {"model": {"module." + name: tensor}}, without num_batches_tracked.
+  compare A B [--skip PREFIX] [--only PREFIX] [--atol X] [--buffers]
+      A, B: .safetensors or plain .pth state dicts. The tensors of both (minus --skip, or
+      only --only) must be the same names and shapes, and the floating ones agree within X
+      (default 0). BN running statistics (which any training forward moves) are compared
+      only with --buffers; counters, exactly, only then too. Prints "compare: N tensors
+      within X".
+  export FILE ARCH CLASSES IN_CHANNELS STEPS
+      check_export.py's strict load into torchvision's model (see there).
+Exit 0 when everything holds; a failed check raises (exit 1) with its message.
 """
 import os
 import sys
@@ -19,47 +26,82 @@ import torch
 import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_export import load_safetensors  # noqa: E402
+import check_export  # noqa: E402
 
 
 def load(path):
     if path.endswith(".safetensors"):
-        return load_safetensors(path)[0]
+        return check_export.load_safetensors(path)[0]
     return torch.load(path, map_location="cpu")
 
 
-def main():
-    cmd, args = sys.argv[1], sys.argv[2:]
-    if cmd == "make":
-        arch, classes, seed, out = args[0], int(args[1]), int(args[2]), args[3]
-        torch.manual_seed(seed)
-        torch.save(getattr(torchvision.models, arch)(num_classes=classes).state_dict(), out)
-        print("made %s(num_classes=%d) -> %s" % (arch, classes, out))
-        return
-    a, b = load(args[0]), load(args[1])
+def make(arch, classes, seed, out, legacy=None):
+    torch.manual_seed(int(seed))
+    m = getattr(torchvision.models, arch)(num_classes=int(classes))
+    m.train()
+    with torch.no_grad():
+        for _ in range(3):
+            m(torch.randn(2, 3, 64, 64))
+    sd = m.state_dict()
+    if legacy:
+        sd = {"model": {"module." + k: v for k, v in sd.items() if "num_batches_tracked" not in k}}
+    torch.save(sd, out)
+    print("made %s(num_classes=%s)%s -> %s" % (arch, classes, " (legacy format)" if legacy else "", out))
+
+
+def compare(a_path, b_path, *opts):
+    a, b = load(a_path), load(b_path)
     skip = only = None
-    atol = 0.0
-    rest = args[2:]
-    while rest:
-        k, v, rest = rest[0], rest[1], rest[2:]
+    atol, buffers = 0.0, False
+    opts = list(opts)
+    while opts:
+        k = opts.pop(0)
+        if k == "--buffers":
+            buffers = True
+            continue
+        v = opts.pop(0)
         if k == "--skip":
             skip = v
         elif k == "--only":
             only = v
         elif k == "--atol":
             atol = float(v)
-    keys = [k for k in a if (not skip or not k.startswith(skip)) and (not only or k.startswith(only))]
-    other = [k for k in b if (not skip or not k.startswith(skip)) and (not only or k.startswith(only))]
-    assert sorted(keys) == sorted(other), "tensor sets differ: %s" % sorted(set(keys) ^ set(other))[:5]
+
+    def chosen(k):
+        return (not skip or not k.startswith(skip)) and (not only or k.startswith(only))
+
+    keys = sorted(k for k in a if chosen(k))
+    other = sorted(k for k in b if chosen(k))
+    assert keys == other, "tensor sets differ: %s" % sorted(set(keys) ^ set(other))[:5]
     n = 0
     for k in keys:
         assert a[k].shape == b[k].shape, "%s: shape %s vs %s" % (k, list(a[k].shape), list(b[k].shape))
-        if not a[k].is_floating_point() or ".running_" in k:
-            continue
+        if ".running_" in k or "num_batches_tracked" in k:
+            if not buffers:
+                continue
         d = (a[k].double() - b[k].double()).abs().max().item() if a[k].numel() else 0.0
         assert d <= atol, "%s: differs by %g > %g" % (k, d, atol)
         n += 1
     print("compare: %d tensors within %g" % (n, atol))
+
+
+def export(path, arch, classes, cin, steps):
+    sys.argv = ["check_export.py", path, arch, classes, cin, steps]
+    check_export.main()
+
+
+def main():
+    cmds, cur = [], []
+    for a in sys.argv[1:]:
+        if a == ";":
+            cmds.append(cur)
+            cur = []
+        else:
+            cur.append(a)
+    cmds.append(cur)
+    for c in cmds:
+        if c:
+            {"make": make, "compare": compare, "export": export}[c[0]](*c[1:])
 
 
 if __name__ == "__main__":
