@@ -50,6 +50,16 @@ typedef struct conv_shape {
     int p, q;
 } conv_shape_t;
 
+/* The geometry of one max-pool (PyTorch max_pool2d, dilation 1, ceil_mode false): input
+ * NHWC (n, h, w, c), a kernel x kernel window moved by stride over the input padded by pad
+ * on each side with -inf (pad <= kernel / 2), output NPQC (n, p, q, c) with
+ * p = (h + 2*pad - kernel) / stride + 1 and likewise q. */
+typedef struct pool_shape {
+    int n, h, w, c;
+    int kernel, stride, pad;
+    int p, q;
+} pool_shape_t;
+
 typedef struct backend backend_t;
 
 /* Step control: the numbers one optimizer step reads and writes, kept in backend memory
@@ -126,6 +136,15 @@ typedef struct backend_ops {
     /* global average pool NHWC (n, hw, c) -> (n, c) */
     int (*avgpool_fwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
     int (*avgpool_bwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
+    /* max pool (pool_shape_t). Each output is the first maximum of its window in window
+     * order (rows, then columns; padding never wins), a NaN taking over as torch's kernel
+     * does (`v > max || isnan(v)`); y is that input element itself, so half data is exact
+     * selection. Backward recomputes the argmax from x and writes dx (overwritten) = the
+     * sum of dy over the windows whose argmax each input element is, added in output
+     * order (as torch's CPU kernel) in fp32 and rounded once. */
+    int (*maxpool_fwd)(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y);
+    int (*maxpool_bwd)(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x,
+                       const void *dy, void *dx);
     /* fully connected: y[n,out] = x[n,in] w[out,in]^T + b[out] */
     int (*linear_fwd)(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
                       const void *w, const float *b, void *y);
@@ -184,6 +203,9 @@ struct backend {
     int device;
     int threads;
     err_t err;          /* the last failure of any op */
+    char notice[512];   /* what the backend did differently from what was asked, for the
+                           console ("" if nothing; the caller prints and clears it), e.g. a
+                           cuDNN fallback to a non-deterministic algorithm */
 };
 
 /* Creates a backend. kind BACKEND_CUDA in a build without CUDA, or on a machine without a

@@ -18,9 +18,9 @@
 #include "util/rng.h"
 
 const char *const node_kind_names[NODE_KIND_COUNT] = {
-    "conv", "bn", "bn_relu", "bn_add_relu", "relu", "add", "avgpool", "linear",
+    "conv", "bn", "bn_relu", "bn_add_relu", "relu", "add", "avgpool", "linear", "maxpool",
 };
-_Static_assert(NODE_KIND_COUNT == 8, "node_kind_names must list every node kind");
+_Static_assert(NODE_KIND_COUNT == 9, "node_kind_names must list every node kind");
 
 net_t *net_create(int in_channels, err_t *e) {
     if (in_channels < 1 || in_channels > 4096) {
@@ -201,6 +201,18 @@ int net_add_avgpool(net_t *n, int input, err_t *e) {
     return add_node(n, NODE_AVGPOOL, "", input, NET_NO_INPUT, e);
 }
 
+int net_add_maxpool(net_t *n, int input, int kernel, int stride, int pad, err_t *e) {
+    if (kernel < 1 || stride < 1 || pad < 0 || 2 * pad > kernel)
+        return err_set(e, ERR_INPUT, "net: maxpool: bad geometry (kernel %d, stride %d, pad %d; pad must "
+                       "be at most half the kernel)", kernel, stride, pad);
+    int i = add_node(n, NODE_MAXPOOL, "", input, NET_NO_INPUT, e);
+    if (i < 0) return -1;
+    n->nodes[i].kernel = kernel;
+    n->nodes[i].stride = stride;
+    n->nodes[i].pad = pad;
+    return i;
+}
+
 /* The linear layer's input features are fixed at bind time (they depend on the input
  * size unless a global pool precedes it); its tensors are sized from the channels when
  * the input is an avgpool, which is how every ResNet ends. */
@@ -317,6 +329,19 @@ static int plan_net(const net_t *n, int in_h, int in_w, plan_t *p, err_t *e) {
                                "use larger images", in_h, in_w, d->prefix, ih, iw, d->kernel, d->kernel);
             }
             p->h[i] = oh; p->w[i] = ow; p->c[i] = d->out_c;
+            break;
+        }
+        case NODE_MAXPOOL: {
+            if (ih + 2 * d->pad < d->kernel || iw + 2 * d->pad < d->kernel) {
+                free(slot_busy);
+                plan_free(p);
+                return err_set(e, ERR_INPUT, "net: input %dx%d is too small: the max pool sees %dx%d, "
+                               "less than its %dx%d window; use larger images", in_h, in_w, ih, iw,
+                               d->kernel, d->kernel);
+            }
+            p->h[i] = (ih + 2 * d->pad - d->kernel) / d->stride + 1;
+            p->w[i] = (iw + 2 * d->pad - d->kernel) / d->stride + 1;
+            p->c[i] = ic;
             break;
         }
         case NODE_AVGPOOL: p->h[i] = 1; p->w[i] = 1; p->c[i] = ic; break;

@@ -1,7 +1,7 @@
 /* net.h: a network as an ordered list of nodes over flat parameter/gradient/buffer arrays.
  *
  * What it is. A net_t holds nodes (conv, bn, bn_relu, bn_add_relu, relu, add, avgpool,
- * linear) in forward order, each naming its input nodes (NET_INPUT = the image batch).
+ * linear, maxpool) in forward order, each naming its input nodes (NET_INPUT = the image batch).
  * Every parameter lives in ONE contiguous fp32 array in forward (node) order; gradients
  * live in a second array with the identical layout; BN running statistics
  * (running_mean, running_var of every BN, in node order) in a third ("buffers");
@@ -28,7 +28,7 @@
  * BN: momentum 0.1, eps 1e-5 (torch defaults); training uses batch statistics and
  * updates the running ones (unbiased variance), eval uses the running ones and updates
  * nothing. What this file does not do: autodiff for arbitrary graphs, grouped or dilated
- * convolutions, max-pool, dropout.
+ * convolutions, dropout.
  */
 #ifndef RUNNER_MODEL_NET_H
 #define RUNNER_MODEL_NET_H
@@ -53,6 +53,7 @@ typedef enum {
     NODE_ADD,           /* inputs[0] + inputs[1] */
     NODE_AVGPOOL,       /* global average pool (n, h, w, c) -> (n, 1, 1, c) */
     NODE_LINEAR,        /* y = x w^T + b over the flattened input */
+    NODE_MAXPOOL,       /* max pool (kernel, stride, pad; torch's max_pool2d, see backend.h) */
     NODE_KIND_COUNT
 } node_kind_t;
 extern const char *const node_kind_names[NODE_KIND_COUNT]; /* "conv", "bn", ... */
@@ -134,6 +135,9 @@ int net_add_bn(net_t *n, const char *prefix, node_kind_t kind, int input, int sh
 int net_add_relu(net_t *n, int input, err_t *e);
 int net_add_add(net_t *n, int a, int b, err_t *e);
 int net_add_avgpool(net_t *n, int input, err_t *e);
+/* kernel x kernel max pool moved by stride over the input padded with -inf by pad
+ * (pad <= kernel / 2, as torch requires); the ImageNet stem's is 3, 2, 1. */
+int net_add_maxpool(net_t *n, int input, int kernel, int stride, int pad, err_t *e);
 int net_add_linear(net_t *n, const char *prefix, int input, int out_features, err_t *e);
 
 /* ---- introspection (valid right after building) ---- */

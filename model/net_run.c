@@ -44,6 +44,17 @@ static conv_shape_t conv_geom(const net_t *n, int i, int batch) {
     return s;
 }
 
+/* The pool_shape of maxpool node i for batch rows. */
+static pool_shape_t pool_geom(const net_t *n, int i, int batch) {
+    const node_t *d = &n->nodes[i];
+    int a = d->in[0];
+    pool_shape_t s = {.n = batch, .kernel = d->kernel, .stride = d->stride, .pad = d->pad,
+                      .p = d->h, .q = d->w, .c = d->c};
+    s.h = a == NET_INPUT ? n->in_h : n->nodes[a].h;
+    s.w = a == NET_INPUT ? n->in_w : n->nodes[a].w;
+    return s;
+}
+
 /* The weight a conv/linear computes with: the half shadow under AMP, else the master. */
 static const void *node_weight(const net_t *n, const node_t *d) {
     if (n->shadow) return net_act_at(n, n->shadow, d->w_off);
@@ -107,6 +118,11 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
             const node_t *a = d->in[0] == NET_INPUT ? NULL : &n->nodes[d->in[0]];
             int hw = a ? a->h * a->w : n->in_h * n->in_w;
             OP(be->ops->avgpool_fwd(be, batch, hw, d->c, n->dt, in0, d->y), "avgpool forward");
+            break;
+        }
+        case NODE_MAXPOOL: {
+            pool_shape_t s = pool_geom(n, i, batch);
+            OP(be->ops->maxpool_fwd(be, &s, n->dt, in0, d->y), "maxpool forward");
             break;
         }
         case NODE_LINEAR: {
@@ -251,6 +267,11 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
     case NODE_AVGPOOL: {
         int hw = a >= 0 ? n->nodes[a].h * n->nodes[a].w : n->in_h * n->in_w;
         if (dx) OP(be->ops->avgpool_bwd(be, batch, hw, d->c, n->dt, dy, dx), "avgpool backward");
+        break;
+    }
+    case NODE_MAXPOOL: {
+        pool_shape_t s = pool_geom(n, i, batch);
+        if (dx) OP(be->ops->maxpool_bwd(be, &s, n->dt, x, dy, dx), "maxpool backward");
         break;
     }
     case NODE_LINEAR: {

@@ -3,7 +3,8 @@
  * A block is built as: [downsample.0 conv -> downsample.1 bn] (when the shape changes),
  * conv1 -> bn1 (bn_relu) -> conv2 -> [bn2 (bn_relu) -> conv3 ->] last bn as
  * bn_add_relu(branch, shortcut). Parameters are laid out in this node order.
- * What it does not do: the ImageNet stem (7x7 conv + max-pool), grouped/wide variants.
+ * The stem is conv1 -> bn1 (bn_relu) [-> max-pool 3x3/2 pad 1 for the ImageNet stem].
+ * What it does not do: grouped/wide variants (resnext, wide_resnet).
  */
 #include "model/resnet.h"
 
@@ -71,8 +72,23 @@ static int add_block(net_t *n, const char *name, int x, int in_c, int width, int
     return net_add_bn(n, p, NODE_BN_ADD_RELU, h, shortcut, zero_init, e);
 }
 
+const char *resnet_stem_name(resnet_stem_t stem) {
+    return stem == RESNET_STEM_IMAGENET ? "imagenet" : "cifar";
+}
+
+bool resnet_has_imagenet_stem(const char *arch) {
+    for (int i = 0; i < N_ARCHS; i++)
+        if (arch && !strcmp(arch, ARCHS[i].name)) return !ARCHS[i].cifar_he;
+    return false;
+}
+
 net_t *resnet_build(const char *arch, int in_channels, int num_classes, bool zero_init_residual,
                     err_t *e) {
+    return resnet_build_stem(arch, RESNET_STEM_CIFAR, in_channels, num_classes, zero_init_residual, e);
+}
+
+net_t *resnet_build_stem(const char *arch, resnet_stem_t stem, int in_channels, int num_classes,
+                         bool zero_init_residual, err_t *e) {
     const arch_t *a = NULL;
     for (int i = 0; i < N_ARCHS; i++)
         if (arch && !strcmp(arch, ARCHS[i].name)) a = &ARCHS[i];
@@ -85,11 +101,19 @@ net_t *resnet_build(const char *arch, int in_channels, int num_classes, bool zer
         err_set(e, ERR_INPUT, "model.num_classes: %d out of range [1, 1000000]", num_classes);
         return NULL;
     }
+    bool imagenet = stem == RESNET_STEM_IMAGENET;
+    if (imagenet && a->cifar_he) {
+        err_set(e, ERR_INPUT, "model.stem: imagenet: %s is a CIFAR ResNet (He et al.) and has only the "
+                "CIFAR stem; use model.stem: cifar (or auto), or resnet18/34/50/101/152", a->name);
+        return NULL;
+    }
     net_t *n = net_create(in_channels, e);
     if (!n) return NULL;
     int stem_c = a->cifar_he ? 16 : 64;
-    int h = net_add_conv(n, "conv1", NET_INPUT, stem_c, 3, 1, 1, e);
+    int h = imagenet ? net_add_conv(n, "conv1", NET_INPUT, stem_c, 7, 2, 3, e)
+                     : net_add_conv(n, "conv1", NET_INPUT, stem_c, 3, 1, 1, e);
     if (h < 0 || (h = net_add_bn(n, "bn1", NODE_BN_RELU, h, -2, false, e)) < 0) goto fail;
+    if (imagenet && (h = net_add_maxpool(n, h, 3, 2, 1, e)) < 0) goto fail;
     int in_c = stem_c, stages = a->cifar_he ? 3 : 4;
     for (int s = 0; s < stages; s++) {
         int width = (a->cifar_he ? 16 : 64) << s;

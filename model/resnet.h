@@ -1,8 +1,11 @@
-/* resnet.h: ResNet builders (torchvision naming) for CIFAR-sized and Fashion-MNIST inputs.
+/* resnet.h: ResNet builders (torchvision naming) for CIFAR-sized, Fashion-MNIST and
+ * ImageNet-sized inputs.
  *
  * resnet18/34/50/101/152: torchvision BasicBlock/Bottleneck (v1.5: stride on the 3x3
- * conv) with the CIFAR stem: conv1 3x3 stride 1 pad 1 (no bias), bn1, relu, NO max-pool;
- * layer1..4 of widths 64/128/256/512 (x4 for Bottleneck), strides 1/2/2/2; a 1x1
+ * conv) with one of two stems: the CIFAR stem, conv1 3x3 stride 1 pad 1 (no bias), bn1,
+ * relu, NO max-pool; or torchvision's ImageNet stem, conv1 7x7 stride 2 pad 3 (no bias),
+ * bn1, relu, max-pool 3x3 stride 2 pad 1 (tensors and shapes then are exactly those of
+ * torchvision.models.resnetNN(num_classes)); layer1..4 of widths 64/128/256/512 (x4 for Bottleneck), strides 1/2/2/2; a 1x1
  * conv + BN downsample (downsample.0 / downsample.1) where the shape changes; global
  * average pool; fc.
  * resnet20/32/44/56/110: He et al. (2016) CIFAR ResNets: conv1 3x3 16, bn1, relu, three
@@ -28,11 +31,24 @@
 extern "C" {
 #endif
 
-/* Builds arch ("resnet18" ... "resnet152", "resnet20" ... "resnet110") for in_channels
- * input channels and num_classes outputs. Unknown arch or bad sizes: NULL with ERR_INPUT
+/* Builds arch ("resnet18" ... "resnet152", "resnet20" ... "resnet110") with the CIFAR
+ * stem for in_channels input channels and num_classes outputs. Unknown arch or bad sizes: NULL with ERR_INPUT
  * naming the valid architectures. The net is unbound; see net_bind / net_init. */
 net_t *resnet_build(const char *arch, int in_channels, int num_classes, bool zero_init_residual,
                     err_t *e);
+
+/* The stem of resnet18..152 (resnet20..110 have only the CIFAR one). */
+typedef enum { RESNET_STEM_CIFAR = 0, RESNET_STEM_IMAGENET = 1 } resnet_stem_t;
+/* "cifar" | "imagenet" */
+const char *resnet_stem_name(resnet_stem_t stem);
+
+/* resnet_build with a choice of stem. RESNET_STEM_IMAGENET for an architecture without
+ * one (resnet20..110) is ERR_INPUT naming model.stem. */
+net_t *resnet_build_stem(const char *arch, resnet_stem_t stem, int in_channels, int num_classes,
+                         bool zero_init_residual, err_t *e);
+
+/* True for the architectures that have the ImageNet stem (resnet18..152). */
+bool resnet_has_imagenet_stem(const char *arch);
 
 /* True if arch is one resnet_build accepts. */
 bool resnet_arch_valid(const char *arch);

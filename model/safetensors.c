@@ -402,6 +402,47 @@ int safetensors_load_net(net_t *n, const char *path, err_t *e) {
     if (!net_backend(n)) return err_set(e, ERR_RUNTIME, "safetensors_load_net: net is not bound");
     safetensors_t *st = safetensors_open(path, 0, e);
     if (!st) return -1;
+    int rc = safetensors_load_net_from(n, st, NULL, e);
+    safetensors_close(st);
+    return rc;
+}
+
+/* True when name starts with prefix (a non-empty one). */
+static bool kept(const char *name, const char *prefix) {
+    return prefix && prefix[0] && !strncmp(name, prefix, strlen(prefix));
+}
+
+int safetensors_check_net(const net_t *n, const safetensors_t *st, const char *keep_prefix, err_t *e) {
+    const char *path = st->path;
+    for (int i = 0; i < st->n; i++)
+        if (!kept(st->t[i].name, keep_prefix) && !net_find_tensor(n, st->t[i].name))
+            return err_set(e, ERR_INPUT, "%s: unexpected tensor %s (the model has no such parameter or buffer); "
+                           "check model.arch and model.num_classes match the file", path, st->t[i].name);
+    for (int i = 0; i < n->n_tensors; i++) {
+        const net_tensor_t *t = &n->tensors[i];
+        if (kept(t->name, keep_prefix)) continue;
+        const st_tensor_t *s = safetensors_find(st, t->name);
+        if (!s) return err_set(e, ERR_INPUT, "%s: missing tensor %s; check model.arch matches the file", path, t->name);
+        bool same = s->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+        if (!same) {
+            char a[96], b[96];
+            return err_set(e, ERR_INPUT, "%s: tensor %s has shape %s, expected %s; check model.arch, "
+                           "model.num_classes and the input channels", path, t->name,
+                           shape_str(a, sizeof a, s->ndim, s->shape), shape_str(b, sizeof b, t->ndim, t->shape));
+        }
+        bool int_dtype = s->dtype == ST_I64 || s->dtype == ST_I32 || s->dtype == ST_U8;
+        if (t->store != NET_STORE_COUNTER && int_dtype)
+            return err_set(e, ERR_INPUT, "%s: tensor %s is %s, expected a float dtype (F32, F16, BF16)", path,
+                           t->name, st_dtype_names[s->dtype]);
+    }
+    return 0;
+}
+
+int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *keep_prefix, err_t *e) {
+    if (!net_backend(n)) return err_set(e, ERR_RUNTIME, "safetensors_load_net: net is not bound");
+    if (safetensors_check_net(n, st, keep_prefix, e)) return -1;
+    const char *path = st->path;
     int rc = -1;
     float *hp = malloc((n->n_params + 1) * sizeof(float));
     float *hb = malloc((n->n_buffers + 1) * sizeof(float));
@@ -415,36 +456,16 @@ int safetensors_load_net(net_t *n, const char *path, err_t *e) {
         err_set(e, ERR_RUNTIME, "%s: out of memory loading weights", path);
         goto done;
     }
-    for (int i = 0; i < st->n; i++)
-        if (!net_find_tensor(n, st->t[i].name)) {
-            err_set(e, ERR_INPUT, "%s: unexpected tensor %s (the model has no such parameter or buffer); "
-                    "check model.arch and model.num_classes match the file", path, st->t[i].name);
-            goto done;
-        }
+    /* what is kept comes from the net itself */
+    if (keep_prefix && (net_download_params(n, hp, e) < 0 || net_download_buffers(n, hb, e) < 0)) goto done;
+    memcpy(cnt, n->counters, (size_t)n->n_counters * sizeof(int64_t));
     for (int i = 0; i < n->n_tensors; i++) {
         const net_tensor_t *t = &n->tensors[i];
-        const st_tensor_t *s = safetensors_find(st, t->name);
-        if (!s) {
-            err_set(e, ERR_INPUT, "%s: missing tensor %s; check model.arch matches the file", path, t->name);
-            goto done;
-        }
-        bool same = s->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-        if (!same) {
-            char a[96], b[96];
-            err_set(e, ERR_INPUT, "%s: tensor %s has shape %s, expected %s; check model.arch, "
-                    "model.num_classes and the input channels", path, t->name,
-                    shape_str(a, sizeof a, s->ndim, s->shape), shape_str(b, sizeof b, t->ndim, t->shape));
-            goto done;
-        }
+        if (kept(t->name, keep_prefix)) continue;
+        const st_tensor_t *s = safetensors_find(st, t->name);   /* checked above */
         if (t->store == NET_STORE_COUNTER) {
             if (safetensors_read_i64(st, s, &cnt[t->offset], e) < 0) goto done;
             continue;
-        }
-        if (s->dtype == ST_I64 || s->dtype == ST_I32 || s->dtype == ST_U8) {
-            err_set(e, ERR_INPUT, "%s: tensor %s is %s, expected a float dtype (F32, F16, BF16)", path,
-                    t->name, st_dtype_names[s->dtype]);
-            goto done;
         }
         float *dst = (t->store == NET_STORE_PARAM ? hp : hb) + t->offset;
         if (t->conv_weight) {
@@ -462,7 +483,6 @@ done:
     free(hb);
     free(tmp);
     free(cnt);
-    safetensors_close(st);
     return rc;
 }
 

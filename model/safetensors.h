@@ -88,6 +88,15 @@ int safetensors_write(const char *path, const st_entry_t *entries, int n,
  * and sets the counters. */
 int safetensors_load_net(net_t *n, const char *path, err_t *e);
 
+/* safetensors_load_net from a file already open. keep_prefix (may be NULL): tensors whose
+ * names start with it (e.g. "fc.") are neither required nor read, whatever their shape
+ * in the file, and keep the values the net has (fine-tuning with a fresh classifier). */
+int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *keep_prefix, err_t *e);
+
+/* The checks of safetensors_load_net_from alone (names, shapes, dtypes; the net need not
+ * be bound), so a run can refuse a file before it creates anything. */
+int safetensors_check_net(const net_t *n, const safetensors_t *st, const char *keep_prefix, err_t *e);
+
 /* Writes every param, buffer and counter of the bound net n with torchvision names and
  * shapes (F32, counters I64), atomically. meta may be NULL/0 pairs. */
 int safetensors_save_net(net_t *n, const char *path, const char *const *meta_keys,

@@ -34,6 +34,8 @@ void config_defaults(experiment_t *e) {
     e->data.synthetic.image[1] = 32;
     e->data.synthetic.image[2] = 32;
     e->data.synthetic.classes = 10;
+    e->model.stem = STEM_AUTO;
+    e->model.init_head = INIT_HEAD_STRICT;
     e->optimizer.name = OPT_SGD;
     e->optimizer.lr = 0.1;
     e->optimizer.momentum = 0.9;
@@ -127,6 +129,15 @@ static void file_stem(const char *path, char *out, size_t cap) {
     if (dot && dot != out) *dot = '\0';
 }
 
+/* True for the architectures with torchvision's ImageNet stem (model/resnet.c; the He et
+ * al. CIFAR ResNets have none). Restated here: the config layer links no model code. */
+static bool has_imagenet_stem(const char *arch) {
+    static const char *const a[] = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
+        if (!strcmp(arch, a[i])) return true;
+    return false;
+}
+
 /* Dataset-dependent defaults and the checks that involve more than one key. */
 static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     experiment_t *x = &st->x;
@@ -173,6 +184,11 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                         "model.num_classes %d is less than the %d classes of %s; use at least "
                         "%d (or 0 for the dataset's)",
                         x->model.num_classes, classes, ds->name, classes);
+    if (x->model.stem == STEM_IMAGENET && !has_imagenet_stem(x->model.arch))
+        return cfg_fail(c, at(st, "model.stem"),
+                        "model.stem: imagenet: %s is a CIFAR ResNet (He et al.) with only the CIFAR "
+                        "stem; use model.stem: cifar (or auto), or resnet18|34|50|101|152",
+                        x->model.arch);
     if (!st->set[row_of("data.augment.random_crop.size")]) x->data.augment.crop_size = side;
     if (x->data.augment.random_crop &&
         x->data.augment.crop_size > side + 2 * x->data.augment.crop_padding)

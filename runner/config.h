@@ -30,6 +30,8 @@ typedef enum { PREC_NONE = 0, PREC_FP16, PREC_BF16 } precision_t; /* amp.dtype, 
 typedef enum { OPT_SGD = 0, OPT_ADAMW } optim_name_t;
 typedef enum { SCHED_CONSTANT = 0, SCHED_MULTISTEP, SCHED_COSINE } sched_name_t;
 typedef enum { WANDB_DISABLED = 0, WANDB_ONLINE, WANDB_OFFLINE } wandb_mode_t;
+typedef enum { STEM_AUTO = 0, STEM_CIFAR, STEM_IMAGENET } model_stem_t;
+typedef enum { INIT_HEAD_STRICT = 0, INIT_HEAD_REINIT } init_head_t;
 
 typedef struct experiment {
     char name[CFG_STR];           /* default: the file's stem */
@@ -74,6 +76,8 @@ typedef struct experiment {
                                      dataset's count, so loaded experiments hold > 0 */
         bool zero_init_residual;  /* false */
         char init_from[CFG_PATH]; /* "" = none */
+        model_stem_t stem;        /* auto: imagenet for inputs larger than 64 px (plan.c) */
+        init_head_t init_head;    /* strict: fc.* must match init_from; reinit: fresh fc */
     } model;
 
     struct {

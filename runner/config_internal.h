@@ -60,7 +60,9 @@ enum {
     F_URL = 1 << 9,       /* http://, https:// or file:// */
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
     F_QUOTE = 1 << 11,    /* string written quoted */
-    F_PATH = 1 << 12      /* a path: leading ~ / ~user and $VAR expanded (util/fs.h) */
+    F_PATH = 1 << 12,     /* a path: leading ~ / ~user and $VAR expanded (util/fs.h) */
+    F_HASH_NONZERO = 1 << 13 /* with F_HASH, K_ENUM: hashed only when not the first name (the
+                                default), so runs made before the key existed keep their hash */
 };
 
 typedef struct cfg_row {

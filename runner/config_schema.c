@@ -32,6 +32,8 @@ static const char *const PRECS[] = {"none", "fp16", "bf16"};
 static const char *const MODES[] = {"single", "dp", "ddp"};
 static const char *const BACKENDS[] = {"auto", "nccl", "shm"};
 static const char *const WANDB[] = {"disabled", "online", "offline"};
+static const char *const STEMS[] = {"auto", "cifar", "imagenet"};
+static const char *const INIT_HEADS[] = {"strict", "reinit"};
 
 /* Shorthands for the common row shapes. */
 #define ROW_INT(k, f, lo, hi, fl, doc) {k, K_INT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
@@ -89,13 +91,17 @@ const cfg_row_t cfg_rows[] = {
             "synthetic label count"),
 
     ROW_NAME("model.arch", model.arch, ARCHS, F_HASH,
-             "resnet18|34|50|101|152 (CIFAR stem) | resnet20|32|44|56|110"),
+             "resnet18|34|50|101|152 | resnet20|32|44|56|110 (CIFAR stem only)"),
     ROW_INT("model.num_classes", model.num_classes, 0, 100000, F_HASH,
             "classifier outputs (0 in the file: the dataset's)"),
     ROW_BOOL("model.zero_init_residual", model.zero_init_residual, F_HASH,
              "zero the last BN gamma of each residual branch"),
     ROW_STR("model.init_from", model.init_from, F_NULLABLE | F_HASH | F_PATH,
             "null | a .safetensors file with torchvision-style names"),
+    ROW_ENUM("model.stem", model.stem, STEMS, F_HASH | F_HASH_NONZERO,
+             "auto | cifar (3x3 conv) | imagenet (7x7/2 conv + 3x3/2 max-pool); auto: imagenet above 64 px"),
+    ROW_ENUM("model.init_head", model.init_head, INIT_HEADS, F_HASH | F_HASH_NONZERO,
+             "strict: fc.* of init_from must fit | reinit: fresh fc, the rest loaded"),
 
     ROW_ENUM("optimizer.name", optimizer.name, OPTIMS, F_HASH, "sgd | adamw"),
     ROW_FLT("optimizer.lr", optimizer.lr, 0, INF, F_LO_OPEN | F_HASH,
@@ -191,7 +197,8 @@ const int cfg_n_rows = (int)(sizeof cfg_rows / sizeof cfg_rows[0]);
 _Static_assert(sizeof(device_t) == sizeof(int) && sizeof(par_mode_t) == sizeof(int) &&
                    sizeof(comm_backend_t) == sizeof(int) && sizeof(precision_t) == sizeof(int) &&
                    sizeof(optim_name_t) == sizeof(int) && sizeof(sched_name_t) == sizeof(int) &&
-                   sizeof(wandb_mode_t) == sizeof(int),
+                   sizeof(wandb_mode_t) == sizeof(int) && sizeof(model_stem_t) == sizeof(int) &&
+                   sizeof(init_head_t) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
 

@@ -238,6 +238,7 @@ uint64_t config_hash(const experiment_t *e) {
     for (int i = 0; i < cfg_n_rows; i++) {
         const cfg_row_t *r = &cfg_rows[i];
         if (!(r->flags & F_HASH)) continue;
+        if ((r->flags & F_HASH_NONZERO) && r->kind == K_ENUM && *(const int *)CFIELD(e, r) == 0) continue;
         cfg_format_value(r, e, val, sizeof val);
         h = fnv1a(h, r->key);
         h = fnv1a(h, "=");

@@ -78,7 +78,14 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     const char *arch = json_get_string(m, "arch", "");
     int inc = (int)json_get_number(m, "in_channels", 3), classes = (int)json_get_number(m, "num_classes", 10);
     int h = (int)json_get_number(m, "in_h", 32), w = (int)json_get_number(m, "in_w", 32);
-    if (!(n = resnet_build(arch, inc, classes, false, e))) goto out;
+    /* checkpoints from before model.stem existed are CIFAR-stem ones */
+    const char *stem = json_get_string(m, "stem", "cifar");
+    resnet_stem_t sk = !strcmp(stem, "imagenet") ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+    if (strcmp(stem, resnet_stem_name(sk))) {
+        err_set(e, ERR_INPUT, "%s: meta: unknown stem '%s' (cifar | imagenet)", ck, stem);
+        goto out;
+    }
+    if (!(n = resnet_build_stem(arch, sk, inc, classes, false, e))) goto out;
     backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
     if (!(be = backend_create(&bo, e))) goto out;
     if (net_bind(n, be, 1, h, w, DT_F32, e)) goto out;
@@ -98,7 +105,7 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     export_info_t *in = info ? info : &local;
     memset(in, 0, sizeof *in);
     snprintf(in->arch, sizeof in->arch, "%s", arch);
-    snprintf(in->stem, sizeof in->stem, "%s", json_get_string(m, "stem", "cifar"));
+    snprintf(in->stem, sizeof in->stem, "%s", stem);
     const char *slash = strrchr(ck, '/');
     snprintf(in->checkpoint, sizeof in->checkpoint, "%.63s", slash ? slash + 1 : ck);
     in->in_channels = inc;

@@ -12,6 +12,7 @@
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "model/net.h"
+#include "runner/init_from.h"
 #include "model/resnet.h"
 #include "model/schedule.h"
 #include "runner/rundir.h"
@@ -244,6 +245,26 @@ static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+/* model.stem resolved: auto takes torchvision's ImageNet stem (7x7/2 conv + max-pool) for
+ * inputs larger than 64 px, where the CIFAR stem's full-resolution layer1 would cost 16x
+ * the compute, and the CIFAR stem for CIFAR/Fashion-MNIST-sized ones, whose 32 px would
+ * shrink to 8 px before layer1. */
+static void plan_stem(const experiment_t *e, plan_t *p) {
+    const char *a = e->model.arch;
+    if (e->model.stem != STEM_AUTO) {
+        p->stem = e->model.stem == STEM_IMAGENET ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "model.stem: %s", resnet_stem_name(p->stem));
+    } else if (!resnet_has_imagenet_stem(a)) {
+        p->stem = RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %s has only the CIFAR stem", a);
+    } else {
+        bool large = p->height > 64 || p->width > 64;
+        p->stem = large ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %dx%d inputs are %s 64 px", p->height,
+                 p->width, large ? "larger than" : "at most");
+    }
+}
+
 static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     snprintf(p->arch, sizeof p->arch, "%s", e->model.arch);
     struct stat st;
@@ -252,7 +273,9 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
         return err_set(err, ERR_INPUT, "%s: model.init_from: %s is not a readable file; give a .safetensors file "
                        "with torchvision names (e.g. from runner export), or null", e->source_path,
                        e->model.init_from);
-    net_t *n = resnet_build(e->model.arch, p->channels, p->num_classes, e->model.zero_init_residual, err);
+    plan_stem(e, p);
+    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
+                                 e->model.zero_init_residual, err);
     if (!n) return -1;
     bool cuda = !strcmp(p->device, "cuda");
     size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
@@ -295,6 +318,20 @@ static void note_changed_config(const experiment_t *e, const char *other, plan_t
     if (n > 8) snprintf(p->changes + (a < sizeof p->changes ? a : sizeof p->changes - 1),
                         a < sizeof p->changes ? sizeof p->changes - a : 1, ", and %d more", n - 8);
     if (n == 0) snprintf(p->changes, sizeof p->changes, "its checkpoint's configuration hash differs");
+}
+
+/* model.init_from checked against the net a new run builds, so a bad file stops it before
+ * its directory exists (a resumed run takes its weights from the checkpoint instead). */
+static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
+    if (!e->model.init_from[0] || p->resumes) return 0;
+    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
+                                 e->model.zero_init_residual, err);
+    if (!n) return -1;
+    init_from_opts_t io = {.path = e->model.init_from, .reinit_head = e->model.init_head == INIT_HEAD_REINIT,
+                           .arch = e->model.arch, .stem = p->stem, .stem_reason = p->stem_reason};
+    int rc = init_from_check(n, &io, err);
+    net_free(n);
+    return rc ? err_wrap(err, "%s: model.init_from", e->source_path) : 0;
 }
 
 /* Which run directory, and whether it resumes. */
@@ -358,7 +395,7 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
         plan_model(e, p, err))
         return -1;
     if (req && req->for_worker) return 0;
-    return plan_rundir(e, req, p, err);
+    return plan_rundir(e, req, p, err) || plan_init_from(e, p, err) ? -1 : 0;
 }
 
 static void human_bytes(double b, char *out, size_t len) {
@@ -412,6 +449,11 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     human_bytes((double)p->state_bytes, s, sizeof s);
     fprintf(f, "model        %s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch,
             (long long)p->param_count, p->forward_gflops_per_sample);
+    fprintf(f, "stem         %s (%s)\n", p->stem == RESNET_STEM_IMAGENET ?
+            "imagenet: conv 7x7/2 + max-pool 3x3/2" : "cifar: conv 3x3/1, no max-pool", p->stem_reason);
+    if (e->model.init_from[0])
+        fprintf(f, "init from    %s (classifier %s)\n", e->model.init_from,
+                e->model.init_head == INIT_HEAD_REINIT ? "re-initialised: model.init_head reinit" : "loaded too");
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
@@ -470,6 +512,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_arr_end(&w);
     jw_knum(&w, "lr_final", p->lr_final);
     jw_kstr(&w, "arch", p->arch);
+    jw_kstr(&w, "stem", resnet_stem_name(p->stem));
+    jw_kstr(&w, "stem_reason", p->stem_reason);
     jw_kint(&w, "param_count", p->param_count);
     jw_knum(&w, "forward_gflops_per_sample", p->forward_gflops_per_sample);
     jw_kint(&w, "activation_bytes", p->activation_bytes);

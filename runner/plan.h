@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model/resnet.h"
 #include "runner/config.h"
 #include "util/err.h"
 
@@ -64,6 +65,8 @@ typedef struct plan {
     double lr_final;           /* lr of the last step */
     /* model */
     char arch[32];
+    resnet_stem_t stem;        /* model.stem resolved (auto: by the input size) */
+    char stem_reason[160];     /* why, for the plan: "auto: 224x224 inputs are larger than 64 px" */
     int64_t param_count;
     double forward_gflops_per_sample;
     int64_t activation_bytes;  /* per rank, for micro_batch */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "model/resnet.h"
-#include "model/safetensors.h"
+#include "runner/init_from.h"
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
 #include "util/json.h"
@@ -206,7 +206,8 @@ static int setup_model(trainer_t *t, err_t *e) {
     const experiment_t *x = t->e;
     int replicas = t->dp_mode ? t->p->world_size : 1;
     for (int i = 0; i < replicas; i++) {
-        net_t *n = resnet_build(x->model.arch, t->p->channels, t->p->num_classes, x->model.zero_init_residual, e);
+        net_t *n = resnet_build_stem(x->model.arch, t->p->stem, t->p->channels, t->p->num_classes,
+                                     x->model.zero_init_residual, e);
         if (!n) return -1;
         t->replica_net[i] = n;
         if (net_bind(n, t->replica_be[i], t->p->per_device_batch, t->p->height, t->p->width, t->act_dt, e))
@@ -214,7 +215,10 @@ static int setup_model(trainer_t *t, err_t *e) {
     }
     t->net = t->replica_net[0];
     if (net_init(t->net, x->seed, e)) return -1;
-    if (x->model.init_from[0] && safetensors_load_net(t->net, x->model.init_from, e))
+    init_from_opts_t io = {.path = x->model.init_from, .reinit_head = x->model.init_head == INIT_HEAD_REINIT,
+                           .arch = x->model.arch, .stem = t->p->stem, .stem_reason = t->p->stem_reason};
+    /* a resumed run takes every weight from its checkpoint */
+    if (x->model.init_from[0] && !t->p->resumes && init_from_load(t->net, &io, e))
         return err_wrap(e, "model.init_from");
     if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, t->p->height, t->p->width, e))) return -1;
 
@@ -761,6 +765,11 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     if (setup_tracking(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];
+        if (t.be->notice[0]) {   /* e.g. a cuDNN fallback while plan_device_work searched */
+            snprintf(line, sizeof line, "note: %.600s", t.be->notice);
+            track_console(t.track, line);
+            t.be->notice[0] = '\0';
+        }
         snprintf(line, sizeof line, "%s %.1023s: %.64s on %.8s, %lld steps", p->resumes ? "resuming" : "run", t.run_dir,
                  x->model.arch, p->device, (long long)p->total_steps);
         track_console(t.track, line);

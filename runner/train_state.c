@@ -6,7 +6,7 @@
  * Sections: "meta" (JSON: architecture, sizes, world size, step, epoch position,
  * epoch accumulators, best top-1, loss-scaler state, optimizer step count, BN counters,
  * W&B run id), "params", "buffers", one "optim.<state>" per optimizer state array, and
- * "resolved.yaml" (for people). Restoring checks the architecture, class count and
+ * "resolved.yaml" (for people). Restoring checks the architecture, stem, class count and
  * parameter count (another model is refused) and the data-parallel world size (a
  * different world size would visit other samples, so it is refused rather than being
  * silently inexact). A corrupt or truncated checkpoint is reported and the next older
@@ -47,13 +47,13 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_init(&w, f, true);
     jw_obj_begin(&w);
     jw_kstr(&w, "arch", t->e->model.arch);
+    jw_kstr(&w, "stem", resnet_stem_name(t->p->stem));
     jw_kint(&w, "in_channels", net_in_channels(t->net));
     jw_kint(&w, "num_classes", net_num_classes(t->net));
     jw_kint(&w, "in_h", t->p->height);
     jw_kint(&w, "in_w", t->p->width);
     /* what rebuilding the model and its input pipeline elsewhere needs (runner export puts
-     * it in the safetensors metadata); "stem" is the only stem there is until model.stem */
-    jw_kstr(&w, "stem", "cifar");
+     * it in the safetensors metadata, with the arch, stem and input size above) */
     jw_kstr(&w, "dataset", t->e->data.dataset);
     jw_key(&w, "mean");
     jw_arr_begin(&w);
@@ -240,6 +240,14 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     int classes = (int)json_get_number(m, "num_classes", -1);
     int inc = (int)json_get_number(m, "in_channels", -1);
     int64_t pc = (int64_t)json_get_number(m, "param_count", -1);
+    /* checkpoints from before model.stem existed are CIFAR-stem ones */
+    const char *stem = json_get_string(m, "stem", "cifar");
+    if (strcmp(stem, resnet_stem_name(t->p->stem))) {
+        err_set(e, ERR_INPUT, "%s: checkpoint is for %s with the %s stem, but this experiment builds the %s "
+                "stem (%s); resume with model.stem: %s, or set checkpoint.resume: never to start a new run",
+                c->path, arch, stem, resnet_stem_name(t->p->stem), t->p->stem_reason, stem);
+        goto out;
+    }
     if (strcmp(arch, t->e->model.arch) || classes != net_num_classes(t->net) || inc != net_in_channels(t->net) ||
         pc != (int64_t)net_num_params(t->net)) {
         err_set(e, ERR_INPUT, "%s: checkpoint is for %s with %d input channels and %d classes, but this "

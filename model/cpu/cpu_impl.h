@@ -119,6 +119,9 @@ int cpu_relu_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void
 int cpu_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y);
 int cpu_avgpool_fwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
 int cpu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
+int cpu_maxpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y);
+int cpu_maxpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, const void *dy,
+                    void *dx);
 int cpu_linear_fwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,
                    const void *w, const float *b, void *y);
 int cpu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x,

@@ -1,4 +1,4 @@
-/* cpu_ops.c: the CPU backend's elementwise ops, global average pooling, the classifier
+/* cpu_ops.c: the CPU backend's elementwise ops, global average and max pooling, the classifier
  * GEMM, softmax cross-entropy, the optimizers and the AMP helpers (cast, unscale).
  *
  * Elementwise work is split in fixed-size chunks over the thread pool; every sum is taken
@@ -212,6 +212,90 @@ int cpu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void 
             float *d = dx + ((int64_t)b * hw + i) * c;
             for (int j = 0; j < c; j++) d[j] = cpu_round(dt, dy[(int64_t)b * c + j] / (float)hw);
         }
+    return 0;
+}
+
+/* ---- max pool ----------------------------------------------------------------------- */
+typedef struct maxpool_task {
+    const pool_shape_t *s;
+    dtype_t dt;
+    const float *x, *dy;
+    float *y, *dx;
+    int32_t *idx;        /* backward: per chunk, c argmax positions (h * w + col) */
+} maxpool_task_t;
+
+/* The valid input rows [*lo, *hi) of window row o (padding excluded). */
+static inline void pool_span(int o, int stride, int pad, int kernel, int size, int *lo, int *hi) {
+    int a = o * stride - pad, b = a + kernel;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > size ? size : b;
+}
+
+/* Window (oh, ow) of sample b: the running maximum per channel into m and, when idx is
+ * given, its position. torch's rule: start at -inf with the first valid position, take a
+ * value when it is greater or NaN. */
+static void maxpool_window(const maxpool_task_t *t, int b, int oh, int ow, float *m, int32_t *idx) {
+    const pool_shape_t *s = t->s;
+    int C = s->c, h0, h1, w0, w1;
+    pool_span(oh, s->stride, s->pad, s->kernel, s->h, &h0, &h1);
+    pool_span(ow, s->stride, s->pad, s->kernel, s->w, &w0, &w1);
+    for (int c = 0; c < C; c++) m[c] = -INFINITY;
+    if (idx)
+        for (int c = 0; c < C; c++) idx[c] = h0 * s->w + w0;
+    for (int ih = h0; ih < h1; ih++)
+        for (int iw = w0; iw < w1; iw++) {
+            const float *xr = t->x + (((int64_t)b * s->h + ih) * s->w + iw) * C;
+            int32_t pos = ih * s->w + iw;
+            for (int c = 0; c < C; c++) {
+                float v = xr[c];
+                if (v > m[c] || isnan(v)) {
+                    m[c] = v;
+                    if (idx) idx[c] = pos;
+                }
+            }
+        }
+}
+
+/* Forward: one chunk per (sample, output row). */
+static void maxpool_fwd_chunk(void *argp, int chunk) {
+    maxpool_task_t *t = argp;
+    const pool_shape_t *s = t->s;
+    int b = chunk / s->p, oh = chunk % s->p;
+    for (int ow = 0; ow < s->q; ow++)
+        maxpool_window(t, b, oh, ow, t->y + (((int64_t)b * s->p + oh) * s->q + ow) * s->c, NULL);
+}
+
+/* Backward: one chunk per sample (windows overlap, so a sample's dx is one task's): dx is
+ * zeroed, then every window adds its dy at its argmax in output order. */
+static void maxpool_bwd_chunk(void *argp, int chunk) {
+    maxpool_task_t *t = argp;
+    const pool_shape_t *s = t->s;
+    int C = s->c;
+    int64_t plane = (int64_t)s->h * s->w * C;
+    float *dx = t->dx + chunk * plane, *m = (float *)(t->idx + (int64_t)chunk * 2 * C);
+    int32_t *idx = t->idx + (int64_t)chunk * 2 * C + C;
+    memset(dx, 0, (size_t)plane * sizeof(float));
+    for (int oh = 0; oh < s->p; oh++)
+        for (int ow = 0; ow < s->q; ow++) {
+            maxpool_window(t, chunk, oh, ow, m, idx);
+            const float *g = t->dy + (((int64_t)chunk * s->p + oh) * s->q + ow) * C;
+            for (int c = 0; c < C; c++) dx[(int64_t)idx[c] * C + c] += g[c];
+        }
+    if (t->dt != DT_F32) cpu_round_n(t->dt, dx, dx, plane);
+}
+
+int cpu_maxpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y) {
+    maxpool_task_t t = {.s = s, .dt = dt, .x = x, .y = y};
+    cpu_pool_run(&cpu_of(be)->pool, s->n * s->p, maxpool_fwd_chunk, &t);
+    return 0;
+}
+
+int cpu_maxpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, const void *dy,
+                    void *dx) {
+    int32_t *ws = (int32_t *)cpu_scratch(cpu_of(be), (size_t)s->n * 2 * (size_t)s->c);
+    if (!ws) return -1;
+    maxpool_task_t t = {.s = s, .dt = dt, .x = x, .dy = dy, .dx = dx, .idx = ws};
+    cpu_pool_run(&cpu_of(be)->pool, s->n, maxpool_bwd_chunk, &t);
     return 0;
 }
 

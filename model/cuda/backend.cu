@@ -28,6 +28,7 @@
 #include "model/cuda/loss.cuh"
 #include "model/cuda/norm.cuh"
 #include "model/cuda/optim.cuh"
+#include "model/cuda/pool.cuh"
 
 /* ---- errors ---- */
 
@@ -231,6 +232,8 @@ static backend_ops_t make_ops(void) {
     o.add = cu_add;
     o.avgpool_fwd = cu_avgpool_fwd;
     o.avgpool_bwd = cu_avgpool_bwd;
+    o.maxpool_fwd = cu_maxpool_fwd;
+    o.maxpool_bwd = cu_maxpool_bwd;
     o.linear_fwd = cu_linear_fwd;
     o.linear_bwd = cu_linear_bwd;
     o.softmax_xent = cu_softmax_xent;

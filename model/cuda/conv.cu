@@ -9,7 +9,9 @@
  * run and its resume, could time differently and pick different algorithms, which differ
  * in the last bits): among the deterministic algorithms that succeeded, the one first in
  * the heuristic's order (cudnnGet*Algorithm_v7: a function of shape, device and library
- * only) is taken. Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
+ * only) is taken; where none is deterministic (an NHWC shape cuDNN lacks one for), the
+ * fastest usable one is, with a line in the backend's notice that the trainer prints.
+ * Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
  * quarter of the free memory at most); the backend's shared workspace then grows to what
  * the chosen algorithms need, so nothing is allocated once every shape was seen once.
  *
@@ -236,12 +238,33 @@ static int no_algo(cuda_be_t *cb, const struct conv_plan *p, int dir, const P *r
                    count ? detail : " nothing");
 }
 
+/* Adds one line to the backend's notice (once per text; dropped when full). */
+static void add_notice(cuda_be_t *cb, const char *text) {
+    char *n = cb->base.notice;
+    size_t used = strlen(n), len = strlen(text);
+    if (strstr(n, text) || used + len + 3 > sizeof cb->base.notice) return;
+    snprintf(n + used, sizeof cb->base.notice - used, "%s%s", used ? "; " : "", text);
+}
+
 /* The common tail of a search: the choice among found (cudnnFind's results) given heur
- * (the heuristic's), committed to the plan, or the failure naming what was found. */
+ * (the heuristic's), committed to the plan, or the failure naming what was found.
+ * Deterministic with no deterministic algorithm (cuDNN may have none for some NHWC
+ * shapes, e.g. the weight gradient of a 3-channel 7x7 stem): rather than fail the run,
+ * take the fastest usable one and say so in the backend's notice; the run then repeats
+ * to rounding, not bit for bit. */
 template <typename P>
 static int plan_choose(cuda_be_t *cb, struct conv_plan *p, int dir, const P *found, int nfound,
                        const P *heur, int nheur, size_t wsz) {
     int i = pick_algo(found, nfound, heur, nheur, wsz, cb->deterministic);
+    if (i < 0 && cb->deterministic && (i = pick_algo(found, nfound, heur, nheur, wsz, false)) >= 0) {
+        const conv_shape_t *s = &p->s;
+        char text[256];
+        snprintf(text, sizeof text, "cuDNN has no deterministic %s algorithm for the %dx%d conv %d->%d "
+                 "channels stride %d (%s); using a non-deterministic one (algo %d), so this layer repeats "
+                 "to rounding, not bit for bit", dir_name(dir), s->r, s->s, s->c, s->k, s->stride,
+                 dtype_names[p->dt], (int)found[i].algo);
+        add_notice(cb, text);
+    }
     if (i < 0) return no_algo(cb, p, dir, found, nfound, wsz);
     return plan_commit(cb, p, dir, found[i]);
 }

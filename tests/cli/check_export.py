@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Loads a safetensors file written by `runner export` into the model
-scripts/torchvision_model.py builds from the file's metadata (torchvision's ResNet, or
-the He et al. CIFAR ResNet) with load_state_dict(strict=True) and runs a forward pass.
+scripts/torchvision_model.py builds from the file's metadata (torchvision's ResNet with the
+stem the metadata names, or the He et al. CIFAR ResNet) with load_state_dict(strict=True)
+and runs a forward pass (64x64 inputs for the imagenet stem, 32x32 otherwise).
 
 usage: check_export.py FILE ARCH NUM_CLASSES IN_CHANNELS STEPS
-Prints "loaded ARCH: N tensors, M parameters, logits finite, num_batches_tracked=STEPS".
+Prints "loaded ARCH (STEM stem): N tensors, M parameters, logits finite, num_batches_tracked=STEPS".
 Exit 0 on success. Reads safetensors with the standard library (Debian's PyTorch 1.13
 has no safetensors module)."""
 import os
@@ -21,16 +22,18 @@ def main():
     sd, meta = read_safetensors(path)
     assert meta.get("arch") == arch, meta
     assert int(meta["num_classes"]) == classes and int(meta["in_channels"]) == cin, meta
+    stem = meta.get("stem", "cifar")
     m = build(meta)
     m.load_state_dict(sd, strict=True)
     m.eval()
     with torch.no_grad():
-        y = m(torch.randn(2, cin, 32, 32))
+        side = 64 if stem == "imagenet" else 32
+        y = m(torch.randn(2, cin, side, side))
     assert torch.isfinite(y).all(), "non-finite logits"
     nbt = {int(v) for k, v in sd.items() if k.endswith("num_batches_tracked")}
     assert nbt == {steps}, "num_batches_tracked %s, expected %d" % (nbt, steps)
-    print("loaded %s: %d tensors, %d parameters, logits finite, num_batches_tracked=%d"
-          % (arch, len(sd), sum(p.numel() for p in m.parameters()), steps))
+    print("loaded %s (%s stem): %d tensors, %d parameters, logits finite, num_batches_tracked=%d"
+          % (arch, stem, len(sd), sum(p.numel() for p in m.parameters()), steps))
 
 
 if __name__ == "__main__":

@@ -227,12 +227,18 @@ static void failed_starts_leave_no_empty_dirs(void) {
     CHECK_INT(test_run_cmd(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "the launcher started 1 ranks (WORLD_SIZE) but");
     CHECK(count_entries(path) <= 0);
-    /* init_from that is not a weights file: the run directory says failed and why */
+    /* init_from that is not a weights file: refused by the plan, before any directory */
     char bad[700];
     snprintf(bad, sizeof bad, "%s/bad.safetensors", tmp);
     test_write_file(bad, "not safetensors");
     snprintf(args, sizeof args, "%s --set output.root=%s --set model.init_from=%s", exp, root, bad);
     CHECK_INT(run_runner(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "model.init_from");
+    CHECK(count_entries(path) <= 0);
+    /* a run that fails after its directory exists (the loss diverges): summary.json says
+     * failed and why */
+    snprintf(args, sizeof args, "%s --set output.root=%s --set optimizer.lr=1e30 --set train.max_steps=4", exp, root);
+    CHECK_INT(run_runner(args, out, sizeof out), 1);
     char *failed = only_run_dir(root, "tiny");
     CHECK(failed != NULL);
     if (!failed) return;
@@ -241,19 +247,19 @@ static void failed_starts_leave_no_empty_dirs(void) {
     snprintf(path, sizeof path, "%s/summary.json", failed_dir);
     char *s = test_read_file(path, NULL);
     CHECK_CONTAINS(s, "\"status\": \"failed\"");
-    CHECK_CONTAINS(s, "\"exit_code\": 2");
-    CHECK_CONTAINS(s, "\"error\": \"model.init_from:");
+    CHECK_CONTAINS(s, "\"exit_code\": 1");
+    CHECK_CONTAINS(s, "the loss is");
     free(s);
     /* a good run next to it, then the report of both: the failed one is listed */
     snprintf(args, sizeof args, "%s --set output.root=%s --set train.max_steps=2", exp, root);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     snprintf(args, sizeof args, "report %s/tiny/* --output %s/failrep", root, tmp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "| failed (exit 2) |");
+    CHECK_CONTAINS(out, "| failed (exit 1) |");
     CHECK_CONTAINS(out, "| completed |");
     snprintf(path, sizeof path, "%s/failrep/comparison.csv", tmp);
     s = test_read_file(path, NULL);
-    CHECK_CONTAINS(s, "model.init_from:");
+    CHECK_CONTAINS(s, "the loss is");
     free(s);
     /* a run directory that was killed before it wrote anything is listed too */
     snprintf(path, sizeof path, "%s/tiny/20000101-000000-killed", root);

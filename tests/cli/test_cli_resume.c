@@ -239,7 +239,7 @@ static void export_loads_in_pytorch(void) {
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/cli/check_export.py %s resnet20 4 3 18", test_source_dir(), file);
     rc = test_run_cmd(cmd, out, sizeof out);
     CHECK_INT(rc, 0);
-    CHECK_CONTAINS(out, "loaded resnet20: 128 tensors, 272084 parameters, logits finite, num_batches_tracked=18");
+    CHECK_CONTAINS(out, "loaded resnet20 (cifar stem): 128 tensors, 272084 parameters, logits finite, num_batches_tracked=18");
 }
 
 static void export_resnet50_cifar100(void) {
@@ -268,7 +268,7 @@ static void export_resnet50_cifar100(void) {
              test_source_dir(), d);
     rc = test_run_cmd(cmd, out, sizeof out);
     CHECK_INT(rc, 0);
-    CHECK_CONTAINS(out, "loaded resnet50: 320 tensors, 23705252 parameters");
+    CHECK_CONTAINS(out, "loaded resnet50 (cifar stem): 320 tensors, 23705252 parameters");
 }
 
 int main(void) {

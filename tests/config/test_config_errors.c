@@ -228,6 +228,13 @@ static void test_required_and_cross_checks(void) {
     CHECK_STR(fail("data: {dataset: cifar100}\nmodel: {arch: resnet18, num_classes: 5}\n"),
               "exp.yaml:2:38: model.num_classes 5 is less than the 100 classes of cifar100; use "
               "at least 100 (or 0 for the dataset's)");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet20, stem: imagenet}\n"),
+              "exp.yaml:2:31: model.stem: imagenet: resnet20 is a CIFAR ResNet (He et al.) with only "
+              "the CIFAR stem; use model.stem: cifar (or auto), or resnet18|34|50|101|152");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, stem: 7x7}\n"),
+              "exp.yaml:2:31: model.stem: '7x7' is not one of auto, cifar, imagenet");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, init_head: fresh}\n"),
+              "exp.yaml:2:36: model.init_head: 'fresh' is not one of strict, reinit");
     CHECK_STR(fail(MODEL "data: {dataset: cifar10, normalize: {mean: [0.5, 0.5, 0.5], std: [0.2, 0.2]}}\n"),
               "exp.yaml:2:66: data.normalize: mean has 3 entries and std has 2; give both, with "
               "the same length");

@@ -72,6 +72,8 @@ static void test_defaults(void) {
     CHECK_INT(x->model.num_classes, 10);
     CHECK(!x->model.zero_init_residual);
     CHECK_STR(x->model.init_from, "");
+    CHECK_INT(x->model.stem, STEM_AUTO);
+    CHECK_INT(x->model.init_head, INIT_HEAD_STRICT);
     CHECK_INT(x->optimizer.name, OPT_SGD);
     CHECK_NEAR(x->optimizer.lr, 0.1, 0, 0);
     CHECK_NEAR(x->optimizer.momentum, 0.9, 0, 0);
@@ -192,6 +194,8 @@ static const char *FULL =
     "  num_classes: 128\n"
     "  zero_init_residual: true\n"
     "  init_from: w/start.safetensors\n"
+    "  stem: cifar\n"
+    "  init_head: reinit\n"
     "optimizer:\n"
     "  name: adamw\n"
     "  lr: 0.003\n"
@@ -278,6 +282,8 @@ static void test_every_key(void) {
     CHECK_INT(x->model.num_classes, 128);
     CHECK(x->model.zero_init_residual);
     CHECK_STR(x->model.init_from, "w/start.safetensors");
+    CHECK_INT(x->model.stem, STEM_CIFAR);
+    CHECK_INT(x->model.init_head, INIT_HEAD_REINIT);
     CHECK_INT(x->optimizer.name, OPT_ADAMW);
     CHECK_NEAR(x->optimizer.lr, 0.003, 0, 0);
     CHECK_NEAR(x->optimizer.momentum, 0.5, 0, 0);
@@ -682,7 +688,9 @@ static void test_hash(void) {
                           "checkpoint.keep_last=9", "checkpoint.resume=never",
                           "data.root=/elsewhere", "data.workers=7",        "train.max_steps=5",
                           "parallel.master_port=1234", "logging.wandb.mode=offline",
-                          "train.eval_every=5",  "parallel.bucket_mb=1"};
+                          "train.eval_every=5",  "parallel.bucket_mb=1",
+                          /* keys added later hash only when not at their default */
+                          "model.stem=auto", "model.init_head=strict"};
     for (int i = 0; i < (int)(sizeof same / sizeof same[0]); i++) {
         b = load("h.yaml", NULL, &same[i], 1);
         if (config_hash(b) != h) fprintf(stderr, "hash changed by --set %s\n", same[i]);
@@ -695,6 +703,7 @@ static void test_hash(void) {
                           "data.augment.horizontal_flip=false", "data.augment.rotation=0",
                           "data.normalize=false", "model.arch=resnet34", "model.num_classes=11",
                           "model.zero_init_residual=true", "model.init_from=w.safetensors",
+                          "model.stem=imagenet", "model.stem=cifar", "model.init_head=reinit",
                           "optimizer.name=adamw", "optimizer.lr=0.2", "optimizer.momentum=0.8",
                           "optimizer.nesterov=true", "optimizer.weight_decay=0",
                           "optimizer.no_weight_decay_on_bn_and_bias=true",

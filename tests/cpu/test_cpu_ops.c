@@ -5,7 +5,7 @@
  * References: double-precision formulas in this file, central finite differences for
  * the gradients (tolerance 1e-5 absolute + 1e-4 relative), and optimizer trajectories
  * printed by PyTorch 1.13 (torch.optim.SGD / AdamW, 3 steps) to 9 significant digits,
- * compared at 1e-6 relative.
+ * compared at 1e-6 relative; max pool against PyTorch's outputs and gradients, exactly.
  */
 #include "tests/cpu/cpu_test_util.h"
 
@@ -125,6 +125,58 @@ static void test_avgpool(void) {
         for (int i = 0; i < HW; i++)
             for (int c = 0; c < CH; c++)
                 CHECK_NEAR(dx[(b * HW + i) * CH + c], dy[b * CH + c] / 9.0, 1e-8, 1e-6);
+}
+
+/* max pool 3x3 / 2, pad 1 (the ImageNet stem's) against PyTorch 1.13
+ * (torch.nn.functional.max_pool2d and its backward, float64, printed): n 2, 5x6 input, 3
+ * channels, x = ((7h + 3w + 5c + 11n) mod 5) - 2 (integers: many ties, so the first-max
+ * rule is what is tested), x[0,2,2,1] = NaN (its window's output is NaN and takes the
+ * gradient), x[1, 0..1, 0..1, :] = -inf (window (0,0) is all -inf: the gradient goes to
+ * its first element), dy = (pq + 1)(c + 1) / 4 + 10n (sums exact in bf16 too). */
+static void test_maxpool(void) {
+    const backend_ops_t *ops = g_be->ops;
+    enum { NB = 2, H = 5, W = 6, CH = 3, P = 3, Q = 3 };
+    static const float want_y[NB * P * Q * CH] = {
+        1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, NAN, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1,
+        -INFINITY, -INFINITY, -INFINITY, 2, 2, 2, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,
+        1, 2, 2, 2};
+    static const float want_dx[NB * H * W * CH] = {
+        0, 0, 0, 0.25, 0.5, 0.75, 0, 0, 0, 1.25, 2.5, 3.75, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 1.5, 3, 4.5, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 2.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 5, 7.5, 15, 0, 0, 0, 0, 0, 0, 2.25, 4.5, 6.75, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 10.25, 10.5, 10.75, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10.75, 11.5,
+        12.25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 21.75, 23.5, 25.25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        11, 12, 13, 0, 0, 0, 11.5, 13, 14.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 14, 16, 0, 0,
+        0, 12.25, 14.5, 16.75, 0, 0, 0, 11.75, 13.5, 15.25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0};
+    float x[NB * H * W * CH], dy[NB * P * Q * CH], y[NB * P * Q * CH], dx[NB * H * W * CH];
+    for (int n = 0; n < NB; n++)
+        for (int h = 0; h < H; h++)
+            for (int w = 0; w < W; w++)
+                for (int c = 0; c < CH; c++)
+                    x[((n * H + h) * W + w) * CH + c] = (float)((h * 7 + w * 3 + c * 5 + n * 11) % 5 - 2);
+    x[((0 * H + 2) * W + 2) * CH + 1] = NAN;
+    for (int h = 0; h < 2; h++)
+        for (int w = 0; w < 2; w++)
+            for (int c = 0; c < CH; c++) x[((1 * H + h) * W + w) * CH + c] = -INFINITY;
+    for (int n = 0; n < NB; n++)
+        for (int p = 0; p < P * Q; p++)
+            for (int c = 0; c < CH; c++) dy[(n * P * Q + p) * CH + c] = (float)((p + 1) * (c + 1)) * 0.25f + 10.0f * n;
+    pool_shape_t s = {.n = NB, .h = H, .w = W, .c = CH, .kernel = 3, .stride = 2, .pad = 1, .p = P, .q = Q};
+    for (int d = 0; d < 2; d++) {   /* fp32, and bf16 storage (exact selection, exact sums) */
+        dtype_t dt = d ? DT_BF16 : DT_F32;
+        memset(y, 0, sizeof y);
+        for (size_t i = 0; i < sizeof dx / sizeof dx[0]; i++) dx[i] = 99.0f;   /* overwritten */
+        CHECK_INT(ops->maxpool_fwd(g_be, &s, dt, x, y), 0);
+        CHECK_INT(ops->maxpool_bwd(g_be, &s, dt, x, dy, dx), 0);
+        int bad = 0;
+        for (int i = 0; i < NB * P * Q * CH; i++)
+            bad += !(isnan(want_y[i]) ? isnan(y[i]) : y[i] == want_y[i]);
+        CHECK_INT(bad, 0);
+        bad = 0;
+        for (int i = 0; i < NB * H * W * CH; i++) bad += dx[i] != want_dx[i];
+        CHECK_INT(bad, 0);
+    }
 }
 
 /* linear forward against double; backward against finite differences of sum(g * y). */
@@ -437,6 +489,7 @@ int main(void) {
     TEST_RUN(test_dispatch);
     TEST_RUN(test_elementwise);
     TEST_RUN(test_avgpool);
+    TEST_RUN(test_maxpool);
     TEST_RUN(test_linear);
     TEST_RUN(test_xent);
     TEST_RUN(test_xent_smoothing);

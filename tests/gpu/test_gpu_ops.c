@@ -1,4 +1,4 @@
-/* test_gpu_ops.c: the CUDA backend's elementwise, pooling, linear (cuBLASLt), loss,
+/* test_gpu_ops.c: the CUDA backend's elementwise, pooling (average and max), linear (cuBLASLt), loss,
  * optimizer and AMP ops against the CPU backend on the same inputs, plus AMP overflow
  * detection (found_inf set on the device by an inf or NaN, untouched otherwise), exact
  * casts, and memory accounting. Skipped (77) without a GPU.
@@ -60,6 +60,58 @@ static void check_pool(dtype_t dt) {
     pair_free(&p);
 }
 static void test_pool(void) { check_pool(DT_F32); check_pool(DT_F16); check_pool(DT_BF16); }
+
+/* Elements where the two sides differ (both NaN counts as equal; -inf == -inf). */
+static int twin_diff_exact(const char *what, pair_t *p, const twin_t *t) {
+    float *cv, *gv;
+    twin_get(p, t, &cv, &gv);
+    int bad = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        if (!(gv[i] == cv[i] || (isnan(gv[i]) && isnan(cv[i])))) {
+            if (!bad) fprintf(stderr, "  %s: [%lld] gpu %.9g cpu %.9g\n", what, (long long)i, gv[i], cv[i]);
+            bad++;
+        }
+    free(cv);
+    free(gv);
+    return bad;
+}
+
+/* Max pool: exact selection forward and fixed-order fp32 sums backward on both sides, so
+ * the GPU equals the CPU bit for bit in every dtype. Values take 7 levels (ties in most
+ * windows, so the first-max rule is exercised), with a NaN and a block of -inf; three
+ * geometries (the ImageNet stem's 3/2/1, 2/2/0, 3/1/1) on odd sizes. */
+static void check_maxpool(dtype_t dt, int kernel, int stride, int pad) {
+    pair_t p = pair_make(true, false);
+    pool_shape_t s = {.n = 3, .h = 13, .w = 11, .c = 67, .kernel = kernel, .stride = stride, .pad = pad};
+    s.p = (s.h + 2 * pad - kernel) / stride + 1;
+    s.q = (s.w + 2 * pad - kernel) / stride + 1;
+    int64_t nx = (int64_t)s.n * s.h * s.w * s.c, ny = (int64_t)s.n * s.p * s.q * s.c;
+    float *hx = hrand(nx, 33, 0, 7), *hdy = hrand(ny, 34, -1, 1);
+    for (int64_t i = 0; i < nx; i++) hx[i] = floorf(hx[i]) - 3.0f;
+    hx[(int64_t)5 * s.c + 7] = NAN;
+    for (int h = 0; h < 3; h++)
+        for (int w = 0; w < 3; w++) hx[(((int64_t)2 * s.h + h) * s.w + w) * s.c + 1] = -INFINITY;
+    twin_t x = twin_new(&p, nx, dt, hx), y = twin_new(&p, ny, dt, NULL);
+    twin_t dy = twin_new(&p, ny, dt, hdy), dx = twin_new(&p, nx, dt, hx);   /* dx overwritten */
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        OK(be, be->ops->maxpool_fwd(be, &s, dt, S(x), S(y)));
+        OK(be, be->ops->maxpool_bwd(be, &s, dt, S(x), S(dy), S(dx)));
+    }
+    CHECK_INT(twin_diff_exact("maxpool_fwd", &p, &y), 0);
+    CHECK_INT(twin_diff_exact("maxpool_bwd", &p, &dx), 0);
+    twin_free(&p, &x); twin_free(&p, &y); twin_free(&p, &dy); twin_free(&p, &dx);
+    free(hx); free(hdy);
+    pair_free(&p);
+}
+static void test_maxpool(void) {
+    for (int d = 0; d < DT_COUNT; d++) {
+        check_maxpool((dtype_t)d, 3, 2, 1);
+        check_maxpool((dtype_t)d, 2, 2, 0);
+        check_maxpool((dtype_t)d, 3, 1, 1);
+    }
+}
 
 static void check_linear(dtype_t dt, bool tf32) {
     pair_t p = pair_make(true, tf32);
@@ -365,6 +417,7 @@ int main(void) {
     TEST_RUN(test_elementwise_fp16);
     TEST_RUN(test_elementwise_bf16);
     TEST_RUN(test_pool);
+    TEST_RUN(test_maxpool);
     TEST_RUN(test_linear);
     TEST_RUN(test_softmax_xent);
     TEST_RUN(test_step_ctl);

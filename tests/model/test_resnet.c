@@ -2,8 +2,8 @@
  * counts and state_dict sizes (checked with PyTorch/torchvision), names, FLOPs,
  * unknown-arch and too-small-input errors, zero_init_residual, init statistics and
  * determinism, a Fashion-MNIST-shaped (1x28x28) step, bit-identical repeated backward,
- * eval mode, the DDP/SyncBN hooks (grads_ready really means final), and AMP forwards
- * close to fp32. */
+ * eval mode, the DDP/SyncBN hooks (grads_ready really means final), AMP forwards close
+ * to fp32, and the ImageNet stem (torchvision's counts, a step through the max-pool). */
 #include <stdlib.h>
 
 #include "model/cpu/cpu_backend.h"
@@ -61,6 +61,70 @@ static void test_counts_and_names(void) {
     n = resnet_build("resnet20", 1, 10, false, &e);
     CHECK_NEAR(net_forward_flops(n, 28, 28), 62043904.0, 0, 0);
     net_free(n);
+}
+
+/* The ImageNet stem: torchvision.models.resnetNN(num_classes) exactly (parameter and
+ * state_dict tensor counts, FLOPs at 224 and 96 px counted with PyTorch forward hooks),
+ * conv1 7x7 / 2, a max-pool node after bn1 with no tensors; refused for resnet20..110. */
+static void test_imagenet_stem(void) {
+    struct { const char *arch; int in, classes; size_t params; int tensors; double f224, f96; } c[] = {
+        {"resnet18", 3, 1000, 11689512, 122, 3628146688.0, 667230208.0},
+        {"resnet34", 3, 1000, 21797672, 218, 7327522816.0, 1346707456.0},
+        {"resnet50", 3, 1000, 25557032, 320, 8178368512.0, 1505492992.0},
+        {"resnet101", 3, 1000, 44549160, 626, 15602810880.0, 2869166080.0},
+        {"resnet152", 3, 1000, 60192808, 932, 23027253248.0, 4232839168.0},
+        {"resnet18", 1, 10, 11175370, 122, 3469780992.0, 637315072.0},
+    };
+    err_t e = {0};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        net_t *n = resnet_build_stem(c[i].arch, RESNET_STEM_IMAGENET, c[i].in, c[i].classes, false, &e);
+        CHECK(n != NULL);
+        if (!n) continue;
+        CHECK_INT(net_num_params(n), c[i].params);
+        CHECK_INT(net_num_tensors(n), c[i].tensors);
+        CHECK_NEAR(net_forward_flops(n, 224, 224), c[i].f224, 0, 0);
+        CHECK_NEAR(net_forward_flops(n, 96, 96), c[i].f96, 0, 0);
+        const net_tensor_t *t = net_find_tensor(n, "conv1.weight");
+        CHECK(t && t->shape[0] == 64 && t->shape[1] == c[i].in && t->shape[2] == 7 && t->shape[3] == 7);
+        /* conv1, bn1, then the max-pool, then layer1 */
+        CHECK_INT(net_node_kind(n, 0), NODE_CONV);
+        CHECK_INT(net_node_kind(n, 1), NODE_BN_RELU);
+        CHECK_INT(net_node_kind(n, 2), NODE_MAXPOOL);
+        CHECK(net_find_tensor(n, "maxpool.weight") == NULL);
+        net_free(n);
+    }
+    CHECK_STR(resnet_stem_name(RESNET_STEM_IMAGENET), "imagenet");
+    CHECK_STR(resnet_stem_name(RESNET_STEM_CIFAR), "cifar");
+    CHECK(resnet_has_imagenet_stem("resnet152") && !resnet_has_imagenet_stem("resnet20"));
+    CHECK(resnet_build_stem("resnet56", RESNET_STEM_IMAGENET, 3, 10, false, &e) == NULL);
+    CHECK_INT(e.code, ERR_INPUT);
+    CHECK_CONTAINS(e.msg, "model.stem: imagenet: resnet56 is a CIFAR ResNet");
+    /* 224 -> conv1 112 -> max-pool 56 -> ... -> layer4 7; a step runs and is finite */
+    backend_t *be = cpu();
+    net_t *n = resnet_build_stem("resnet18", RESNET_STEM_IMAGENET, 3, 5, false, &e);
+    CHECK_INT(net_bind(n, be, 2, 64, 48, DT_F32, &e), 0);
+    CHECK_INT(net_init(n, 3, &e), 0);
+    float *img = malloc(2 * 64 * 48 * 3 * sizeof(float));
+    rng_t r = rng_make(5, RNG_STREAM_MISC, 2, 0);
+    for (int i = 0; i < 2 * 64 * 48 * 3; i++) img[i] = (float)rng_normal(&r);
+    int32_t lab[2] = {0, 4};
+    net_loss_out_t lo;
+    CHECK_INT(net_upload_input(n, img, 2, &e), 0);
+    CHECK_INT(net_zero_grads(n, &e), 0);
+    CHECK_INT(net_forward(n, net_input(n), 2, true, NULL, &e), 0);
+    CHECK_INT(net_loss(n, lab, 0, 0.5f, &lo, &e), 0);
+    CHECK_INT(net_backward(n, NULL, &e), 0);
+    CHECK(isfinite(lo.loss_sum) && lo.loss_sum > 0);
+    float *g = malloc(net_num_params(n) * sizeof(float));
+    CHECK_INT(net_download_grads(n, g, &e), 0);
+    const net_tensor_t *t = net_find_tensor(n, "conv1.weight");   /* reached through the max-pool */
+    double g2 = 0;
+    for (size_t i = 0; i < t->numel; i++) g2 += (double)g[t->offset + i] * g[t->offset + i];
+    CHECK(g2 > 0 && isfinite(g2));
+    free(g);
+    free(img);
+    net_free(n);
+    backend_free(be);
 }
 
 /* net_activation_bytes (what `runner plan` prints) is what net_bind really allocates
@@ -403,6 +467,7 @@ static void test_amp_forward(void) {
 int main(void) {
     TEST_RUN(test_counts_and_names);
     TEST_RUN(test_errors);
+    TEST_RUN(test_imagenet_stem);
     TEST_RUN(test_activation_bytes_match_bind);
     TEST_RUN(test_init);
     TEST_RUN(test_fashion_mnist_step_determinism_hooks);

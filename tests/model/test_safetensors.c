@@ -2,7 +2,8 @@
  * round trip of a resnet20's params, buffers and counters; F16/BF16 conversion on load;
  * and every error class (short file, header length past the end, bad JSON, unknown
  * dtype, offsets out of range, size/shape mismatch, overlap, duplicate, missing /
- * unexpected / wrong-shaped tensor), each ERR_INPUT naming the file and the tensor. */
+ * unexpected / wrong-shaped tensor), each ERR_INPUT naming the file and the tensor; and
+ * loading with a kept prefix (fine-tuning with a fresh classifier). */
 #include <stdlib.h>
 
 #include "model/cpu/cpu_backend.h"
@@ -180,6 +181,60 @@ static void test_net_round_trip(void) {
     backend_free(be);
 }
 
+/* Fine-tuning (model.init_head: reinit): a 10-class file into a 4-class net with "fc."
+ * kept: every other parameter, running statistic and counter comes from the file, fc.*
+ * keeps the net's own values, and the file's fc.* (another shape) is no error; without
+ * the kept prefix that same file is refused naming fc.weight. */
+static void test_load_keeping_head(void) {
+    backend_t *be = cpu();
+    err_t e = {0};
+    net_t *a = resnet_build("resnet20", 3, 10, false, &e), *b = resnet_build("resnet20", 3, 4, false, &e);
+    CHECK_INT(net_bind(a, be, 1, 8, 8, DT_F32, &e), 0);
+    CHECK_INT(net_bind(b, be, 1, 8, 8, DT_F32, &e), 0);
+    CHECK_INT(net_init(a, 1, &e), 0);
+    CHECK_INT(net_init(b, 2, &e), 0);
+    size_t nb = net_num_buffers(a), npa = net_num_params(a), npb = net_num_params(b);
+    float *ba = malloc(nb * 4), *bb = malloc(nb * 4), *pa = malloc(npa * 4), *pb = malloc(npb * 4),
+          *pb0 = malloc(npb * 4);
+    for (size_t i = 0; i < nb; i++) ba[i] = 0.25f + (float)i * 1e-3f;
+    CHECK_INT(net_upload_buffers(a, ba, &e), 0);
+    for (int i = 0; i < net_num_counters(a); i++) net_counters(a)[i] = 40 + i;
+    char p[600];
+    snprintf(p, sizeof p, "%s/head10.safetensors", g_dir);
+    CHECK_INT(safetensors_save_net(a, p, NULL, NULL, 0, &e), 0);
+    CHECK_INT(net_download_params(b, pb0, &e), 0);
+    safetensors_t *st = safetensors_open(p, 0, &e);
+    CHECK(st != NULL);
+    if (!st) return;
+    CHECK_INT(safetensors_load_net_from(b, st, NULL, &e), -1);
+    CHECK_CONTAINS(e.msg, "tensor fc.weight has shape [10,64], expected [4,64]");
+    int rc = safetensors_load_net_from(b, st, "fc.", &e);
+    if (rc) fprintf(stderr, "%s\n", e.msg);
+    CHECK_INT(rc, 0);
+    CHECK_INT(net_download_params(a, pa, &e), 0);
+    CHECK_INT(net_download_params(b, pb, &e), 0);
+    CHECK_INT(net_download_buffers(b, bb, &e), 0);
+    CHECK(memcmp(ba, bb, nb * 4) == 0);
+    for (int i = 0; i < net_num_counters(b); i++) CHECK_INT(net_counters(b)[i], 40 + i);
+    int bad_body = 0, bad_head = 0;
+    for (int i = 0; i < net_num_tensors(b); i++) {
+        const net_tensor_t *t = net_tensor(b, i);
+        if (t->store != NET_STORE_PARAM) continue;
+        const net_tensor_t *ta = net_find_tensor(a, t->name);
+        if (!strncmp(t->name, "fc.", 3))
+            bad_head += memcmp(pb + t->offset, pb0 + t->offset, t->numel * 4) != 0;
+        else
+            bad_body += memcmp(pb + t->offset, pa + ta->offset, t->numel * 4) != 0;
+    }
+    CHECK_INT(bad_body, 0);
+    CHECK_INT(bad_head, 0);
+    safetensors_close(st);
+    free(ba); free(bb); free(pa); free(pb); free(pb0);
+    net_free(a);
+    net_free(b);
+    backend_free(be);
+}
+
 /* Writes the tensors of a resnet20 file with one change and checks the load error. */
 static void load_error_case(const char *drop, const char *extra, const char *reshape, const char *want) {
     backend_t *be = cpu();
@@ -272,6 +327,7 @@ int main(void) {
     TEST_RUN(test_header_errors);
     TEST_RUN(test_dtype_conversion);
     TEST_RUN(test_net_round_trip);
+    TEST_RUN(test_load_keeping_head);
     TEST_RUN(test_load_errors);
     TEST_RUN(test_mutations);
     return test_main_end();
