@@ -118,7 +118,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
         return;
     case K_FLOAT:
     case K_ROTATION:
-        fmt_double(*(const double *)f, out, cap);
+        if (*(const double *)f == 0 && (r->flags & F_NULLABLE)) snprintf(out, cap, "null");
+        else fmt_double(*(const double *)f, out, cap);
         return;
     case K_BOOL:
         snprintf(out, cap, "%s", *(const bool *)f ? "true" : "false");
@@ -135,7 +136,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
     case K_ENUM: {
         int v;
         memcpy(&v, f, sizeof v);
-        snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v] : "?");
+        if (v == 0 && !r->names[0] && (r->flags & F_NULLABLE)) snprintf(out, cap, "null");
+        else snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v] : "?");
         return;
     }
     case K_INTS:
