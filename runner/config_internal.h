@@ -59,7 +59,9 @@ enum {
     F_MD5 = 1 << 8,       /* 32 hex digits */
     F_URL = 1 << 9,       /* http://, https:// or file:// */
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
-    F_QUOTE = 1 << 11     /* string written quoted */
+    F_QUOTE = 1 << 11,    /* string written quoted */
+    F_HASH_SET = 1 << 12  /* in config_hash only when not the default: a key added later
+                             leaves the hash of every run that does not use it unchanged */
 };
 
 typedef struct cfg_row {

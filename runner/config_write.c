@@ -236,11 +236,17 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
 
 uint64_t config_hash(const experiment_t *e) {
     uint64_t h = fnv1a(1469598103934665603ULL, "runner-config-v1\n");
-    char val[2048];
+    char val[2048], dval[2048];
+    experiment_t defaults;
+    config_defaults(&defaults);
     for (int i = 0; i < cfg_n_rows; i++) {
         const cfg_row_t *r = &cfg_rows[i];
-        if (!(r->flags & F_HASH)) continue;
+        if (!(r->flags & (F_HASH | F_HASH_SET))) continue;
         cfg_format_value(r, e, val, sizeof val);
+        if (r->flags & F_HASH_SET) {
+            cfg_format_value(r, &defaults, dval, sizeof dval);
+            if (!strcmp(val, dval)) continue;
+        }
         h = fnv1a(h, r->key);
         h = fnv1a(h, "=");
         h = fnv1a(h, val);

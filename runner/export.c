@@ -15,7 +15,7 @@
 #include "runner/rundir.h"
 #include "util/json.h"
 
-int export_run(const char *run_dir, const char *which, const char *output, char *out_path, size_t len,
+int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path, size_t len,
                err_t *e) {
     char ck[4200];
     if (!which || !strcmp(which, "last") || !strcmp(which, "best"))
@@ -49,21 +49,26 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     size_t np = net_num_params(n), nb = net_num_buffers(n);
     buf = malloc((np > nb ? np : nb) * sizeof(float) + 4);
     if (!buf) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
-    if (ckpt_get(c, "params", buf, np * sizeof(float), e) || net_upload_params(n, buf, e) ||
-        ckpt_get(c, "buffers", buf, nb * sizeof(float), e) || net_upload_buffers(n, buf, e))
+    if (ema && !ckpt_find(c, "ema.params")) {
+        err_set(e, ERR_INPUT, "%s: no EMA weights in this checkpoint; the run needs train.ema.decay (e.g. "
+                "--set train.ema.decay=0.9998), or export without --ema", ck);
+        goto out;
+    }
+    if (ckpt_get(c, ema ? "ema.params" : "params", buf, np * sizeof(float), e) || net_upload_params(n, buf, e) ||
+        ckpt_get(c, ema ? "ema.buffers" : "buffers", buf, nb * sizeof(float), e) || net_upload_buffers(n, buf, e))
         goto out;
     const json_t *cn = json_get(m, "bn_counters");
     int64_t *counters = net_counters(n);
     for (int i = 0; cn && cn->type == JSON_ARRAY && i < (int)cn->count && i < net_num_counters(n); i++)
         counters[i] = (int64_t)cn->items[i]->number;
     if (output) snprintf(out_path, len, "%s", output);
-    else snprintf(out_path, len, "%s/model.safetensors", run_dir);
+    else snprintf(out_path, len, "%s/%s.safetensors", run_dir, ema ? "model_ema" : "model");
     char steps[32], cls[16];
     snprintf(steps, sizeof steps, "%lld", (long long)json_get_number(m, "step", 0));
     snprintf(cls, sizeof cls, "%d", classes);
-    const char *keys[] = {"format", "arch", "num_classes", "step", "run_dir", "runner_commit"};
-    const char *vals[] = {"pt", arch, cls, steps, run_dir, runner_commit()};
-    rc = safetensors_save_net(n, out_path, keys, vals, 6, e);
+    const char *keys[] = {"format", "arch", "num_classes", "step", "run_dir", "runner_commit", "weights"};
+    const char *vals[] = {"pt", arch, cls, steps, run_dir, runner_commit(), ema ? "ema" : "trained"};
+    rc = safetensors_save_net(n, out_path, keys, vals, 7, e);
 out:
     free(buf);
     json_free(m);
