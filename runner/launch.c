@@ -555,7 +555,7 @@ static void record_restart(const launch_opts_t *o, int k, const group_outcome_t 
     jw_obj_begin(&w);
     jw_kint(&w, "restart", k);
     jw_kint(&w, "max_restarts", o->max_restarts);
-    jw_knum(&w, "unix_time", (double)time(NULL));
+    jw_kint(&w, "unix_time", (int64_t)time(NULL));
     jw_kint(&w, "node_rank", o->node_rank);
     jw_kint(&w, "rank", g->fail_rank);
     jw_kint(&w, "pid", g->fail_pid);
