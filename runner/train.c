@@ -628,8 +628,6 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     t.best_val_top1_ema = -1;
     t.best_value = NAN;
     t.train_loss = t.train_top1 = NAN;
-    const char *rs = getenv("RUNNER_RESTARTS");   /* set by the launcher on a restart */
-    t.restarts = rs ? atoi(rs) : 0;
     t.wall_start = now_s();
     if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
 

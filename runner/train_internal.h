@@ -120,7 +120,6 @@ typedef struct trainer {
     early_stop_t stop;                      /* train.early_stopping */
     bool buffers_synced;                    /* ddp + ema: BN buffers broadcast after the last step */
     ckpt_writer_t *writer;                  /* rank 0: writes checkpoints in the background */
-    int restarts;                           /* the launcher's restarts so far (RUNNER_RESTARTS) */
 } trainer_t;
 
 /* What stopped the loop after a window: nothing, SIGINT, or a scheduler's SIGTERM/SIGUSR1. */

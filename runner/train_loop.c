@@ -92,7 +92,8 @@ void trainer_note(const trainer_t *t, const char *fmt, ...) {
 /* ------------------------------------------------------------------ stopping */
 
 /* After a stop signal: rank 0 writes last.ckpt where the run is (and waits for it to be
- * on disk), every rank says so, and the exit code tells a scheduler what happened. */
+ * on disk), every rank waits for that, says so, and the exit code tells a scheduler what
+ * happened. */
 static int stop_now(trainer_t *t, int kind, bool write, err_t *e) {
     char path[CFG_PATH + 64], line[CFG_PATH + 300];
     if (t->rank0) {
@@ -107,6 +108,9 @@ static int stop_now(trainer_t *t, int kind, bool write, err_t *e) {
                      path);
         track_console(t->track, line);
     }
+    /* no rank exits before the checkpoint is on disk: torchrun, and srun with
+     * --kill-on-bad-exit, kill the remaining ranks as soon as one exits non-zero */
+    if (t->store && store_barrier(t->store, "stopped", e)) return -1;
     trainer_note(t, "%s at step %lld with every rank", kind == TRAINER_STOP_PREEMPT ? "preempted" : "interrupted",
                  (long long)t->step);
     return kind == TRAINER_STOP_PREEMPT ? ERR_PREEMPTED : ERR_INTERRUPT;

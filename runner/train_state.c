@@ -342,6 +342,19 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Restarts of this run by the launcher, over every invocation: the lines of
+ * restarts.jsonl (parallel.max_restarts). */
+static int count_restarts(const char *run_dir) {
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/restarts.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t *e) {
     /* images/s: median over steady-state steps (the first 10% and the first 5 are warm-up) */
     double ips = NAN;
@@ -370,7 +383,7 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, err_t
     if (t->stop.stopped) jw_kstr(&w, "stop_reason", t->stop.reason);
     else jw_knum(&w, "stop_reason", NAN);
     jw_kbool(&w, "early_stopped", t->stop.stopped);
-    jw_kint(&w, "restarts", t->restarts);
+    jw_kint(&w, "restarts", count_restarts(t->run_dir));
     jw_kint(&w, "epochs", t->step / (t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1));
     jw_kint(&w, "steps", t->step);
     jw_knum(&w, "train_loss", t->train_loss);
