@@ -54,22 +54,12 @@ static const char *recipe =
 
 static const char *sections[] = {"params", "buffers", "optim.momentum_buffer", "ema.params", "ema.buffers"};
 
-static int count_lines(const char *path) {
-    size_t n = 0;
-    char *s = test_read_file(path, &n);
-    if (!s) return 0;
-    int lines = 0;
-    for (size_t i = 0; i < n; i++) lines += s[i] == '\n';
-    free(s);
-    return lines;
-}
-
 /* Runs `runner EXP --set output.root=ROOT SETS` to the end; returns the run dir (static
  * slot) or NULL. */
-static const char *run_to_end(const char *exp_path, const char *root, const char *sets, int slot) {
+static const char *run_to_end(const char *file, const char *root, const char *sets, int slot) {
     static char dirs[8][4096];
     char args[4096];
-    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp_path, root, sets ? sets : "");
+    snprintf(args, sizeof args, "%s --set output.root=%s %s", file, root, sets ? sets : "");
     int rc = run_runner(args, out, sizeof out);
     if (rc != 0) {
         fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
@@ -79,50 +69,6 @@ static const char *run_to_end(const char *exp_path, const char *root, const char
     if (!d) return NULL;
     snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
     return dirs[slot];
-}
-
-/* Starts the runner with up to 6 --set items in the background, output to log. */
-static pid_t spawn(const char *exp_path, const char *root, const char *log, const char *const *sets, int n) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set_root[900];
-        snprintf(set_root, sizeof set_root, "output.root=%s", root);
-        const char *argv[20] = {"runner", exp_path, "--set", set_root};
-        int k = 4;
-        for (int i = 0; i < n && i < 6; i++) { argv[k++] = "--set"; argv[k++] = sets[i]; }
-        argv[k] = NULL;
-        execv(test_runner_exe(), (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_code(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Waits until the run under root has at least `steps` rows in steps.csv; returns its dir
- * (static) or NULL after 300 s. */
-static const char *wait_steps(const char *root, int steps) {
-    static char dir[4096];
-    char path[4300];
-    for (int i = 0; i < 30000; i++) {
-        const char *d = only_run_dir(root, "rc");
-        if (d) {
-            snprintf(path, sizeof path, "%s/steps.csv", d);
-            if (count_lines(path) >= steps + 1) {
-                snprintf(dir, sizeof dir, "%s", d);
-                return dir;
-            }
-        }
-        usleep(10000);
-    }
-    return NULL;
 }
 
 /* Bit-for-bit equal checkpoint sections (last.ckpt of both). */
@@ -152,7 +98,7 @@ static void same_csv(const char *a, const char *b, const char *file, const int *
     char *x = test_read_file(pa, NULL), *y = test_read_file(pb, NULL);
     CHECK(x && y);
     if (!x || !y) { free(x); free(y); return; }
-    CHECK_INT(count_lines(pa), count_lines(pb));
+    CHECK_INT(cli_count_lines(pa), cli_count_lines(pb));
     char *sx, *sy, *lx = strtok_r(x, "\n", &sx), *ly = strtok_r(y, "\n", &sy);
     int row = 0, bad = 0;
     while (lx && ly) {
@@ -248,11 +194,11 @@ static void sigint_resume_is_bit_exact(void) {
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/int.log", tmp);
-    pid_t pid = spawn(exp_path, root, log, NULL, 0);
-    const char *d = wait_steps(root, 3);
+    pid_t pid = cli_spawn(exp_path, root, log, NULL, 0);
+    const char *d = cli_wait_steps(root, "rc", 3);
     CHECK(d != NULL);
     kill(pid, SIGINT);
-    CHECK_INT(wait_code(pid), 130);
+    CHECK_INT(cli_wait(pid), 130);
     if (!d) return;
     char dir[4096], args[4300], p[4400];
     snprintf(dir, sizeof dir, "%s", d);
@@ -272,11 +218,11 @@ static void preempt_and_requeue(const char *name, int sig, const char *const *se
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/%s", tmp, name);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
-    pid_t pid = spawn(exp_path, root, log, sets, n);
-    const char *d = wait_steps(root, 3);
+    pid_t pid = cli_spawn(exp_path, root, log, sets, n);
+    const char *d = cli_wait_steps(root, "rc", 3);
     CHECK(d != NULL);
     kill(pid, sig);
-    CHECK_INT(wait_code(pid), 75);
+    CHECK_INT(cli_wait(pid), 75);
     if (!d) return;
     char dir[4096], p[4400];
     snprintf(dir, sizeof dir, "%s", d);
@@ -290,8 +236,8 @@ static void preempt_and_requeue(const char *name, int sig, const char *const *se
     CHECK_CONTAINS(s, "run the same command again to continue");
     free(s);
     /* requeued: the same command */
-    pid = spawn(exp_path, root, log, sets, n);
-    CHECK_INT(wait_code(pid), 0);
+    pid = cli_spawn(exp_path, root, log, sets, n);
+    CHECK_INT(cli_wait(pid), 0);
     s = test_read_file(log, NULL);
     CHECK_CONTAINS(s, "continuing at step");
     free(s);
@@ -334,11 +280,11 @@ static void dp_sigint_resume(void) {
     snprintf(root, sizeof root, "%s/dp_int", tmp);
     snprintf(log, sizeof log, "%s/dp_int.log", tmp);
     const char *sets[] = {"parallel.mode=dp", "parallel.world_size=2"};
-    pid_t pid = spawn(exp_path, root, log, sets, 2);
-    const char *d = wait_steps(root, 3);
+    pid_t pid = cli_spawn(exp_path, root, log, sets, 2);
+    const char *d = cli_wait_steps(root, "rc", 3);
     CHECK(d != NULL);
     kill(pid, SIGINT);
-    CHECK_INT(wait_code(pid), 130);
+    CHECK_INT(cli_wait(pid), 130);
     if (!d) return;
     char dir[4096], args[4300];
     snprintf(dir, sizeof dir, "%s", d);
@@ -354,7 +300,7 @@ static void kill9_resumes_from_step_checkpoint(void) {
     char root[800], log[800], p[4400];
     snprintf(root, sizeof root, "%s/k9", tmp);
     snprintf(log, sizeof log, "%s/k9.log", tmp);
-    pid_t pid = spawn(exp_path, root, log, NULL, 0);
+    pid_t pid = cli_spawn(exp_path, root, log, NULL, 0);
     const char *d = NULL;
     for (int i = 0; i < 30000; i++) {
         d = only_run_dir(root, "rc");
@@ -366,7 +312,7 @@ static void kill9_resumes_from_step_checkpoint(void) {
         usleep(5000);
     }
     kill(pid, SIGKILL);
-    wait_code(pid);
+    cli_wait(pid);
     CHECK(d != NULL);
     if (!d) return;
     char dir[4096], args[4300];

@@ -41,49 +41,6 @@ static const char *yaml =
 static const char *sections[] = {"params", "buffers", "optim.momentum_buffer", "ema.params", "ema.buffers"};
 static char exp_path[700];
 
-/* Starts `runner EXP --set output.root=ROOT [--set S]...` with output to log. */
-static pid_t spawn(const char *root, const char *log, const char *const *sets, int n) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set_root[900];
-        snprintf(set_root, sizeof set_root, "output.root=%s", root);
-        const char *argv[20] = {"runner", exp_path, "--set", set_root};
-        int k = 4;
-        for (int i = 0; i < n && i < 6; i++) { argv[k++] = "--set"; argv[k++] = sets[i]; }
-        argv[k] = NULL;
-        execv(test_runner_exe(), (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_code(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The run dir under root once it has `steps` rows in steps.csv (NULL after 300 s). */
-static const char *wait_steps(const char *root, int steps) {
-    static char dir[4096];
-    char p[4300];
-    for (int i = 0; i < 30000; i++) {
-        const char *d = only_run_dir(root, "dr");
-        if (d) {
-            snprintf(p, sizeof p, "%s/steps.csv", d);
-            if (dist_count_lines(p) >= steps + 1) {
-                snprintf(dir, sizeof dir, "%s", d);
-                return dir;
-            }
-        }
-        usleep(10000);
-    }
-    return NULL;
-}
-
 /* The launcher's child that is rank r (-1 if none). */
 static pid_t rank_pid(pid_t launcher, int r) {
     pid_t kids[8];
@@ -145,13 +102,13 @@ static void preempt_one_rank_then_requeue(void) {
     char root[800], log[800], p[4400];
     snprintf(root, sizeof root, "%s/pre", tmp);
     snprintf(log, sizeof log, "%s/pre.log", tmp);
-    pid_t l = spawn(root, log, NULL, 0);
-    const char *d = wait_steps(root, 3);
+    pid_t l = cli_spawn(exp_path, root, log, NULL, 0);
+    const char *d = cli_wait_steps(root, "dr", 3);
     CHECK(d != NULL);
     pid_t r1 = rank_pid(l, 1);
     CHECK(r1 > 0);
     if (r1 > 0) kill(r1, SIGUSR1);   /* rank 1 only: the ranks must agree among themselves */
-    CHECK_INT(wait_code(l), 75);
+    CHECK_INT(cli_wait(l), 75);
     if (!d) return;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
@@ -169,8 +126,8 @@ static void preempt_one_rank_then_requeue(void) {
     CHECK_CONTAINS(s, want);
     free(s);
     /* the requeued job: the same command */
-    pid_t again = spawn(root, log, NULL, 0);
-    CHECK_INT(wait_code(again), 0);
+    pid_t again = cli_spawn(exp_path, root, log, NULL, 0);
+    CHECK_INT(cli_wait(again), 0);
     s = test_read_file(log, NULL);
     snprintf(want, sizeof want, "continuing at step %d", (int)stopped);
     CHECK_CONTAINS(s, want);
@@ -193,11 +150,11 @@ static void fp16_sigint_resume(void) {
     snprintf(root, sizeof root, "%s/amp", tmp);
     snprintf(log, sizeof log, "%s/amp.log", tmp);
     const char *sets[] = {"amp.enabled=true", "amp.dtype=fp16"};
-    pid_t l = spawn(root, log, sets, 2);
-    const char *d = wait_steps(root, 3);
+    pid_t l = cli_spawn(exp_path, root, log, sets, 2);
+    const char *d = cli_wait_steps(root, "dr", 3);
     CHECK(d != NULL);
     kill(l, SIGINT);
-    CHECK_INT(wait_code(l), 130);
+    CHECK_INT(cli_wait(l), 130);
     if (!d) return;
     char dir[4096], args[4400], out[1 << 15];
     snprintf(dir, sizeof dir, "%s", d);
@@ -214,13 +171,13 @@ static void kill9_rank_restarts_bit_exact(void) {
     snprintf(root, sizeof root, "%s/el", tmp);
     snprintf(log, sizeof log, "%s/el.log", tmp);
     const char *sets[] = {"parallel.max_restarts=1", "checkpoint.every_steps=2"};
-    pid_t l = spawn(root, log, sets, 2);
-    const char *d = wait_steps(root, 5);   /* step_4.ckpt is being written or done */
+    pid_t l = cli_spawn(exp_path, root, log, sets, 2);
+    const char *d = cli_wait_steps(root, "dr", 5);   /* step_4.ckpt is being written or done */
     CHECK(d != NULL);
     pid_t r1 = rank_pid(l, 1);
     CHECK(r1 > 0);
     if (r1 > 0) kill(r1, SIGKILL);
-    int rc = wait_code(l);
+    int rc = cli_wait(l);
     CHECK_INT(rc, 0);
     if (!d) return;
     char dir[4096];
