@@ -229,7 +229,9 @@ int trainer_loop(trainer_t *t, err_t *e) {
         if (!wrote && t->rank0 && epoch_done && every_steps > 0 && t->step % every_steps == 0 &&
             trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e))
             return -1;
-        if (stopping) return stop_now(t, stopping, !wrote, e);
+        /* a stop that came with the run's last step (or the step early stopping ended
+         * the run at) leaves nothing to continue: the run completes */
+        if (stopping && t->step < p->total_steps && !t->stop.stopped) return stop_now(t, stopping, !wrote, e);
     }
     return 0;
 }
