@@ -175,6 +175,20 @@ typedef struct backend_ops {
      * growth_factor, tracker 0); found_inf set: loss_scale *= backoff_factor, tracker 0.
      * found_inf itself is left as it is (the trainer reads it for the step's record). */
     int (*step_ctl_update)(backend_t *be, step_ctl_t *ctl);
+    /* Gradient clipping by the global L2 norm (torch.nn.utils.clip_grad_norm_, norm 2) of
+     * the n gradients g: norm[0] = sqrt(sum g^2), summed in double in a fixed order and
+     * rounded to fp32 (norm: backend memory, so nothing waits for the device). Then, unless
+     * ctl->found_inf is set (an overflowed step is skipped, not clipped; ctl may be NULL) or max_norm <= 0
+     * (norm only): coef = (1 / (norm + 1e-6)) * max_norm in fp32, which is how torch
+     * evaluates max_norm / (total_norm + 1e-6), and g *= coef when coef < 1 (torch
+     * multiplies by the coefficient clamped to 1, which leaves g unchanged). */
+    int (*clip_grad_norm)(backend_t *be, int64_t n, float *g, double max_norm,
+                          const step_ctl_t *ctl, float *norm);
+    /* EMA of weights (timm ModelEmaV3's ema.lerp_(x, weight=1 - decay)): with the fp32
+     * weight w = (float)(1 - decay), ema = ema + w * (x - ema) when |w| < 0.5, else
+     * x - (x - ema) * (1 - w), each operation rounded to fp32 (torch.lerp's formula);
+     * decay 0 copies x. */
+    int (*ema_update)(backend_t *be, int64_t n, float *ema, const float *x, double decay);
     /* mixed precision */
     int (*cast)(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
                 dtype_t dst_dt);

@@ -2,7 +2,8 @@
  *
  * At creation the parameter tensors are grouped into maximal contiguous ranges of equal
  * weight decay; a step calls the backend's sgd_step/adamw_step once per range.
- * What it does not do: per-group learning rates, gradient clipping, state on the host.
+ * Clipping by the global gradient norm is one backend op over the flat gradient array.
+ * What it does not do: per-group learning rates, state on the host.
  */
 #include "model/optim.h"
 
@@ -126,6 +127,16 @@ int optim_step(optim_t *o, double lr, err_t *e) {
     }
     if (be->ops->step_ctl_update(be, o->ctl) < 0)
         return err_set(e, ERR_RUNTIME, "optim: step control update: %s", be->err.msg);
+    return 0;
+}
+
+int optim_clip_grad_norm(optim_t *o, double max_norm, float *norm_out, err_t *e) {
+    backend_t *be = o->be;
+    if (!be->ops->clip_grad_norm)
+        return err_set(e, ERR_RUNTIME, "optim: the %s backend cannot clip gradients", be->ops->name);
+    if (be->ops->clip_grad_norm(be, (int64_t)net_num_params(o->net), net_grads(o->net), max_norm, o->ctl,
+                                norm_out) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: clipping the gradient norm: %s", be->err.msg);
     return 0;
 }
 

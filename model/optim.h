@@ -8,7 +8,9 @@
  * (net_tensor.no_decay); ranges of equal decay are merged, so a step is a few dozen
  * backend calls. State (momentum buffer, or exp_avg and exp_avg_sq) lives in backend
  * memory with the params layout, so checkpoints save it as flat arrays.
- * What it does not do: gradient clipping, parameter groups with other learning rates.
+ * Gradient clipping by the global norm (optim_clip_grad_norm) is a separate call between
+ * the unscale and the step, as torch.nn.utils.clip_grad_norm_ is.
+ * What it does not do: parameter groups with other learning rates.
  */
 #ifndef RUNNER_MODEL_OPTIM_H
 #define RUNNER_MODEL_OPTIM_H
@@ -49,6 +51,13 @@ void optim_free(optim_t *o);
  * bias-corrects with the count after this step; SGD initialises the momentum buffer
  * from the gradient on the first step taken) and the loss scale (amp.h). */
 int optim_step(optim_t *o, double lr, err_t *e);
+
+/* torch.nn.utils.clip_grad_norm_(params, max_norm) on net_grads, enqueued: the global L2
+ * norm goes to norm_out (one float of backend memory, e.g. the step's record) and the
+ * gradients are scaled by min(1, max_norm / (norm + 1e-6)), except when the step control
+ * says found_inf (the step will be skipped; torch's GradScaler skips it too). max_norm
+ * <= 0: the norm only. */
+int optim_clip_grad_norm(optim_t *o, double max_norm, float *norm_out, err_t *e);
 
 /* Optimizer steps taken (a download, which waits); set it when restoring a checkpoint. */
 int optim_steps(const optim_t *o, int64_t *steps, err_t *e);

@@ -58,6 +58,9 @@ void config_defaults(experiment_t *e) {
     e->train.max_steps = -1;
     e->train.eval_every = 1;
     e->train.deterministic = true;
+    e->train.ema.warmup_gamma = 1.0;
+    e->train.ema.warmup_power = 2.0 / 3.0;
+    e->train.early_stopping.patience = 3;
     e->amp.enabled = false;
     e->amp.dtype = PREC_FP16;
     e->amp.init_scale = 65536.0;
@@ -78,6 +81,7 @@ void config_defaults(experiment_t *e) {
     e->checkpoint.every_epochs = 1;
     e->checkpoint.keep_last = 2;
     e->checkpoint.keep_best = true;
+    e->checkpoint.best_metric = METRIC_VAL_TOP1;
     snprintf(e->checkpoint.resume, sizeof e->checkpoint.resume, "auto");
     snprintf(e->output.root, sizeof e->output.root, "runs");
 }
@@ -281,6 +285,22 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                         "schedule.warmup_epochs %g is longer than train.epochs %d; use at most "
                         "%d",
                         x->schedule.warmup_epochs, x->train.epochs, x->train.epochs);
+    /* recipe keys (issue 17) */
+    metric_t watched[2] = {x->train.early_stopping.metric, x->checkpoint.best_metric};
+    const char *watch_key[2] = {"train.early_stopping.metric", "checkpoint.best_metric"};
+    for (int i = 0; i < 2; i++)
+        if (watched[i] >= METRIC_VAL_LOSS_EMA && watched[i] <= METRIC_VAL_TOP5_EMA && x->train.ema.decay == 0)
+            return cfg_fail(c, at(st, watch_key[i]),
+                            "%s %s needs the EMA weights; set train.ema.decay (e.g. 0.9998) or "
+                            "watch %.*s",
+                            watch_key[i], metric_name(watched[i]),
+                            (int)strlen(metric_name(watched[i])) - 4, metric_name(watched[i]));
+    if (x->parallel.max_restarts > 0 && mode != PAR_DDP)
+        return cfg_fail(c, at(st, "parallel.max_restarts"),
+                        "parallel.max_restarts %d needs parallel.mode ddp (the launcher restarts "
+                        "its ranks); in mode %s let the job scheduler retry (see "
+                        "docs/multi-host.md), or set max_restarts: 0",
+                        x->parallel.max_restarts, par_mode_name(mode));
     return 0;
 }
 

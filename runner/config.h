@@ -32,6 +32,13 @@ typedef enum { SCHED_CONSTANT = 0, SCHED_MULTISTEP, SCHED_COSINE } sched_name_t;
 typedef enum { WANDB_DISABLED = 0, WANDB_ONLINE, WANDB_OFFLINE } wandb_mode_t;
 typedef enum { STEM_AUTO = 0, STEM_CIFAR, STEM_IMAGENET } model_stem_t;
 typedef enum { INIT_HEAD_STRICT = 0, INIT_HEAD_REINIT } init_head_t;
+/* train.early_stopping.metric and checkpoint.best_metric: which epoch number is watched.
+ * Loss metrics are minimised, top-k maximised (mode auto). */
+typedef enum {
+    METRIC_NONE = 0, METRIC_VAL_LOSS, METRIC_VAL_TOP1, METRIC_VAL_TOP5, METRIC_VAL_LOSS_EMA,
+    METRIC_VAL_TOP1_EMA, METRIC_VAL_TOP5_EMA, METRIC_TRAIN_LOSS, METRIC_TRAIN_TOP1, METRIC_COUNT
+} metric_t;
+typedef enum { STOP_MODE_AUTO = 0, STOP_MODE_MIN, STOP_MODE_MAX } stop_mode_t;
 
 typedef struct experiment {
     char name[CFG_STR];           /* default: the file's stem */
@@ -89,6 +96,7 @@ typedef struct experiment {
         bool no_weight_decay_on_bn_and_bias; /* false */
         double betas[2];          /* 0.9, 0.999 */
         double eps;               /* 1e-8 */
+        double clip_grad_norm;    /* 0 = null (off); torch.nn.utils.clip_grad_norm_ max_norm */
     } optimizer;
 
     struct {
@@ -109,6 +117,18 @@ typedef struct experiment {
         int eval_every;           /* 1 */
         bool deterministic;       /* true */
         bool cuda_graphs;         /* false (project key: replay each micro-batch as a CUDA graph) */
+        struct {                  /* timm ModelEmaV3 of params and BN buffers */
+            double decay;         /* 0 = null (off); else in (0, 1) */
+            bool warmup;          /* false: timm's --model-ema-warmup */
+            double warmup_gamma;  /* 1.0 (ModelEmaV3 warmup_gamma) */
+            double warmup_power;  /* 2/3 (ModelEmaV3 warmup_power) */
+        } ema;
+        struct {                  /* Lightning's EarlyStopping over evaluated epochs */
+            metric_t metric;      /* none (null): off */
+            int patience;         /* 3 */
+            double min_delta;     /* 0 */
+            stop_mode_t mode;     /* auto: loss min, top-k max */
+        } early_stopping;
     } train;
 
     struct {
@@ -132,6 +152,7 @@ typedef struct experiment {
         char master_addr[CFG_STR];/* 127.0.0.1 */
         int master_port;          /* 0 = pick a free port */
         double timeout_s;         /* 300 */
+        int max_restarts;         /* 0: a dead rank ends the run (torchrun --max-restarts) */
     } parallel;
 
     struct {
@@ -150,8 +171,10 @@ typedef struct experiment {
 
     struct {
         int every_epochs;         /* 1 */
+        int every_steps;          /* 0 = off; step_<N>.ckpt every N optimizer steps */
         int keep_last;            /* 2 */
         bool keep_best;           /* true */
+        metric_t best_metric;     /* val_top1: what best.ckpt is chosen by */
         char resume[CFG_PATH];    /* "auto" | "never" | a path */
     } checkpoint;
 
@@ -197,6 +220,10 @@ typedef struct config_change {
  * differ (possibly more than max). */
 int config_diff(const experiment_t *before, const experiment_t *after, bool hashed_only,
                 config_change_t *out, int max);
+/* The name of a metric ("val_top1_ema"; "none") and whether it is minimised under mode
+ * auto (losses) or maximised (top-k). */
+const char *metric_name(metric_t m);
+bool metric_minimised(metric_t m);
 
 /* A matrix file (a `matrix:` list of {name, dotted.key: value, ...}) expands into runs.
  * The base experiment is the file without `matrix:`; each entry's overrides apply on top

@@ -337,7 +337,9 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_FLOAT:
-        if (get_double(c, loc, key, r, val, &d)) return -1;
+        /* nullable floats are rows whose bound excludes 0, so 0 can stand for null */
+        if (cfg_is_null(val) && (r->flags & F_NULLABLE)) d = 0;
+        else if (get_double(c, loc, key, r, val, &d)) return -1;
         *(double *)f = d;
         return 0;
     case K_BOOL:
@@ -355,7 +357,8 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_ENUM: {
-        int i = get_name(c, loc, key, r, val);
+        /* a nullable enum's null is its first value, whose name is NULL */
+        int i = cfg_is_null(val) && (r->flags & F_NULLABLE) ? 0 : get_name(c, loc, key, r, val);
         if (i < 0) return -1;
         memcpy(f, &i, sizeof i);
         return 0;

@@ -19,7 +19,7 @@
 #include "runner/config.h"
 
 enum {
-    CFG_MAX_ROWS = 96,           /* rows in the schema table (checked at start-up of tests) */
+    CFG_MAX_ROWS = 128,          /* rows in the schema table (checked at start-up of tests) */
     CFG_MAX_SOURCES = 96,        /* base chain files + --set items (+ 1 for the file) */
     CFG_MAX_BASE_DEPTH = 16,     /* base: chain length */
     CFG_MAX_DEPTH = 64,          /* YAML nesting depth */
@@ -61,8 +61,9 @@ enum {
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
     F_QUOTE = 1 << 11,    /* string written quoted */
     F_PATH = 1 << 12,     /* a path: leading ~ / ~user and $VAR expanded (util/fs.h) */
-    F_HASH_NONZERO = 1 << 13 /* with F_HASH, K_ENUM: hashed only when not the first name (the
-                                default), so runs made before the key existed keep their hash */
+    F_HASH_SET = 1 << 13  /* with F_HASH: in config_hash only when not the default, so a key
+                             added later leaves the hash of every run that does not use it
+                             unchanged */
 };
 
 typedef struct cfg_row {

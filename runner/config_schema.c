@@ -34,6 +34,10 @@ static const char *const BACKENDS[] = {"auto", "nccl", "shm"};
 static const char *const WANDB[] = {"disabled", "online", "offline"};
 static const char *const STEMS[] = {"auto", "cifar", "imagenet"};
 static const char *const INIT_HEADS[] = {"strict", "reinit"};
+static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", "val_loss_ema",
+                                      "val_top1_ema", "val_top5_ema", "train_loss", "train_top1"};
+static const char *const STOP_MODES[] = {"auto", "min", "max"};
+_Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 
 /* Shorthands for the common row shapes. */
 #define ROW_INT(k, f, lo, hi, fl, doc) {k, K_INT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
@@ -98,9 +102,9 @@ const cfg_row_t cfg_rows[] = {
              "zero the last BN gamma of each residual branch"),
     ROW_STR("model.init_from", model.init_from, F_NULLABLE | F_HASH | F_PATH,
             "null | a .safetensors file with torchvision-style names"),
-    ROW_ENUM("model.stem", model.stem, STEMS, F_HASH | F_HASH_NONZERO,
+    ROW_ENUM("model.stem", model.stem, STEMS, F_HASH | F_HASH_SET,
              "auto | cifar (3x3 conv) | imagenet (7x7/2 conv + 3x3/2 max-pool); auto: imagenet above 64 px"),
-    ROW_ENUM("model.init_head", model.init_head, INIT_HEADS, F_HASH | F_HASH_NONZERO,
+    ROW_ENUM("model.init_head", model.init_head, INIT_HEADS, F_HASH | F_HASH_SET,
              "strict: fc.* of init_from must fit | reinit: fresh fc, the rest loaded"),
 
     ROW_ENUM("optimizer.name", optimizer.name, OPTIMS, F_HASH, "sgd | adamw"),
@@ -116,6 +120,9 @@ const cfg_row_t cfg_rows[] = {
     {"optimizer.betas", K_FLOATS, OFF(optimizer.betas), 0, 0, 1, F_HI_OPEN | F_HASH, 2, 2, -1,
      NULL, 0, "adamw [beta1, beta2]"},
     ROW_FLT("optimizer.eps", optimizer.eps, 0, 1, F_LO_OPEN | F_HASH, "adamw epsilon"),
+    ROW_FLT("optimizer.clip_grad_norm", optimizer.clip_grad_norm, 0, INF,
+            F_LO_OPEN | F_NULLABLE | F_HASH | F_HASH_SET,
+            "null | max global L2 norm of the gradient (torch.nn.utils.clip_grad_norm_)"),
 
     ROW_ENUM("schedule.name", schedule.name, SCHEDS, F_HASH, "constant | multistep | cosine"),
     {"schedule.milestones", K_INTS, OFF(schedule.milestones), 0, 1, 1000000,
@@ -140,6 +147,23 @@ const cfg_row_t cfg_rows[] = {
              "bit-exact on CPU; deterministic algorithms on CUDA"),
     ROW_BOOL("train.cuda_graphs", train.cuda_graphs, 0,
              "project key: record a micro-batch's forward+backward once and replay it as a CUDA graph"),
+    ROW_FLT("train.ema.decay", train.ema.decay, 0, 1, F_LO_OPEN | F_HI_OPEN | F_NULLABLE | F_HASH | F_HASH_SET,
+            "null | EMA of weights and BN buffers, timm ModelEmaV3 decay (e.g. 0.9998)"),
+    ROW_BOOL("train.ema.warmup", train.ema.warmup, F_HASH | F_HASH_SET,
+             "timm --model-ema-warmup: decay = min(decay, 1 - (1 + k/gamma)^-power)"),
+    ROW_FLT("train.ema.warmup_gamma", train.ema.warmup_gamma, 0, INF, F_LO_OPEN | F_HASH | F_HASH_SET,
+            "ModelEmaV3 warmup_gamma"),
+    ROW_FLT("train.ema.warmup_power", train.ema.warmup_power, 0, INF, F_LO_OPEN | F_HASH | F_HASH_SET,
+            "ModelEmaV3 warmup_power"),
+    {"train.early_stopping.metric", K_ENUM, OFF(train.early_stopping.metric), 0, 0, 0, F_NULLABLE,
+     0, 0, -1, NAMES(METRICS),
+     "null | val_loss | val_top1 | val_top5 | val_*_ema | train_loss | train_top1"},
+    ROW_INT("train.early_stopping.patience", train.early_stopping.patience, 1, 1000000, 0,
+            "evaluations without improvement before stopping"),
+    ROW_FLT("train.early_stopping.min_delta", train.early_stopping.min_delta, 0, INF, 0,
+            "smallest change that counts as an improvement"),
+    ROW_ENUM("train.early_stopping.mode", train.early_stopping.mode, STOP_MODES, 0,
+             "auto (losses min, top-k max) | min | max"),
 
     ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
     ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,
@@ -169,6 +193,8 @@ const cfg_row_t cfg_rows[] = {
             "rendezvous port; 0: pick a free one"),
     ROW_FLT("parallel.timeout_s", parallel.timeout_s, 0, 604800, F_LO_OPEN,
             "a collective waiting longer fails"),
+    ROW_INT("parallel.max_restarts", parallel.max_restarts, 0, 1000, 0,
+            "ddp: restart every rank from the last checkpoint when one dies, up to N times"),
 
     ROW_INT("logging.print_every", logging.print_every, 1, 1000000000, 0, "steps between lines"),
     ROW_BOOL("logging.csv", logging.csv, 0, "metrics.csv and steps.csv"),
@@ -184,9 +210,13 @@ const cfg_row_t cfg_rows[] = {
 
     ROW_INT("checkpoint.every_epochs", checkpoint.every_epochs, 0, 1000000, 0,
             "epoch_<N>.ckpt every N epochs; 0: only last/best"),
+    ROW_INT("checkpoint.every_steps", checkpoint.every_steps, 0, 1000000000, 0,
+            "step_<N>.ckpt every N optimizer steps, written in the background; 0: off"),
     ROW_INT("checkpoint.keep_last", checkpoint.keep_last, 0, 1000000, 0,
             "epoch_<N>.ckpt files kept"),
-    ROW_BOOL("checkpoint.keep_best", checkpoint.keep_best, 0, "best.ckpt by validation top-1"),
+    ROW_BOOL("checkpoint.keep_best", checkpoint.keep_best, 0, "best.ckpt by checkpoint.best_metric"),
+    ROW_ENUM("checkpoint.best_metric", checkpoint.best_metric, METRICS, 0,
+             "val_top1 | val_top1_ema | val_loss | ... (what best.ckpt is chosen by)"),
     ROW_STR("checkpoint.resume", checkpoint.resume, F_NONEMPTY | F_PATH,
             "auto | never | a run directory or .ckpt path"),
 
@@ -198,7 +228,8 @@ _Static_assert(sizeof(device_t) == sizeof(int) && sizeof(par_mode_t) == sizeof(i
                    sizeof(comm_backend_t) == sizeof(int) && sizeof(precision_t) == sizeof(int) &&
                    sizeof(optim_name_t) == sizeof(int) && sizeof(sched_name_t) == sizeof(int) &&
                    sizeof(wandb_mode_t) == sizeof(int) && sizeof(model_stem_t) == sizeof(int) &&
-                   sizeof(init_head_t) == sizeof(int),
+                   sizeof(init_head_t) == sizeof(int) && sizeof(metric_t) == sizeof(int) &&
+                   sizeof(stop_mode_t) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
 
@@ -216,6 +247,13 @@ const char *comm_backend_name(comm_backend_t b) {
 }
 const char *precision_name(precision_t p) {
     return (unsigned)p < 3 ? PRECS[p] : "?";
+}
+
+const char *metric_name(metric_t m) {
+    return (unsigned)m < METRIC_COUNT && METRICS[m] ? METRICS[m] : "none";
+}
+bool metric_minimised(metric_t m) {
+    return m == METRIC_VAL_LOSS || m == METRIC_VAL_LOSS_EMA || m == METRIC_TRAIN_LOSS;
 }
 
 int cfg_row_find(const char *key) {

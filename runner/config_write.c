@@ -118,7 +118,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
         return;
     case K_FLOAT:
     case K_ROTATION:
-        fmt_double(*(const double *)f, out, cap);
+        if (*(const double *)f == 0 && (r->flags & F_NULLABLE)) snprintf(out, cap, "null");
+        else fmt_double(*(const double *)f, out, cap);
         return;
     case K_BOOL:
         snprintf(out, cap, "%s", *(const bool *)f ? "true" : "false");
@@ -135,7 +136,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
     case K_ENUM: {
         int v;
         memcpy(&v, f, sizeof v);
-        snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v] : "?");
+        if (v == 0 && !r->names[0] && (r->flags & F_NULLABLE)) snprintf(out, cap, "null");
+        else snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v] : "?");
         return;
     }
     case K_INTS:
@@ -234,12 +236,17 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
 
 uint64_t config_hash(const experiment_t *e) {
     uint64_t h = fnv1a(1469598103934665603ULL, "runner-config-v1\n");
-    char val[2048];
+    char val[2048], dval[2048];
+    experiment_t defaults;
+    config_defaults(&defaults);
     for (int i = 0; i < cfg_n_rows; i++) {
         const cfg_row_t *r = &cfg_rows[i];
         if (!(r->flags & F_HASH)) continue;
-        if ((r->flags & F_HASH_NONZERO) && r->kind == K_ENUM && *(const int *)CFIELD(e, r) == 0) continue;
         cfg_format_value(r, e, val, sizeof val);
+        if (r->flags & F_HASH_SET) {
+            cfg_format_value(r, &defaults, dval, sizeof dval);
+            if (!strcmp(val, dval)) continue;
+        }
         h = fnv1a(h, r->key);
         h = fnv1a(h, "=");
         h = fnv1a(h, val);

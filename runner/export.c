@@ -47,7 +47,7 @@ static char *meta_class_names(const json_t *m) {
     return buf;
 }
 
-int export_run(const char *run_dir, const char *which, const char *output, char *out_path, size_t len,
+int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path, size_t len,
                export_info_t *info, err_t *e) {
     char ck[4200];
     if (!which || !strcmp(which, "last") || !strcmp(which, "best"))
@@ -92,15 +92,20 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     size_t np = net_num_params(n), nb = net_num_buffers(n);
     buf = malloc((np > nb ? np : nb) * sizeof(float) + 4);
     if (!buf) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
-    if (ckpt_get(c, "params", buf, np * sizeof(float), e) || net_upload_params(n, buf, e) ||
-        ckpt_get(c, "buffers", buf, nb * sizeof(float), e) || net_upload_buffers(n, buf, e))
+    if (ema && !ckpt_find(c, "ema.params")) {
+        err_set(e, ERR_INPUT, "%s: no EMA weights in this checkpoint; the run needs train.ema.decay (e.g. "
+                "--set train.ema.decay=0.9998), or export without --ema", ck);
+        goto out;
+    }
+    if (ckpt_get(c, ema ? "ema.params" : "params", buf, np * sizeof(float), e) || net_upload_params(n, buf, e) ||
+        ckpt_get(c, ema ? "ema.buffers" : "buffers", buf, nb * sizeof(float), e) || net_upload_buffers(n, buf, e))
         goto out;
     const json_t *cn = json_get(m, "bn_counters");
     int64_t *counters = net_counters(n);
     for (int i = 0; cn && cn->type == JSON_ARRAY && i < (int)cn->count && i < net_num_counters(n); i++)
         counters[i] = (int64_t)cn->items[i]->number;
     if (output) snprintf(out_path, len, "%s", output);
-    else snprintf(out_path, len, "%s/model.safetensors", run_dir);
+    else snprintf(out_path, len, "%s/%s.safetensors", run_dir, ema ? "model_ema" : "model");
     export_info_t local;
     export_info_t *in = info ? info : &local;
     memset(in, 0, sizeof *in);
@@ -123,9 +128,9 @@ int export_run(const char *run_dir, const char *which, const char *output, char 
     snprintf(chans, sizeof chans, "%d", inc);
     snprintf(size, sizeof size, "%dx%d", h, w);
     const char *keys[] = {"format", "arch", "stem", "in_channels", "num_classes", "input_size", "mean", "std",
-                          "class_names", "dataset", "step", "run_dir", "runner_commit"};
+                          "class_names", "dataset", "step", "run_dir", "runner_commit", "weights"};
     const char *vals[] = {"pt", arch, in->stem, chans, cls, size, mean, std, classes_json,
-                          json_get_string(m, "dataset", ""), steps, run_dir, runner_commit()};
+                          json_get_string(m, "dataset", ""), steps, run_dir, runner_commit(), ema ? "ema" : "trained"};
     rc = safetensors_save_net(n, out_path, keys, vals, (int)(sizeof keys / sizeof keys[0]), e);
 out:
     free(buf);

@@ -6,11 +6,13 @@
  * works on torchvision's resnet: with the ImageNet stem, torchvision.models.resnetNN(
  * num_classes=...) itself (for 1-channel data with conv1 taking 1 channel); with the
  * CIFAR stem, its variant with conv1 3x3 stride 1 and maxpool Identity.
- * Metadata records the architecture, stem, classes, run directory, step and runner commit.
+ * Metadata records the architecture, stem, classes, run directory, step, runner commit and
+ * which weights ("weights": "trained" or "ema").
  */
 #ifndef RUNNER_EXPORT_H
 #define RUNNER_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -28,13 +30,16 @@ typedef struct export_info {
     double mean[4], std[4];
 } export_info_t;
 
-/* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors.
- * The path written is copied to out_path and what it holds to info (may be NULL).
+/* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors
+ * (RUN_DIR/model_ema.safetensors with ema). ema: the EMA weights (train.ema) instead of the
+ * trained ones (sections ema.params / ema.buffers; a checkpoint without them is ERR_INPUT
+ * naming the key to set). The path written is copied to out_path and what it holds to info
+ * (may be NULL).
  * __metadata__ (all strings, as safetensors wants): format "pt", arch, stem,
  * in_channels, num_classes, input_size ("HxW"), mean and std (JSON lists, the
  * normalisation the model was trained with), class_names (a JSON list), dataset, step,
- * run_dir, runner_commit. */
-int export_run(const char *run_dir, const char *which, const char *output, char *out_path,
+ * run_dir, runner_commit, weights ("trained" | "ema"). */
+int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path,
                size_t len, export_info_t *info, err_t *e);
 
 /* Prints how to build the matching torchvision model and load path into it (a Python

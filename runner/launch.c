@@ -7,18 +7,24 @@
  * own process group and is killed by group, so anything it started dies with it;
  * PR_SET_PDEATHSIG makes a worker die if the launcher itself is killed.
  *
- * It does not: restart ranks (no elastic training), start processes on other hosts, or
- * parse the CLI.
+ * Restarts (max_restarts > 0, torchrun --max-restarts): when a rank fails (exits non-zero
+ * other than 2, 75 and 130, or dies from a signal) and nobody asked to stop, the group is
+ * stopped and started again, every rank from restart_resume when it exists; each restart
+ * is a line in <run_dir>/restarts.jsonl and on the console.
+ *
+ * It does not: start processes on other hosts, or parse the CLI.
  */
 #include "runner/launch.h"
 #include "runner/track/track.h"
 #include "util/clock.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -335,46 +341,62 @@ static ssize_t pump_tee(int pipe_fd, int log_fd, FILE *tee, int *state) {
     return n;
 }
 
-int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
-    int nproc = o->nproc_per_node, nnodes = o->nnodes > 0 ? o->nnodes : 1;
-    if (nproc < 1 || nproc > LAUNCH_MAX_RANKS) {
-        err_set(e, ERR_INPUT, "launch: %d processes per node is outside [1, %d]", nproc,
-                LAUNCH_MAX_RANKS);
-        return ERR_INPUT;
+/* What one attempt (one start of every local rank) ended with. */
+typedef struct group_outcome {
+    int rc;                  /* launch_run's return value for this attempt */
+    bool restartable;        /* a rank failed (not bad input) and nobody asked to stop */
+    int fail_rank, fail_pid, fail_status;
+    char fail_log[PATH_MAX];
+} group_outcome_t;
+
+/* Builds each rank's environment for attempt `attempt`: the options' extra variables,
+ * with RUNNER_RESTARTS and (when restart_resume names a readable checkpoint)
+ * RUNNER_RESUME_FROM replaced for a restart. */
+static char **attempt_env(const launch_opts_t *o, int local, int port, int global, bool tty, int attempt) {
+    if (attempt == 0) return build_env(o, local, port, global, tty);
+    const char *over[3] = {NULL, NULL, NULL};
+    char restarts[64], resume[PATH_MAX + 32];
+    snprintf(restarts, sizeof restarts, "RUNNER_RESTARTS=%d", attempt);
+    over[0] = restarts;
+    if (o->restart_resume && access(o->restart_resume, R_OK) == 0) {
+        snprintf(resume, sizeof resume, "RUNNER_RESUME_FROM=%s", o->restart_resume);
+        over[1] = resume;
     }
-    if (o->node_rank < 0 || o->node_rank >= nnodes) {
-        err_set(e, ERR_INPUT, "--node-rank %d is outside [0, %d) for --nnodes %d", o->node_rank,
-                nnodes, nnodes);
-        return ERR_INPUT;
-    }
-    if (!o->run_dir || !*o->run_dir) {
-        err_set(e, ERR_INPUT, "launch: no run directory given");
-        return ERR_INPUT;
-    }
-    launch_opts_t opt = *o;
-    opt.nnodes = nnodes;
-    if (!opt.master_addr[0]) snprintf(opt.master_addr, sizeof opt.master_addr, "127.0.0.1");
-    int port = o->master_port;
-    if (port == 0) {
-        if (nnodes > 1) {
-            err_set(e, ERR_INPUT, "parallel.master_port is 0 (pick a free port) but nnodes is "
-                    "%d: every node must be given the same port; set parallel.master_port or "
-                    "--master-port", nnodes);
-            return ERR_INPUT;
+    size_t n_extra = 0;
+    while (o->extra_env && o->extra_env[n_extra]) n_extra++;
+    const char **extra = calloc(n_extra + 3, sizeof *extra);
+    if (!extra) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n_extra; i++) {
+        bool replaced = false;
+        for (int j = 0; over[j]; j++) {
+            size_t l = (size_t)(strchr(over[j], '=') - over[j]) + 1;
+            replaced |= !strncmp(o->extra_env[i], over[j], l);
         }
-        port = launch_free_port(opt.master_addr, e);
-        if (port < 0) return ERR_INPUT;
+        if (!replaced) extra[k++] = o->extra_env[i];
     }
+    for (int j = 0; over[j]; j++) extra[k++] = over[j];
+    extra[k] = NULL;
+    launch_opts_t copy = *o;
+    copy.extra_env = extra;
+    char **env = build_env(&copy, local, port, global, tty);
+    free(extra);
+    return env;
+}
+
+/* Starts every local rank once, watches them until all have exited, and fills out. */
+static int run_group(const launch_opts_t *o, const launch_opts_t *opt, char *const argv[], int port,
+                     int attempt, const char *logs, group_outcome_t *out, err_t *e) {
+    int nproc = o->nproc_per_node;
     double grace = o->grace_s > 0 ? o->grace_s : 5.0;
     double stop_timeout = o->stop_timeout_s > 0 ? o->stop_timeout_s : 600.0;
     FILE *tee = o->tee ? o->tee : stdout;
     const char *exe = o->exe ? o->exe : "/proc/self/exe";
-    char logs[PATH_MAX];
-    snprintf(logs, sizeof logs, "%.4000s/logs", o->run_dir);
-    if (mkdir_p(logs, ERR_INPUT, e) < 0) return ERR_INPUT;
+    memset(out, 0, sizeof *out);
+    out->fail_rank = -1;
 
     rank_proc_t *r = calloc((size_t)nproc, sizeof *r);
-    if (!r) { err_set(e, ERR_RUNTIME, "out of memory"); return ERR_RUNTIME; }
+    if (!r) { err_set(e, ERR_RUNTIME, "out of memory"); return out->rc = ERR_RUNTIME; }
     int rc = ERR_RUNTIME, tee_pipe[2] = { -1, -1 }, tee_rank = -1, sfd = -1, tee_state = 0;
     for (int i = 0; i < nproc; i++) {
         r[i].global_rank = o->node_rank * nproc + i;
@@ -383,8 +405,8 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
                  r[i].global_rank);
         r[i].log_fd = open(r[i].log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (r[i].log_fd < 0) { err_errno(e, ERR_INPUT, "cannot open %s", r[i].log_path); rc = ERR_INPUT; goto done; }
-        r[i].env = build_env(&opt, i, port, r[i].global_rank,
-                             r[i].global_rank == 0 && isatty(fileno(tee)));
+        r[i].env = attempt_env(opt, i, port, r[i].global_rank, r[i].global_rank == 0 && isatty(fileno(tee)),
+                               attempt);
         if (!r[i].env) { err_set(e, ERR_RUNTIME, "out of memory"); goto done; }
         if (r[i].global_rank == 0) tee_rank = i;
     }
@@ -394,6 +416,7 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGUSR1);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, &old_mask);
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -418,7 +441,7 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
     }
     if (tee_pipe[1] >= 0) { close(tee_pipe[1]); tee_pipe[1] = -1; }
 
-    int first_fail = -1, n_alive = started, interrupts = 0;
+    int first_fail = -1, n_alive = started, interrupts = 0, sigints = 0;
     double kill_at = 0;           /* when > 0: SIGKILL the remaining ranks at this time */
     if (started < nproc) {        /* fork failed: stop what started */
         signal_ranks(r, nproc, SIGKILL, false);
@@ -443,12 +466,15 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
         while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
             if (si.ssi_signo == SIGCHLD) continue;   /* reaped below */
             interrupts++;
-            if (interrupts == 1 && first_fail == -1) {
-                /* forward as SIGINT / SIGTERM: ranks finish the step and exit 130 */
+            sigints += si.ssi_signo == SIGINT;
+            if (first_fail == -1 && !(si.ssi_signo == SIGINT && sigints > 1)) {
+                /* forwarded as it came: the ranks finish the step, checkpoint and exit 130
+                 * (SIGINT) or 75 (SIGTERM/SIGUSR1, a scheduler's preemption); a scheduler
+                 * may send SIGUSR1 and then SIGTERM, which changes nothing */
                 signal_ranks(r, nproc, (int)si.ssi_signo, false);
-                kill_at = now_s() + stop_timeout;
+                if (kill_at == 0) kill_at = now_s() + stop_timeout;
             } else {
-                signal_ranks(r, nproc, SIGKILL, false);
+                signal_ranks(r, nproc, SIGKILL, false);   /* a second SIGINT, or after a failure */
             }
         }
         for (int i = 0; i < nproc; i++) {
@@ -459,8 +485,10 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
             r[i].alive = false;
             r[i].status = st;
             n_alive--;
-            bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 ||
-                                        (interrupts > 0 && WEXITSTATUS(st) == ERR_INTERRUPT));
+            /* 130 and 75 are stops every rank agreed on (the signal may have reached the
+             * ranks without passing through this launcher) */
+            bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == ERR_INTERRUPT ||
+                                        WEXITSTATUS(st) == ERR_PREEMPTED);
             if (!ok && first_fail == -1) {
                 first_fail = i;
                 if (n_alive > 0) {
@@ -479,13 +507,18 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
     {
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-            if (si.ssi_signo != SIGCHLD) interrupts++;
+            if (si.ssi_signo != SIGCHLD) interrupts++, sigints += si.ssi_signo == SIGINT;
         }
     }
     close(sfd);
     sigprocmask(SIG_SETMASK, &old_mask, NULL);
 
-    if (interrupts >= 2) {
+    int stopped_with = 0;   /* the stop code the ranks exited with: 130 wins over 75 */
+    for (int i = 0; i < nproc; i++)
+        if (WIFEXITED(r[i].status) && (WEXITSTATUS(r[i].status) == ERR_INTERRUPT ||
+                                       (WEXITSTATUS(r[i].status) == ERR_PREEMPTED && stopped_with == 0)))
+            stopped_with = WEXITSTATUS(r[i].status);
+    if (sigints >= 2) {
         err_set(e, ERR_INTERRUPT, "interrupted twice: every rank was killed at once (no "
                 "checkpoint was written)");
         rc = ERR_INTERRUPT;
@@ -494,6 +527,10 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
         describe_status(r[first_fail].status, how, sizeof how);
         err_set(e, ERR_RUNTIME, "rank %d (pid %d) %s; the other ranks were stopped",
                 r[first_fail].global_rank, (int)r[first_fail].pid, how);
+        out->fail_rank = r[first_fail].global_rank;
+        out->fail_pid = (int)r[first_fail].pid;
+        out->fail_status = r[first_fail].status;
+        snprintf(out->fail_log, sizeof out->fail_log, "%s", r[first_fail].log_path);
         if (e) append_log_tail(r[first_fail].log_path, e->msg, sizeof e->msg);
         rc = ERR_RUNTIME;
         /* a rank that rejected its input (exit 2) makes the run's exit code 2 as well */
@@ -501,9 +538,14 @@ int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
             rc = ERR_INPUT;
             if (e) e->code = ERR_INPUT;
         }
+        out->restartable = rc == ERR_RUNTIME && interrupts == 0 && stopped_with == 0;
     } else if (first_fail == -2) {
         rc = ERR_RUNTIME;   /* e already says which fork failed */
-    } else if (interrupts > 0) {
+    } else if (stopped_with == ERR_PREEMPTED) {
+        err_set(e, ERR_PREEMPTED, "preempted: every rank wrote its checkpoint and stopped; run the same "
+                "command again to continue");
+        rc = ERR_PREEMPTED;
+    } else if (stopped_with || interrupts > 0) {
         err_set(e, ERR_INTERRUPT, "interrupted: every rank was told to stop and has exited");
         rc = ERR_INTERRUPT;
     } else {
@@ -517,5 +559,90 @@ done:
     if (tee_pipe[0] >= 0) close(tee_pipe[0]);
     if (tee_pipe[1] >= 0) close(tee_pipe[1]);
     free(r);
-    return rc;
+    return out->rc = rc;
+}
+
+/* Appends one line about restart k to <run_dir>/restarts.jsonl and says it on the console. */
+static void record_restart(const launch_opts_t *o, int k, const group_outcome_t *g, const char *cause) {
+    bool resumes = o->restart_resume && access(o->restart_resume, R_OK) == 0;
+    FILE *tee = o->tee ? o->tee : stdout;
+    fprintf(tee, "runner: %s; restart %d of %d: every rank starts again from %s\n", cause, k, o->max_restarts,
+            resumes ? o->restart_resume : "the beginning (no checkpoint yet)");
+    fflush(tee);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%.4000s/restarts.jsonl", o->run_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return;
+    jw_t w;
+    jw_init(&w, m, false);
+    jw_obj_begin(&w);
+    jw_kint(&w, "restart", k);
+    jw_kint(&w, "max_restarts", o->max_restarts);
+    jw_kint(&w, "unix_time", (int64_t)time(NULL));
+    jw_kint(&w, "node_rank", o->node_rank);
+    jw_kint(&w, "rank", g->fail_rank);
+    jw_kint(&w, "pid", g->fail_pid);
+    if (WIFEXITED(g->fail_status)) jw_kint(&w, "exit_status", WEXITSTATUS(g->fail_status));
+    else jw_knum(&w, "exit_status", NAN);
+    if (WIFSIGNALED(g->fail_status)) jw_kint(&w, "signal", WTERMSIG(g->fail_status));
+    else jw_knum(&w, "signal", NAN);
+    jw_kstr(&w, "cause", cause);
+    if (resumes) jw_kstr(&w, "resume_from", o->restart_resume);
+    else jw_knum(&w, "resume_from", NAN);
+    jw_obj_end(&w);
+    fputc('\n', m);
+    fclose(m);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t wr = write(fd, buf, len);
+        (void)wr;
+        fsync(fd);
+        close(fd);
+    }
+    free(buf);
+}
+
+int launch_run(const launch_opts_t *o, char *const argv[], err_t *e) {
+    int nproc = o->nproc_per_node, nnodes = o->nnodes > 0 ? o->nnodes : 1;
+    if (nproc < 1 || nproc > LAUNCH_MAX_RANKS) {
+        err_set(e, ERR_INPUT, "launch: %d processes per node is outside [1, %d]", nproc,
+                LAUNCH_MAX_RANKS);
+        return ERR_INPUT;
+    }
+    if (o->node_rank < 0 || o->node_rank >= nnodes) {
+        err_set(e, ERR_INPUT, "--node-rank %d is outside [0, %d) for --nnodes %d", o->node_rank,
+                nnodes, nnodes);
+        return ERR_INPUT;
+    }
+    if (!o->run_dir || !*o->run_dir) {
+        err_set(e, ERR_INPUT, "launch: no run directory given");
+        return ERR_INPUT;
+    }
+    launch_opts_t opt = *o;
+    opt.nnodes = nnodes;
+    if (!opt.master_addr[0]) snprintf(opt.master_addr, sizeof opt.master_addr, "127.0.0.1");
+    if (o->master_port == 0 && nnodes > 1) {
+        err_set(e, ERR_INPUT, "parallel.master_port is 0 (pick a free port) but nnodes is "
+                "%d: every node must be given the same port; set parallel.master_port or "
+                "--master-port", nnodes);
+        return ERR_INPUT;
+    }
+    char logs[PATH_MAX];
+    snprintf(logs, sizeof logs, "%.4000s/logs", o->run_dir);
+    if (mkdir_p(logs, ERR_INPUT, e) < 0) return ERR_INPUT;
+    for (int attempt = 0;; attempt++) {
+        /* a port picked here is picked again for a restart: the old one may linger */
+        int port = o->master_port ? o->master_port : launch_free_port(opt.master_addr, e);
+        if (port < 0) return ERR_INPUT;
+        group_outcome_t g;
+        int rc = run_group(o, &opt, argv, port, attempt, logs, &g, e);
+        if (!g.restartable || attempt >= o->max_restarts) return rc;
+        char how[128], cause[300];
+        describe_status(g.fail_status, how, sizeof how);
+        snprintf(cause, sizeof cause, "rank %d (pid %d) %s", g.fail_rank, g.fail_pid, how);
+        record_restart(o, attempt + 1, &g, cause);
+        err_clear(e);
+    }
 }

@@ -18,13 +18,23 @@
  * their whole process group), then SIGKILL after grace_s; everything is reaped, and
  * launch_run returns ERR_RUNTIME with a message naming the rank, its exit status or
  * signal, and the last lines of its log.
- * Interrupt: SIGINT/SIGTERM to the launcher are forwarded to every rank (they finish the
- * step, rank 0 checkpoints, all exit 130); the launcher then returns 130. A second SIGINT
- * kills every rank at once. The launcher handles signals through a signalfd while it runs
- * (it blocks SIGINT/SIGTERM/SIGCHLD for the duration and restores the mask after).
+ * Interrupt: SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded to every rank (they
+ * finish the step, rank 0 checkpoints, all exit 130 after SIGINT or 75 after SIGTERM/
+ * SIGUSR1); the launcher then returns the same code. Ranks that exit 130 or 75 on their
+ * own (a scheduler signalled them, not the launcher) count as stopped, not failed. A
+ * second SIGINT kills every rank at once. The launcher handles signals through a signalfd
+ * while it runs (it blocks SIGINT/SIGTERM/SIGUSR1/SIGCHLD for the duration and restores the
+ * mask after).
  *
- * It does not: parse the CLI (the lead's main.c fills launch_opts_t), start remote nodes
- * (run the launcher once per node, as with torchrun), or restart failed ranks.
+ * Restarts: with max_restarts N > 0 a failed group (a rank killed, out of memory, failed
+ * after a hung peer's timeout) is started again up to N times, as torchrun --max-restarts
+ * does: every rank gets RUNNER_RESTARTS=<k> and, when restart_resume is readable,
+ * RUNNER_RESUME_FROM=<restart_resume>; <run_dir>/restarts.jsonl gets one JSON line per
+ * restart (restart, rank, pid, exit_status, signal, cause, resume_from, unix_time). A rank
+ * that exits 2 (bad input) or a stop that was asked for is never restarted.
+ *
+ * It does not: parse the CLI (the lead's main.c fills launch_opts_t) or start remote
+ * nodes (run the launcher once per node, as with torchrun).
  *
  * Use in main():
  *     launch_env_t env;
@@ -60,14 +70,16 @@ typedef struct launch_opts {
     const char *const *extra_env; /* NULL-terminated "KEY=VALUE" added to each worker */
     FILE *tee;               /* where rank 0's output is copied; NULL = stdout */
     pid_t *pids_out;         /* optional: receives the worker pids (nproc_per_node) */
+    int max_restarts;        /* restarts of the group after a failure; 0 = none */
+    const char *restart_resume; /* checkpoint a restarted group resumes from (if readable) */
 } launch_opts_t;
 
 /* Starts the workers with argv (argv[0] is passed through as the program name; the
  * program run is o->exe), waits for all of them, and returns the exit code to use:
- * 0 when every rank exited 0; 130 after an interrupt (e->code ERR_INTERRUPT); 1 when a
- * rank failed (e filled as described above), or 2 when the first rank to fail exited
- * with 2 (its input was bad; its message is in the log tail quoted in e); 2 for bad
- * options (ERR_INPUT). */
+ * 0 when every rank exited 0; 130 after an interrupt (e->code ERR_INTERRUPT); 75 after a
+ * preemption signal (ERR_PREEMPTED); 1 when a rank failed (e filled as described above)
+ * and no restart is left, or 2 when the first rank to fail exited with 2 (its input was
+ * bad; its message is in the log tail quoted in e); 2 for bad options (ERR_INPUT). */
 int launch_run(const launch_opts_t *o, char *const argv[], err_t *e);
 
 /* What a worker learns from its environment. */

@@ -1,6 +1,6 @@
 /* main.c: the `runner` command line. Parses the verb and its options, turns every
  * err_t into one message on stderr and an exit code (0 ok, 1 runtime failure, 2 bad
- * input, 130 interrupted). Everything else lives in the modules.
+ * input, 75 preempted, 130 interrupted). Everything else lives in the modules.
  *
  *   runner EXP.yaml [--set k=v]... [--nnodes N --node-rank R --master-addr A --master-port P]
  *   runner run EXP.yaml ...            same
@@ -9,7 +9,7 @@
  *   runner compare MATRIX.yaml [--set k=v]...
  *   runner report RUN_DIR... [--output DIR]
  *   runner check RUN_DIR --baseline FILE
- *   runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]
+ *   runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH] [--ema]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +47,7 @@ static const char usage[] =
     "  runner compare MATRIX.yaml [--set ...]            run a matrix of experiments + a report\n"
     "  runner report RUN_DIR... [--output DIR]           tables and plots from finished runs\n"
     "  runner check RUN_DIR --baseline FILE              regression gate (exit 1 on regression)\n"
-    "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH]\n"
+    "  runner export RUN_DIR [--format safetensors] [--output FILE] [--checkpoint last|best|PATH] [--ema]\n"
     "\n"
     "Running the same experiment again continues its newest unfinished run (checkpoint.resume:\n"
     "auto); after a change to a key that defines the numbers (docs/experiment-files.md, column\n"
@@ -61,7 +61,7 @@ typedef struct cli {
     int n_positional;
     const char *sets[CFG_MAX_SETS];
     int n_sets;
-    bool json;
+    bool json, ema;
     const char *output, *format, *baseline, *checkpoint;
     int nnodes, node_rank, master_port;
     const char *master_addr;
@@ -119,6 +119,8 @@ static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
             c->sets[c->n_sets++] = a + 6;
         } else if (!strcmp(a, "--json")) {
             c->json = true;
+        } else if (!strcmp(a, "--ema")) {
+            c->ema = true;
         } else if (!strcmp(a, "--output") || !strcmp(a, "-o")) {
             NEED_VALUE(); c->output = v;
         } else if (!strcmp(a, "--format")) {
@@ -356,8 +358,13 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
         snprintf(env_res, sizeof env_res, "RUNNER_RESUME_FROM=%s", p.resume_from);
         const char *extra[] = {env_dir, env_res, NULL};
         lo.extra_env = extra;
+        char restart_ck[CFG_PATH + 64];   /* parallel.max_restarts: a restart resumes here */
+        snprintf(restart_ck, sizeof restart_ck, "%s/checkpoints/last.ckpt", p.run_dir);
+        lo.max_restarts = x.parallel.max_restarts;
+        lo.restart_resume = restart_ck;
         int code = launch_run(&lo, argv, e);
-        if (code != 0 && code != 130) {
+        if (code == ERR_PREEMPTED) fprintf(stderr, "runner: %s\n", e->msg);
+        if (code != 0 && code != ERR_INTERRUPT && code != ERR_PREEMPTED) {
             ensure_failed_summary(&x, &p, code, e);
             return fail(e);
         }
@@ -544,7 +551,7 @@ static int verb_export(cli_t *c, err_t *e) {
         return err_set(e, ERR_INPUT, "--format %s: only safetensors is supported", c->format), fail(e);
     char out[CFG_PATH + 64];
     export_info_t info;
-    if (export_run(c->positional[0], c->checkpoint, c->output, out, sizeof out, &info, e)) return fail(e);
+    if (export_run(c->positional[0], c->checkpoint, c->output, c->ema, out, sizeof out, &info, e)) return fail(e);
     printf("runner: wrote %s\n", out);
     export_print_usage(&info, out, stdout);
     return 0;

@@ -291,6 +291,8 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     int states = e->optimizer.name == OPT_ADAMW ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
     p->state_bytes = (int64_t)(net_num_params(n) * 4 * (2 + states) + net_num_buffers(n) * 4 +
                                (e->amp.enabled ? net_num_params(n) * elem : 0));
+    /* train.ema: the average and the spare copy ema_swap uses, of params and buffers */
+    if (e->train.ema.decay > 0) p->state_bytes += (int64_t)(net_num_params(n) + net_num_buffers(n)) * 4 * 2;
     net_free(n);
     return 0;
 }

@@ -27,11 +27,13 @@
 
 /* Signal state: the only process-wide mutable state, because a signal handler has no
  * context argument. The loop polls it once per step. */
-static volatile sig_atomic_t stop_signals = 0;
+static volatile sig_atomic_t stop_signals = 0, stop_interrupt = 0, stop_preempt = 0;
 
 static void on_stop_signal(int sig) {
-    if (stop_signals > 0 && sig == SIGINT) _exit(130);
+    if (stop_interrupt && sig == SIGINT) _exit(130);
     stop_signals++;
+    if (sig == SIGINT) stop_interrupt = 1;
+    else stop_preempt = 1;
 }
 
 void train_install_signal_handlers(void) {
@@ -41,9 +43,12 @@ void train_install_signal_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 bool train_stop_requested(void) { return stop_signals > 0; }
+
+int train_stop_kind(void) { return stop_interrupt ? 1 : stop_preempt ? 2 : 0; }
 
 /* ------------------------------------------------------------------ setup */
 
@@ -232,6 +237,13 @@ static int setup_model(trainer_t *t, err_t *e) {
     oo.beta2 = x->optimizer.betas[1];
     oo.eps = x->optimizer.eps;
     if (!(t->opt = optim_create(t->net, &oo, e))) return -1;
+    if (x->train.ema.decay > 0) {
+        ema_opts_t eo = {x->train.ema.decay, x->train.ema.warmup, x->train.ema.warmup_gamma,
+                         x->train.ema.warmup_power};
+        if (!(t->ema = ema_create(t->net, &eo, e))) return -1;
+    }
+    early_stop_init(&t->stop, x->train.early_stopping.metric, x->train.early_stopping.mode,
+                    x->train.early_stopping.patience, x->train.early_stopping.min_delta);
     if (loss_scaler_init(&t->scaler, t->be, optim_ctl(t->opt), t->act_dt, x->amp.init_scale,
                          x->amp.growth_interval, e))
         return -1;
@@ -358,7 +370,7 @@ static int setup_ddp(trainer_t *t, err_t *e) {
         t->comm = comm_shm_create(t->store, e);
     }
     if (!t->comm) return -1;
-    if (!(t->comm_scratch = t->be->ops->alloc(t->be, (1 + 3 * TRAIN_MAX_WINDOW) * sizeof(float)))) {
+    if (!(t->comm_scratch = t->be->ops->alloc(t->be, (2 + 3 * TRAIN_MAX_WINDOW) * sizeof(float)))) {
         *e = t->be->err;
         return -1;
     }
@@ -457,168 +469,17 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     return 0;
 }
 
-/* ------------------------------------------------------------------ evaluation */
-
-static int evaluate(trainer_t *t, err_t *e) {
-    if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
-    if (loader_start_epoch(t->val_ld, 0, 0, e)) return -1;
-    float sums[4] = {0, 0, 0, 0};   /* loss, top1, top5, count */
-    double loss = 0;
-    int64_t c1 = 0, c5 = 0, n = 0;
-    loader_batch_t *b;
-    int r;
-    int64_t batches = loader_num_batches(t->val_ld), done = 0;
-    int ranks = t->ddp_mode ? t->env->world_size : 1;
-    track_eval_progress(t->track, t->epoch + 1, 0, batches, 0);
-    while ((r = loader_next(t->val_ld, &b, e)) == 1) {
-        net_loss_out_t out;
-        if (net_upload_input(t->net, b->images, b->n, e) ||
-            net_forward(t->net, net_input(t->net), b->n, false, NULL, e) ||
-            net_loss(t->net, b->labels, (float)t->e->train.label_smoothing, 0.0f, &out, e))
-            return -1;
-        loss += out.loss_sum;
-        c1 += out.correct1;
-        c5 += out.correct5;
-        n += b->n;
-        track_eval_progress(t->track, t->epoch + 1, ++done, batches, n * ranks);   /* rank 0's share x ranks */
-    }
-    if (r < 0) return -1;
-    sums[0] = (float)loss; sums[1] = (float)c1; sums[2] = (float)c5; sums[3] = (float)n;
-    if (trainer_allreduce_small(t, sums, 4, e)) return -1;
-    if (t->comm) { loss = sums[0]; c1 = (int64_t)sums[1]; c5 = (int64_t)sums[2]; n = (int64_t)sums[3]; }
-    if (n <= 0) return err_set(e, ERR_RUNTIME, "evaluation saw no samples");
-    t->val_loss = loss / (double)n;
-    t->val_top1 = (double)c1 / (double)n;
-    t->val_top5 = (double)c5 / (double)n;
-    t->evaluated = true;
-    return 0;
-}
-
-/* Ranks other than 0 write no run files; these lines go to their stdout, which the
- * launcher sends to logs/rank<N>.log, so a rank's log says how far it got. */
-static void rank_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void rank_note(const trainer_t *t, const char *fmt, ...) {
-    if (t->rank0 || !t->ddp_mode) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("[rank %d/%d] ", t->env->rank, t->env->world_size);
-    vprintf(fmt, ap);
-    putchar('\n');
-    fflush(stdout);
-    va_end(ap);
-}
-
-/* Runs epochs until total_steps; returns 0 (done) or 130 (interrupted), -1 on error. */
-static int train_loop(trainer_t *t, err_t *e) {
-    const plan_t *p = t->p;
-    int A = p->grad_accum;
-    char line[CFG_PATH + 512];
-    while (t->step < p->total_steps) {
-        t->epoch = (int)(t->step / p->steps_per_epoch);
-        int64_t epoch_first_step = (int64_t)t->epoch * p->steps_per_epoch;
-        if (trainer_start_epoch(t, e)) return -1;
-        int64_t batch = t->start_batch;
-        t->start_batch = 0;
-        double ep_t0 = now_s() - t->ep_seconds;
-        int64_t epoch_end = epoch_first_step + p->steps_per_epoch;
-        if (epoch_end > p->total_steps) epoch_end = p->total_steps;
-        bool stopping = false;   /* interrupted at the last step of the epoch */
-        bool cut = false;        /* train.max_steps ends the run inside this epoch */
-        t->n_pending = 0;
-        t->window_t0 = now_s();
-        while (t->step < epoch_end) {
-            int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
-            double lr = schedule_lr(&t->sched, t->step, p->steps_per_epoch);
-            int32_t *rec = t->step_recs + (size_t)t->n_pending * trainer_step_rec_words(A);
-            if (trainer_step(t, n_micro, lr, rec, &t->pending[t->n_pending], e)) return -1;
-            t->n_pending++;
-            batch += n_micro;
-            t->step++;
-            if (t->n_pending < t->window && t->step < epoch_end) continue;
-            bool stop;
-            if (trainer_flush_window(t, &stop, e)) return -1;   /* numbers now over all ranks */
-            if (stop && batch >= p->batches_per_epoch) {
-                /* interrupted by the epoch's last step: finish the epoch first (evaluation,
-                 * metrics row, epoch checkpoint with the epoch sums reset), or its row
-                 * would never be written and resume would count its sums into the next */
-                stopping = true;
-                break;
-            }
-            if (stop || (t->step >= p->total_steps && t->step < (int64_t)t->e->train.epochs * p->steps_per_epoch)) {
-                /* interrupted, or max_steps reached mid-way: save exactly where we are (for
-                 * max_steps after the evaluation below, so best.ckpt can be this state) */
-                t->ep_seconds = now_s() - ep_t0;
-                t->start_batch = batch < p->batches_per_epoch ? batch : 0;
-                cut = !stop;
-                if (t->rank0 && stop) {
-                    char path[CFG_PATH + 64];
-                    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
-                    if (trainer_save_checkpoint(t, path, e)) return -1;
-                    snprintf(line, sizeof line, "interrupted at step %lld: checkpoint written to %s",
-                             (long long)t->step, path);
-                    track_console(t->track, line);
-                }
-                if (stop) {
-                    rank_note(t, "interrupted at step %lld with every rank", (long long)t->step);
-                    return 130;
-                }
-            }
-        }
-        /* end of epoch (or of max_steps) */
-        double ep_s = now_s() - ep_t0;
-        bool epoch_done = t->step == epoch_end && batch >= p->batches_per_epoch;
-        t->train_loss = t->ep_samples ? t->ep_loss_sum / (double)t->ep_samples : NAN;
-        t->train_top1 = t->ep_samples ? (double)t->ep_correct / (double)t->ep_samples : NAN;
-        bool last = t->step >= p->total_steps;
-        bool eval_now = last || ((t->epoch + 1) % t->e->train.eval_every == 0);
-        double vl = NAN, v1 = NAN, v5 = NAN;
-        if (eval_now) {
-            if (evaluate(t, e)) return -1;
-            vl = t->val_loss; v1 = t->val_top1; v5 = t->val_top5;
-        }
-        bool improved = eval_now && v1 > t->best_val_top1;
-        if (improved) { t->best_val_top1 = v1; t->best_epoch = t->epoch + 1; }
-        if (epoch_done) { t->epoch_seconds_sum += ep_s; t->epochs_timed++; }
-        size_t peak = t->be->ops->peak_memory ? t->be->ops->peak_memory(t->be) : 0;
-        track_epoch_t er = {
-            .epoch = t->epoch + 1, .step = t->step,
-            .lr = schedule_lr(&t->sched, t->step > 0 ? t->step - 1 : 0, p->steps_per_epoch),
-            .train_loss = t->train_loss, .train_top1 = t->train_top1,
-            .val_loss = vl, .val_top1 = v1, .val_top5 = v5, .epoch_seconds = ep_s,
-            .images_per_second = ep_s > 0 ? (double)t->ep_samples / ep_s : 0,
-            .peak_memory_bytes = (int64_t)peak};
-        if (track_epoch(t->track, &er, e)) return -1;
-        rank_note(t, "epoch %d done at step %lld: train_loss %.4f (all ranks)", t->epoch + 1,
-                  (long long)t->step, t->train_loss);
-        if (cut && t->rank0) {   /* before the epoch sums are reset: resume continues this epoch */
-            if (trainer_checkpoint_cut(t, improved, e)) return -1;
-            snprintf(line, sizeof line, "train.max_steps reached at step %lld: checkpoint written to "
-                     "%s/checkpoints/last.ckpt", (long long)t->step, t->run_dir);
-            track_console(t->track, line);
-        }
-        t->ep_loss_sum = 0; t->ep_correct = 0; t->ep_samples = 0; t->ep_seconds = 0;
-        int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
-        bool checkpointed = t->rank0 && epoch_done &&
-                            (last || (every > 0 && (t->epoch + 1) % every == 0) || improved);
-        if (checkpointed) {
-            t->start_batch = 0;
-            if (trainer_checkpoint_epoch(t, improved, e)) return -1;
-        }
-        if (stopping) {
-            if (t->rank0) {
-                char path[CFG_PATH + 64];
-                snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
-                t->start_batch = 0;
-                if (!checkpointed && trainer_save_checkpoint(t, path, e)) return -1;
-                snprintf(line, sizeof line, "interrupted at step %lld: checkpoint written to %s",
-                         (long long)t->step, path);
-                track_console(t->track, line);
-            }
-            rank_note(t, "interrupted at step %lld with every rank", (long long)t->step);
-            return 130;
-        }
-    }
-    return 0;
+/* Rank 0's background checkpoint writer; its snapshot buffer is page-locked on CUDA, so
+ * each array is one device-to-host copy at full speed. */
+static int setup_writer(trainer_t *t, err_t *e) {
+    if (!t->rank0) return 0;
+    ckpt_allocator_t a = {0};
+#ifdef RUNNER_HAVE_CUDA
+    if (t->be->kind == BACKEND_CUDA) a = (ckpt_allocator_t){pinned_alloc, pinned_free, NULL};
+#endif
+    char dir[CFG_PATH + 16];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
+    return (t->writer = ckpt_writer_create(&a, dir, e)) ? 0 : -1;
 }
 
 /* ------------------------------------------------------------------ run */
@@ -667,6 +528,8 @@ static void trainer_teardown(trainer_t *t) {
     free(t->host_recs);
     free(t->pending);
     free(t->pending_loss);
+    ckpt_writer_free(t->writer);
+    ema_free(t->ema);
     optim_free(t->opt);
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
@@ -740,18 +603,23 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     t.dp_mode = !strcmp(p->mode, "dp");
     t.best_val_top1 = -1;
     t.val_loss = t.val_top1 = t.val_top5 = NAN;
+    t.val_loss_ema = t.val_top1_ema = t.val_top5_ema = NAN;
+    t.best_val_top1_ema = -1;
+    t.best_value = NAN;
     t.train_loss = t.train_top1 = NAN;
     t.wall_start = now_s();
     if (env->run_dir) snprintf(t.run_dir, sizeof t.run_dir, "%s", env->run_dir);
 
     int rc = -1;
     if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, &plan, e))) || setup_backend(&t, e) ||
-        setup_data(&t, e) || setup_model(&t, e) || plan_device_work(&t, e))
+        setup_data(&t, e) || setup_model(&t, e) || plan_device_work(&t, e) || setup_writer(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
-    if (p->resumes && t.step >= p->total_steps) {
+    if (p->resumes && (t.step >= p->total_steps || t.stop.stopped)) {
         /* a finished run: nothing to train, and its summary and metrics stay as they are */
-        if (t.rank0)
+        if (t.rank0 && t.stop.stopped)
+            printf("runner: %s already finished (%s); nothing to do\n", t.run_dir, t.stop.reason);
+        else if (t.rank0)
             printf("runner: %s already finished all %lld steps; nothing to do\n", t.run_dir,
                    (long long)p->total_steps);
         t.already_finished = true;
@@ -759,7 +627,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
         goto done;
     }
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
-    rank_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
+    trainer_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
     if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;
     if (setup_tracking(&t, e)) goto done;
@@ -786,9 +654,13 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
         }
     }
     t.loop_started = true;
-    rc = train_loop(&t, e);
-    if (rc == 0) rank_note(&t, "finished at step %lld", (long long)t.step);
+    rc = trainer_loop(&t, e);
+    if (rc == 0) trainer_note(&t, "finished at step %lld", (long long)t.step);
 done:
+    if (t.writer) {   /* every checkpoint on disk before the summary says where the run is */
+        err_t ew = {0};
+        if (ckpt_writer_wait(t.writer, &ew) && rc >= 0) { *e = ew; rc = -1; }
+    }
     if (rc < 0 && t.ddp) ddp_abort(t.ddp, e->msg);
     if (rc < 0 && t.store) store_set_failed(t.store, e->msg);
     if (t.rank0 && t.run_dir[0] && !t.already_finished && (!p->resumes || t.loop_started)) {
@@ -796,7 +668,8 @@ done:
          * directory then says failed and why, instead of looking like a run still going.
          * A resume refused before its first step leaves the run's summary as it was. */
         err_t e2 = {0};
-        const char *status = rc == 0 ? "completed" : rc == 130 ? "interrupted" : "failed";
+        const char *status = rc == 0 ? "completed" : rc == ERR_INTERRUPT ? "interrupted"
+                           : rc == ERR_PREEMPTED ? "preempted" : "failed";
         int code = rc >= 0 ? rc : (e->code ? e->code : 1);
         if (trainer_write_summary(&t, status, code, rc < 0 ? e->msg : NULL, &e2) && rc == 0) { *e = e2; rc = -1; }
     }

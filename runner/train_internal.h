@@ -11,9 +11,12 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "model/amp.h"
+#include "model/ema.h"
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/schedule.h"
+#include "runner/ckpt_writer.h"
+#include "runner/early_stop.h"
 #include "runner/track/track.h"
 #include "runner/train.h"
 #include "util/clock.h"
@@ -112,14 +115,29 @@ typedef struct trainer {
     int n_hosts;
     double epoch_seconds_sum;
     int epochs_timed;
+    /* recipe features (issue 17) */
+    ema_t *ema;                             /* train.ema.decay set: averaged weights */
+    double val_loss_ema, val_top1_ema, val_top5_ema, best_val_top1_ema;
+    double best_value;                      /* checkpoint.best_metric's best, at */
+    int best_value_epoch;                   /*   this epoch (0: none yet) */
+    early_stop_t stop;                      /* train.early_stopping */
+    bool buffers_synced;                    /* ddp + ema: BN buffers broadcast after the last step */
+    ckpt_writer_t *writer;                  /* rank 0: writes checkpoints in the background */
 } trainer_t;
 
+/* What stopped the loop after a window: nothing, SIGINT, or a scheduler's SIGTERM/SIGUSR1. */
+enum { TRAINER_STOP_NONE = 0, TRAINER_STOP_INTERRUPT = 1, TRAINER_STOP_PREEMPT = 2 };
+
+/* Which checkpoint (train_state.c): last.ckpt only (a stop, max_steps); the epoch's
+ * (epoch_<N>.ckpt, linked as last.ckpt and, when improved, best.ckpt); step_<N>.ckpt
+ * (checkpoint.every_steps, linked as last.ckpt). */
+typedef enum { TRAINER_CKPT_LAST, TRAINER_CKPT_EPOCH, TRAINER_CKPT_STEP } trainer_ckpt_kind_t;
+
 /* train_state.c */
-int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e);
-int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e);
-/* train.max_steps ended the run mid-epoch: last.ckpt at this step (resumable), and
- * best.ckpt linked to it when its evaluation improved. */
-int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e);
+/* Rank 0: snapshots the trainer's state (one download per array into the writer's host
+ * buffer) and hands the file to the background writer; ckpt_writer_wait(t->writer) waits
+ * until it is on disk. */
+int trainer_checkpoint(trainer_t *t, trainer_ckpt_kind_t kind, bool improved, err_t *e);
 int trainer_restore(trainer_t *t, err_t *e);
 /* On resume, before resolved.yaml is rewritten: records a changed configuration in
  * config_changes.jsonl and says so (rundir_record_config_changes). */
@@ -140,7 +158,14 @@ int trainer_start_epoch(trainer_t *t, err_t *e);
  * device record rec, the host's to ps. */
 int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_step_t *ps, err_t *e);
 /* Reads back the t->n_pending steps issued since the last call, agrees with the other
- * ranks (stop flag, global loss/accuracy) and tracks every step; *stop: any rank asked. */
-int trainer_flush_window(trainer_t *t, bool *stop, err_t *e);
+ * ranks (stop flags, global loss/accuracy) and tracks every step; *stop: TRAINER_STOP_*
+ * that some rank received (SIGINT wins over a preemption signal). */
+int trainer_flush_window(trainer_t *t, int *stop, err_t *e);
+
+/* train_loop.c: the epochs (evaluation, metrics rows, checkpoints, early stopping, stops);
+ * returns 0, ERR_INTERRUPT or ERR_PREEMPTED, or -1. */
+int trainer_loop(trainer_t *t, err_t *e);
+/* A line in a non-zero rank's log (rank 0 has the console). */
+void trainer_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -1,12 +1,14 @@
 /* train_state.c: what a checkpoint holds and how a run is restored from one, the
- * epoch checkpoint cadence (last / best / epoch_<N>, keep_last), the files that describe
- * the run (config.yaml, resolved.yaml, plan.json, env.json, config_changes.jsonl on a
- * changed resume) and summary.json.
+ * checkpoint files (last / best / epoch_<N> / step_<N>, keep_last), the files that
+ * describe the run (config.yaml, resolved.yaml, plan.json, env.json, config_changes.jsonl
+ * on a changed resume) and summary.json.
  *
- * Sections: "meta" (JSON: architecture, sizes, world size, step, epoch position,
- * epoch accumulators, best top-1, loss-scaler state, optimizer step count, BN counters,
- * W&B run id), "params", "buffers", one "optim.<state>" per optimizer state array, and
- * "resolved.yaml" (for people). Restoring checks the architecture, stem, class count and
+ * Sections: "meta" (JSON: architecture, stem, sizes, world size, step, epoch position,
+ * epoch accumulators, best top-1, best by checkpoint.best_metric, early-stopping state,
+ * loss-scaler state, optimizer step count, BN counters, W&B run id), "params", "buffers",
+ * one "optim.<state>" per optimizer state array, with train.ema "ema.params" and
+ * "ema.buffers", and "resolved.yaml" (for people). A snapshot is taken into the
+ * background writer's buffer and written there (ckpt_writer.h). Restoring checks the architecture, stem, class count and
  * parameter count (another model is refused) and the data-parallel world size (a
  * different world size would visit other samples, so it is refused rather than being
  * silently inexact). A corrupt or truncated checkpoint is reported and the next older
@@ -23,19 +25,6 @@
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
 #include "util/json.h"
-
-/* Host copies of the arrays a checkpoint needs. */
-typedef struct host_state {
-    float *params, *buffers;
-    float *optim[4];
-    int n_optim;
-} host_state_t;
-
-static void host_state_free(host_state_t *h) {
-    free(h->params);
-    free(h->buffers);
-    for (int i = 0; i < h->n_optim; i++) free(h->optim[i]);
-}
 
 /* scale, tracker, opt_steps: the step control's values, read by the caller. */
 static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_steps) {
@@ -88,6 +77,16 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_kint(&w, "growth_tracker", tracker);
     jw_kint(&w, "optim_steps", opt_steps);
     jw_kstr(&w, "wandb_run_id", t->wandb_run_id);
+    jw_knum(&w, "best_value", t->best_value);
+    jw_kint(&w, "best_value_epoch", t->best_value_epoch);
+    jw_knum(&w, "val_top1_ema", t->val_top1_ema);
+    jw_knum(&w, "best_val_top1_ema", t->best_val_top1_ema);
+    jw_kbool(&w, "ema", t->ema != NULL);
+    jw_knum(&w, "es_best", t->stop.best);
+    jw_kint(&w, "es_best_epoch", t->stop.best_epoch);
+    jw_kint(&w, "es_wait", t->stop.wait);
+    jw_kbool(&w, "early_stopped", t->stop.stopped);
+    jw_kstr(&w, "stop_reason", t->stop.reason);
     jw_key(&w, "bn_counters");
     jw_arr_begin(&w);
     int64_t *cn = net_counters(t->net);
@@ -98,134 +97,127 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     return buf;
 }
 
-int trainer_save_checkpoint(trainer_t *t, const char *path, err_t *e) {
-    host_state_t h = {0};
-    size_t np = net_num_params(t->net), nb = net_num_buffers(t->net);
-    int rc = -1;
-    char *meta = NULL, *yaml = NULL;
-    size_t ylen = 0;
-    h.params = malloc(np * sizeof(float));
-    h.buffers = malloc((nb ? nb : 1) * sizeof(float));
-    if (!h.params || !h.buffers) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); goto out; }
-    if (net_download_params(t->net, h.params, e) || net_download_buffers(t->net, h.buffers, e)) goto out;
-    h.n_optim = optim_num_state(t->opt);
-    for (int i = 0; i < h.n_optim; i++) {
-        h.optim[i] = malloc(np * sizeof(float));
-        if (!h.optim[i]) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); goto out; }
-        if (t->be->ops->download(t->be, h.optim[i], optim_state(t->opt, i), np * sizeof(float))) {
-            *e = t->be->err;
-            goto out;
-        }
+/* Downloads n floats of backend memory into the snapshot. */
+static int take(trainer_t *t, float *dst, const float *src, size_t n, err_t *e) {
+    if (n && t->be->ops->download(t->be, dst, src, n * sizeof(float))) {
+        *e = t->be->err;
+        return -1;
     }
-    double scale;
-    int64_t tracker, opt_steps;
-    if (loss_scaler_get_state(&t->scaler, &scale, &tracker, e) || optim_steps(t->opt, &opt_steps, e)) goto out;
-    meta = meta_json(t, scale, tracker, opt_steps);
-    yaml = config_yaml_string(t->e, &ylen);
-    if (!meta || !yaml) { err_set(e, ERR_RUNTIME, "out of memory writing %s", path); goto out; }
-    ckpt_section_t s[8];
-    int n = 0;
-    memset(s, 0, sizeof s);
-    snprintf(s[n].name, CKPT_NAME_MAX, "meta"); s[n].data = meta; s[n].size = strlen(meta); n++;
-    snprintf(s[n].name, CKPT_NAME_MAX, "params"); s[n].data = h.params; s[n].size = np * sizeof(float); n++;
-    snprintf(s[n].name, CKPT_NAME_MAX, "buffers"); s[n].data = h.buffers; s[n].size = nb * sizeof(float); n++;
-    for (int i = 0; i < h.n_optim; i++) {
-        snprintf(s[n].name, CKPT_NAME_MAX, "optim.%s", optim_state_name(t->opt, i));
-        s[n].data = h.optim[i];
-        s[n].size = np * sizeof(float);
-        n++;
-    }
-    snprintf(s[n].name, CKPT_NAME_MAX, "resolved.yaml"); s[n].data = yaml; s[n].size = ylen; n++;
-    rc = ckpt_write(path, config_hash(t->e), s, n, e);
-out:
-    free(meta);
-    free(yaml);
-    host_state_free(&h);
-    return rc;
-}
-
-/* Replaces dst by a hard link to src (atomic via a temporary name); copies if linking
- * is impossible. */
-static int link_over(const char *src, const char *dst, err_t *e) {
-    char tmp[CFG_PATH + 160];
-    snprintf(tmp, sizeof tmp, "%s.link-%ld", dst, (long)getpid());
-    unlink(tmp);
-    if (link(src, tmp) == 0) {
-        if (rename(tmp, dst) == 0) return 0;
-        unlink(tmp);
-    }
-    return copy_file(src, dst, e);
-}
-
-/* The N of every epoch_<N>.ckpt in dir, newest first (at most max). Returns the count. */
-static int list_epoch_checkpoints(const char *dir, int *epochs, int max) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
-        int ep;
-        char tail[8];
-        if (sscanf(de->d_name, "epoch_%d.ck%7s", &ep, tail) == 2 && !strcmp(tail, "pt")) epochs[n++] = ep;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++)   /* insertion sort, descending */
-        for (int j = i; j > 0 && epochs[j - 1] < epochs[j]; j--) {
-            int x = epochs[j]; epochs[j] = epochs[j - 1]; epochs[j - 1] = x;
-        }
-    return n;
-}
-
-/* Removes epoch_<N>.ckpt files beyond the newest keep_last. */
-static void prune_epochs(const char *dir, int keep_last) {
-    int epochs[4096];
-    int n = list_epoch_checkpoints(dir, epochs, 4096);
-    for (int i = keep_last; i < n; i++) {
-        char p[CFG_PATH + 64];
-        snprintf(p, sizeof p, "%s/epoch_%d.ckpt", dir, epochs[i]);
-        unlink(p);
-    }
-}
-
-int trainer_checkpoint_epoch(trainer_t *t, bool improved, err_t *e) {
-    char dir[CFG_PATH + 16], main_path[CFG_PATH + 64], path[CFG_PATH + 64];
-    _Static_assert(sizeof main_path + 32 <= CFG_PATH + 160, "link_over temp name fits");
-    snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
-    int n = t->epoch + 1;
-    bool last = t->step >= t->p->total_steps;
-    int every = t->e->checkpoint.every_epochs;   /* 0: only last/best */
-    bool periodic = last || (every > 0 && n % every == 0);
-    if (periodic && t->e->checkpoint.keep_last > 0) snprintf(main_path, sizeof main_path, "%s/epoch_%d.ckpt", dir, n);
-    else snprintf(main_path, sizeof main_path, "%s/last.ckpt", dir);
-    if (trainer_save_checkpoint(t, main_path, e)) return -1;
-    snprintf(path, sizeof path, "%s/last.ckpt", dir);
-    if (strcmp(main_path, path) && link_over(main_path, path, e)) return -1;
-    if (improved && t->e->checkpoint.keep_best) {
-        snprintf(path, sizeof path, "%s/best.ckpt", dir);
-        if (link_over(main_path, path, e)) return -1;
-    }
-    if (t->e->checkpoint.keep_last > 0) prune_epochs(dir, t->e->checkpoint.keep_last);
     return 0;
 }
 
-int trainer_checkpoint_cut(trainer_t *t, bool improved, err_t *e) {
-    char path[CFG_PATH + 64], best[CFG_PATH + 64];
-    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
-    if (trainer_save_checkpoint(t, path, e)) return -1;
-    snprintf(best, sizeof best, "%s/checkpoints/best.ckpt", t->run_dir);
-    return improved && t->e->checkpoint.keep_best ? link_over(path, best, e) : 0;
+static void add_section(ckpt_job_t *j, const char *name, const void *data, size_t size) {
+    snprintf(j->sections[j->n].name, CKPT_NAME_MAX, "%s", name);
+    j->sections[j->n].data = data;
+    j->sections[j->n].size = size;
+    j->n++;
 }
 
-/* Candidate checkpoints for resume, best first: the plan's file, then epoch_<N>.ckpt
- * newest first. */
+/* Fills job j with the trainer's state: the arrays go to the writer's buffer (which waits
+ * for the previous write), meta and resolved.yaml to blocks the job owns. */
+static int snapshot(trainer_t *t, ckpt_job_t *j, err_t *e) {
+    size_t np = net_num_params(t->net), nb = net_num_buffers(t->net);
+    int no = optim_num_state(t->opt);
+    size_t floats = np + nb + (size_t)no * np + (t->ema ? np + nb : 0);
+    float *buf = ckpt_writer_buffer(t->writer, floats * sizeof(float), e);
+    if (!buf) return -1;
+    float *at = buf;
+    if (take(t, at, net_params(t->net), np, e)) return -1;
+    add_section(j, "params", at, np * sizeof(float));
+    at += np;
+    if (take(t, at, net_buffers(t->net), nb, e)) return -1;
+    add_section(j, "buffers", at, nb * sizeof(float));
+    at += nb;
+    for (int i = 0; i < no; i++, at += np) {
+        char name[CKPT_NAME_MAX];
+        snprintf(name, sizeof name, "optim.%s", optim_state_name(t->opt, i));
+        if (take(t, at, optim_state(t->opt, i), np, e)) return -1;
+        add_section(j, name, at, np * sizeof(float));
+    }
+    if (t->ema) {
+        if (take(t, at, ema_params(t->ema), np, e)) return -1;
+        add_section(j, "ema.params", at, np * sizeof(float));
+        at += np;
+        if (take(t, at, ema_buffers(t->ema), nb, e)) return -1;
+        add_section(j, "ema.buffers", at, nb * sizeof(float));
+    }
+    double scale;
+    int64_t tracker, opt_steps;
+    if (loss_scaler_get_state(&t->scaler, &scale, &tracker, e) || optim_steps(t->opt, &opt_steps, e)) return -1;
+    size_t ylen = 0;
+    char *meta = meta_json(t, scale, tracker, opt_steps), *yaml = config_yaml_string(t->e, &ylen);
+    j->owned[0] = meta;
+    j->owned[1] = yaml;
+    if (!meta || !yaml) return err_set(e, ERR_RUNTIME, "out of memory writing a checkpoint");
+    /* meta first: readers find it at the front */
+    memmove(&j->sections[1], &j->sections[0], (size_t)j->n * sizeof j->sections[0]);
+    j->n++;
+    snprintf(j->sections[0].name, CKPT_NAME_MAX, "meta");
+    j->sections[0].data = meta;
+    j->sections[0].size = strlen(meta);
+    add_section(j, "resolved.yaml", yaml, ylen);
+    j->config_hash = config_hash(t->e);
+    return 0;
+}
+
+/* Which file, links and pruning (keep_last): an epoch checkpoint is epoch_<N>.ckpt when it
+ * is periodic (or the last) and keep_last > 0, else last.ckpt; it is linked as last.ckpt
+ * and, improved, as best.ckpt. A step checkpoint is step_<S>.ckpt when keep_last > 0 (the
+ * newest keep_last of them are kept, counted apart from the epoch files), else last.ckpt;
+ * it is linked as last.ckpt. */
+int trainer_checkpoint(trainer_t *t, trainer_ckpt_kind_t kind, bool improved, err_t *e) {
+    if (!t->rank0) return 0;
+    ckpt_job_t *j = calloc(1, sizeof *j);
+    if (!j) return err_set(e, ERR_RUNTIME, "out of memory writing a checkpoint");
+    char dir[CFG_PATH + 16], last[CFG_PATH + 64];
+    snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
+    snprintf(last, sizeof last, "%s/last.ckpt", dir);
+    snprintf(j->path, sizeof j->path, "%s", last);
+    int keep = t->e->checkpoint.keep_last;
+    if (kind == TRAINER_CKPT_EPOCH) {
+        int n = t->epoch + 1, every = t->e->checkpoint.every_epochs;
+        bool periodic = t->step >= t->p->total_steps || t->stop.stopped || (every > 0 && n % every == 0);
+        if (periodic && keep > 0) {
+            snprintf(j->path, sizeof j->path, "%s/epoch_%d.ckpt", dir, n);
+            snprintf(j->prune_dir, sizeof j->prune_dir, "%s", dir);
+            snprintf(j->prune_prefix, sizeof j->prune_prefix, "epoch_");
+            j->prune_keep = keep;
+        }
+    } else if (kind == TRAINER_CKPT_STEP && keep > 0) {
+        snprintf(j->path, sizeof j->path, "%s/step_%lld.ckpt", dir, (long long)t->step);
+        snprintf(j->prune_dir, sizeof j->prune_dir, "%s", dir);
+        snprintf(j->prune_prefix, sizeof j->prune_prefix, "step_");
+        j->prune_keep = keep;
+    }
+    snprintf(j->links[0], sizeof j->links[0], "%s", last);
+    /* an epoch's checkpoint, or the one train.max_steps ends a run with mid-epoch (after
+     * that partial epoch's evaluation), is best.ckpt when its evaluation improved */
+    if (improved && t->e->checkpoint.keep_best) snprintf(j->links[1], sizeof j->links[1], "%s/best.ckpt", dir);
+    int rc = snapshot(t, j, e);
+    if (rc) {
+        for (int i = 0; i < CKPT_JOB_OWNED; i++) free(j->owned[i]);
+    } else {
+        rc = ckpt_writer_submit(t->writer, j, e);
+    }
+    free(j);
+    return rc;
+}
+
+/* Candidate checkpoints for resume, best first: the plan's file, then epoch_<N>.ckpt and
+ * step_<S>.ckpt, the newest (by the step they were written at) first. */
 static int resume_candidates(const trainer_t *t, char out[][CFG_PATH + 128], int max) {
     int n = 0;
     snprintf(out[n++], CFG_PATH + 128, "%s", t->p->resume_from);
     char dir[CFG_PATH + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", t->run_dir);
-    int epochs[256];
-    int ne = list_epoch_checkpoints(dir, epochs, 256);
-    for (int i = 0; i < ne && n < max; i++) snprintf(out[n++], CFG_PATH + 128, "%s/epoch_%d.ckpt", dir, epochs[i]);
+    int64_t ep[64], st[64];
+    int ne = ckpt_list_numbered(dir, "epoch_", ep, 64), ns = ckpt_list_numbered(dir, "step_", st, 64);
+    for (int a = 0, b = 0; (a < ne || b < ns) && n < max;) {
+        /* epoch N ended at step N * steps_per_epoch (or at max_steps, which is smaller) */
+        bool take_epoch = b >= ns || (a < ne && ep[a] * t->p->steps_per_epoch >= st[b]);
+        if (take_epoch) snprintf(out[n++], CFG_PATH + 128, "%s/epoch_%lld.ckpt", dir, (long long)ep[a++]);
+        else snprintf(out[n++], CFG_PATH + 128, "%s/step_%lld.ckpt", dir, (long long)st[b++]);
+    }
     return n;
 }
 
@@ -288,6 +280,22 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
             goto out;
         }
     }
+    if (t->ema && ckpt_find(c, "ema.params")) {
+        if (ckpt_get(c, "ema.params", buf, np * sizeof(float), e) ||
+            t->be->ops->upload(t->be, ema_params(t->ema), buf, np * sizeof(float)) ||
+            ckpt_get(c, "ema.buffers", buf, nb * sizeof(float), e) ||
+            (nb && t->be->ops->upload(t->be, ema_buffers(t->ema), buf, nb * sizeof(float)))) {
+            if (!e->code) *e = t->be->err;
+            free(buf);
+            goto out;
+        }
+    } else if (t->ema) {
+        /* train.ema turned on for a run that had none: start the average from the restored
+         * weights, as timm does when a checkpoint has no state_dict_ema */
+        if (ema_reset(t->ema, e)) { free(buf); goto out; }
+        if (t->rank0)
+            fprintf(stderr, "runner: note: %s has no EMA weights; the average starts from its weights\n", c->path);
+    }
     free(buf);
     const json_t *cn = json_get(m, "bn_counters");
     int64_t *counters = net_counters(t->net);
@@ -309,6 +317,23 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     t->epoch_seconds_sum = json_get_number(m, "epoch_seconds_sum", 0);
     t->epochs_timed = (int)json_get_number(m, "epochs_timed", 0);
     snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", json_get_string(m, "wandb_run_id", ""));
+    t->val_top1 = json_get_number(m, "val_top1", NAN);
+    t->best_value = json_get_number(m, "best_value", NAN);
+    t->best_value_epoch = (int)json_get_number(m, "best_value_epoch", 0);
+    if (t->best_value_epoch == 0 && t->best_epoch > 0 && t->e->checkpoint.best_metric == METRIC_VAL_TOP1) {
+        t->best_value = t->best_val_top1;   /* a checkpoint from before checkpoint.best_metric */
+        t->best_value_epoch = t->best_epoch;
+    }
+    t->val_top1_ema = json_get_number(m, "val_top1_ema", NAN);
+    t->best_val_top1_ema = json_get_number(m, "best_val_top1_ema", -1);
+    if (t->stop.metric != METRIC_NONE) {
+        t->stop.best = json_get_number(m, "es_best", t->stop.best);
+        t->stop.best_epoch = (int)json_get_number(m, "es_best_epoch", 0);
+        t->stop.wait = (int)json_get_number(m, "es_wait", 0);
+    }
+    const json_t *es = json_get(m, "early_stopped");
+    t->stop.stopped = es && es->type == JSON_BOOL && es->boolean;
+    snprintf(t->stop.reason, sizeof t->stop.reason, "%s", json_get_string(m, "stop_reason", ""));
     t->ckpt_hash_differs = c->config_hash != config_hash(t->e);   /* recorded by write_run_files */
     rc = 0;
 out:
@@ -391,6 +416,19 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Restarts of this run by the launcher, over every invocation: the lines of
+ * restarts.jsonl (parallel.max_restarts). */
+static int count_restarts(const char *run_dir) {
+    char path[CFG_PATH + 32];
+    snprintf(path, sizeof path, "%s/restarts.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e) {
     /* images/s: median over steady-state steps (the first 10% and the first 5 are warm-up) */
     double ips = NAN;
@@ -416,6 +454,11 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_kstr(&w, "status", status);
     jw_kint(&w, "exit_code", exit_code);
     if (error && *error) jw_kstr(&w, "error", error);   /* why a failed run stopped */
+    /* why the run ended before its last epoch (early stopping), null otherwise */
+    if (t->stop.stopped) jw_kstr(&w, "stop_reason", t->stop.reason);
+    else jw_knum(&w, "stop_reason", NAN);
+    jw_kbool(&w, "early_stopped", t->stop.stopped);
+    jw_kint(&w, "restarts", count_restarts(t->run_dir));
     /* epochs with a metrics.csv row: a run that train.max_steps ended mid-epoch evaluated
      * (and may have its best.ckpt from) that partial epoch */
     int64_t spe = t->p->steps_per_epoch > 0 ? t->p->steps_per_epoch : 1;
@@ -429,6 +472,13 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_knum(&w, "best_val_top1", t->best_val_top1 >= 0 ? t->best_val_top1 : NAN);
     jw_kint(&w, "best_epoch", t->best_epoch);
     jw_kint(&w, "config_changes", t->config_changes);
+    jw_knum(&w, "val_loss_ema", t->ema ? t->val_loss_ema : NAN);
+    jw_knum(&w, "val_top1_ema", t->ema ? t->val_top1_ema : NAN);
+    jw_knum(&w, "val_top5_ema", t->ema ? t->val_top5_ema : NAN);
+    jw_knum(&w, "best_val_top1_ema", t->ema && t->best_val_top1_ema >= 0 ? t->best_val_top1_ema : NAN);
+    jw_kstr(&w, "best_metric", metric_name(t->e->checkpoint.best_metric));
+    jw_knum(&w, "best_metric_value", t->best_value_epoch ? t->best_value : NAN);
+    jw_kint(&w, "best_metric_epoch", t->best_value_epoch);
     jw_knum(&w, "images_per_second", ips);
     jw_knum(&w, "seconds_per_epoch", t->epochs_timed ? t->epoch_seconds_sum / t->epochs_timed : NAN);
     jw_kint(&w, "peak_memory_bytes", t->be && t->be->ops->peak_memory ? (int64_t)t->be->ops->peak_memory(t->be) : 0);

@@ -33,9 +33,10 @@ int trainer_allreduce_small(trainer_t *t, float *vals, int n, err_t *e) {
 }
 
 /* Words of one step record: loss_scale (float) and found_inf (int32), copied from the
- * step control after the unscale, then per micro-batch the loss sum (float) and the
- * top-1/top-5 hits (int32). */
-int trainer_step_rec_words(int grad_accum) { return 2 + 3 * grad_accum; }
+ * step control after the unscale, the gradient norm (float, optimizer.clip_grad_norm),
+ * then per micro-batch the loss sum (float) and the top-1/top-5 hits (int32). */
+enum { REC_HEAD = 3 };
+int trainer_step_rec_words(int grad_accum) { return REC_HEAD + 3 * grad_accum; }
 
 /* Starts the training epoch at micro-batch t->start_batch. */
 int trainer_start_epoch(trainer_t *t, err_t *e) {
@@ -215,7 +216,10 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
     ps->n_micro = n_micro;
     backend_t *be = t->be;
     if (net_zero_grads(t->net, e)) return -1;
-    if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    if (t->ddp && !t->buffers_synced &&
+        ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e))
+        return -1;
+    t->buffers_synced = false;
     float smoothing = (float)t->e->train.label_smoothing;
     double dp_scale = 1.0;
     if (t->dp && loss_scaler_scale(&t->scaler, &dp_scale, e)) return -1;
@@ -235,7 +239,7 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
             memcpy(&words[0], &loss, sizeof loss);
             words[1] = (int32_t)out.correct1;
             words[2] = (int32_t)out.correct5;
-            if (be->ops->upload(be, rec + 2 + 3 * m, words, sizeof words)) {
+            if (be->ops->upload(be, rec + REC_HEAD + 3 * m, words, sizeof words)) {
                 *e = be->err;
                 return -1;
             }
@@ -245,7 +249,7 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
                 ddp_set_sync(t->ddp, m == n_micro - 1);
                 ddp_begin_backward(t->ddp);
             }
-            if (micro_batch(t, &b, grad_scale, smoothing, rec + 2 + 3 * m, e)) return -1;
+            if (micro_batch(t, &b, grad_scale, smoothing, rec + REC_HEAD + 3 * m, e)) return -1;
             if (t->ddp && ddp_finish_step(t->ddp, e)) return -1;
         }
         ps->samples += b.n;
@@ -263,7 +267,20 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
         *e = be->err;
         return -1;
     }
-    return optim_step(t->opt, lr, e);
+    /* clip the all-reduced, unscaled gradients (not on an overflowed step); the norm goes
+     * to the record like the loss */
+    double clip = t->e->optimizer.clip_grad_norm;
+    if (clip > 0 && optim_clip_grad_norm(t->opt, clip, (float *)(rec + 2), e)) return -1;
+    if (optim_step(t->opt, lr, e)) return -1;
+    if (!t->ema) return 0;
+    /* The EMA must be identical on every rank, but each DDP rank has updated its BN
+     * buffers from its own batch; they all take rank 0's at the next step's broadcast, so
+     * that broadcast moves here, before the average reads them (same values, one
+     * broadcast per step as before). The update counts every step, as timm's train.py
+     * counts num_updates also when GradScaler skipped the optimizer. */
+    if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    t->buffers_synced = t->ddp != NULL;
+    return ema_update(t->ema, t->step + 1, e);
 }
 
 static void record_ips(trainer_t *t, double ips) {
@@ -282,47 +299,51 @@ static void record_ips(trainer_t *t, double ips) {
  * stop flag and each step's loss sum, top-1 hits and samples: every rank then holds the
  * global numbers, so rank 0 logs what a single process would, every rank fails on the
  * same non-finite loss, and every rank stops after the same step when any got
- * SIGINT/SIGTERM), and hands one row per step to tracking. The window's wall time is
+ * SIGINT/SIGTERM/SIGUSR1), and hands one row per step to tracking. The window's wall time is
  * shared equally by its steps (a window of one step on the CPU: its own time). */
-int trainer_flush_window(trainer_t *t, bool *stop, err_t *e) {
+int trainer_flush_window(trainer_t *t, int *stop, err_t *e) {
     int np = t->n_pending, words = trainer_step_rec_words(t->p->grad_accum);
     backend_t *be = t->be;
-    *stop = train_stop_requested();
+    *stop = train_stop_kind();
     if (be->ops->download(be, t->host_recs, t->step_recs, (size_t)np * words * sizeof(int32_t))) {
         *e = be->err;
         return -1;
     }
     double window_s = now_s() - t->window_t0;
-    float v[1 + 3 * TRAIN_MAX_WINDOW];
-    v[0] = *stop ? 1.0f : 0.0f;
+    /* v[0]: some rank got SIGINT, v[1]: some rank got SIGTERM/SIGUSR1 (a scheduler may
+     * signal only the launcher or only some ranks), then 3 numbers per step */
+    float v[2 + 3 * TRAIN_MAX_WINDOW];
+    v[0] = *stop == TRAINER_STOP_INTERRUPT ? 1.0f : 0.0f;
+    v[1] = *stop == TRAINER_STOP_PREEMPT ? 1.0f : 0.0f;
     for (int i = 0; i < np; i++) {
         const int32_t *rec = t->host_recs + (size_t)i * words;
         double loss = 0;
         int64_t correct = 0;
         for (int m = 0; m < t->pending[i].n_micro; m++) {
             float l;
-            memcpy(&l, &rec[2 + 3 * m], sizeof l);
+            memcpy(&l, &rec[REC_HEAD + 3 * m], sizeof l);
             loss += l;
-            correct += rec[3 + 3 * m];
+            correct += rec[REC_HEAD + 1 + 3 * m];
         }
-        v[1 + 3 * i] = (float)loss;
-        v[2 + 3 * i] = (float)correct;
-        v[3 + 3 * i] = (float)t->pending[i].samples;
+        v[2 + 3 * i] = (float)loss;
+        v[3 + 3 * i] = (float)correct;
+        v[4 + 3 * i] = (float)t->pending[i].samples;
         if (!t->comm) t->pending_loss[i] = loss;   /* keep the double sum without a peer */
     }
     if (t->comm) {
-        if (trainer_allreduce_small(t, v, 1 + 3 * np, e)) return -1;
-        *stop = v[0] > 0.0f;
-        for (int i = 0; i < np; i++) t->pending_loss[i] = v[1 + 3 * i];
+        if (trainer_allreduce_small(t, v, 2 + 3 * np, e)) return -1;
+        *stop = v[0] > 0.0f ? TRAINER_STOP_INTERRUPT : v[1] > 0.0f ? TRAINER_STOP_PREEMPT : TRAINER_STOP_NONE;
+        for (int i = 0; i < np; i++) t->pending_loss[i] = v[2 + 3 * i];
     }
     int64_t first_step = t->step - np + 1;
     for (int i = 0; i < np; i++) {
         const pending_step_t *ps = &t->pending[i];
         const int32_t *rec = t->host_recs + (size_t)i * words;
         double loss_sum = t->pending_loss[i];
-        int64_t correct = (int64_t)v[2 + 3 * i], samples = (int64_t)v[3 + 3 * i];
-        float scale;
+        int64_t correct = (int64_t)v[3 + 3 * i], samples = (int64_t)v[4 + 3 * i];
+        float scale, norm;
         memcpy(&scale, &rec[0], sizeof scale);
+        memcpy(&norm, &rec[2], sizeof norm);
         double dt = window_s / np;
         int64_t step = first_step + i;
         t->ep_loss_sum += loss_sum;
@@ -341,7 +362,8 @@ int trainer_flush_window(trainer_t *t, bool *stop, err_t *e) {
             .compute_seconds = dt - ps->data_wait_s - ps->comm_exposed_s,
             .comm_exposed_seconds = t->ddp ? ps->comm_exposed_s : NAN,
             .data_wait_seconds = ps->data_wait_s,
-            .loss_scale = t->scaler.enabled ? (double)scale : NAN};
+            .loss_scale = t->scaler.enabled ? (double)scale : NAN,
+            .grad_norm = t->e->optimizer.clip_grad_norm > 0 ? (double)norm : NAN};
         if (track_step(t->track, &row, e)) return -1;
         if (!isfinite(row.loss))
             return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "

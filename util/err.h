@@ -8,7 +8,11 @@
  *   ERR_INPUT (2)     bad input: experiment file, CLI, dataset file, checkpoint, network.
  *                     The message names the file, the place and the fix.
  *   ERR_RUNTIME (1)   something failed that is not the user's input (a rank died, OOM).
- *   ERR_INTERRUPT (130) stopped by SIGINT/SIGTERM after saving a checkpoint.
+ *   ERR_INTERRUPT (130) stopped by SIGINT after saving a checkpoint.
+ *   ERR_PREEMPTED (75)  stopped by SIGTERM/SIGUSR1 (a scheduler's preemption or time-limit
+ *                     warning) after saving a checkpoint: run the same command again to
+ *                     continue (75 is sysexits' EX_TEMPFAIL, "try again later"; Slurm can
+ *                     requeue on it, see docs/multi-host.md).
  */
 #ifndef RUNNER_UTIL_ERR_H
 #define RUNNER_UTIL_ERR_H
@@ -19,7 +23,7 @@
 extern "C" {
 #endif
 
-enum { ERR_OK = 0, ERR_RUNTIME = 1, ERR_INPUT = 2, ERR_INTERRUPT = 130 };
+enum { ERR_OK = 0, ERR_RUNTIME = 1, ERR_INPUT = 2, ERR_PREEMPTED = 75, ERR_INTERRUPT = 130 };
 
 typedef struct err {
     int code;        /* one of ERR_* above; 0 while no error is recorded */

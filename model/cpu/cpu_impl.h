@@ -136,6 +136,9 @@ int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m,
                    double lr, double beta1, double beta2, double eps, double weight_decay,
                    const step_ctl_t *ctl);
 int cpu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
+int cpu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
+                       float *norm);
+int cpu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay);
 int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
              dtype_t dst_dt);
 int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);

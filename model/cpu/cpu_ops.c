@@ -20,7 +20,7 @@
 #define EW_GRAIN 32768   /* elements per elementwise task */
 
 /* One elementwise job; op selects the loop, the fields its operands. */
-typedef enum { EW_RELU, EW_RELU_BWD, EW_ADD, EW_SCALE, EW_UNSCALE, EW_SGD, EW_ADAMW } ew_op_t;
+typedef enum { EW_RELU, EW_RELU_BWD, EW_ADD, EW_SCALE, EW_UNSCALE, EW_SGD, EW_ADAMW, EW_SUMSQ, EW_LERP } ew_op_t;
 
 typedef struct ew_task {
     ew_op_t op;
@@ -33,6 +33,7 @@ typedef struct ew_task {
     float decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, step_size, bc2_sqrt; /* AdamW */
     bool nesterov, first;
     int32_t *flags;      /* per chunk: non-finite seen (EW_UNSCALE) */
+    double *partial;     /* per chunk: sum of squares (EW_SUMSQ) */
 } ew_task_t;
 
 static void ew_chunk(void *argp, int chunk) {
@@ -80,6 +81,25 @@ static void ew_chunk(void *argp, int chunk) {
             t->y[i] = t->y[i] - t->lr * d;
         }
         break;
+    case EW_SUMSQ: {
+        double acc = 0;
+        for (int64_t i = lo; i < hi; i++) acc += (double)t->a[i] * (double)t->a[i];
+        t->partial[chunk] = acc;
+        break;
+    }
+    case EW_LERP: {
+        /* torch.lerp(self=ema, end=x, weight=alpha), each operation rounded to fp32 (this
+         * file is built for baseline x86-64, which has no FMA to fuse them into; the CUDA
+         * kernel uses __fmul_rn/__fadd_rn for the same bits) */
+        float w = t->alpha, omw = 1.0f - w;
+        bool small = fabsf(w) < 0.5f;
+        for (int64_t i = lo; i < hi; i++) {
+            float e = t->y[i], x = t->a[i];
+            float d = x - e;
+            t->y[i] = small ? e + w * d : x - d * omw;
+        }
+        break;
+    }
     case EW_ADAMW:
         /* torch.optim.AdamW (single-tensor path): p *= 1 - lr*wd; m = b1*m + (1-b1)*g;
          * v = b2*v + (1-b2)*g*g; denom = sqrt(v)/sqrt(bc2) + eps; p -= (lr/bc1) * m/denom */
@@ -167,6 +187,31 @@ int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m,
                    .beta1 = (float)beta1, .beta2 = (float)beta2, .eps = (float)eps,
                    .one_minus_b1 = (float)(1.0 - beta1), .one_minus_b2 = (float)(1.0 - beta2),
                    .step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2)};
+    ew_run(be, &t);
+    return 0;
+}
+
+int cpu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
+                       float *norm) {
+    int nc = cpu_nchunks(n, EW_GRAIN);
+    /* per-chunk partials in double, then added in chunk order: the same sum for any
+     * thread count */
+    double *partial = (double *)cpu_scratch(cpu_of(be), 2 * (size_t)(nc > 0 ? nc : 1));
+    if (!partial) return -1;
+    ew_task_t t = {.op = EW_SUMSQ, .n = n, .a = g, .partial = partial};
+    ew_run(be, &t);
+    double sum = 0;
+    for (int i = 0; i < nc; i++) sum += partial[i];
+    float total = (float)sqrt(sum);
+    *norm = total;
+    if ((ctl && ctl->found_inf) || max_norm <= 0) return 0;
+    float coef = (1.0f / (total + 1e-6f)) * (float)max_norm;
+    if (!(coef < 1.0f)) return 0;
+    return cpu_scale(be, n, g, coef);
+}
+
+int cpu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay) {
+    ew_task_t t = {.op = EW_LERP, .n = n, .a = x, .y = ema, .alpha = (float)(1.0 - decay)};
     ew_run(be, &t);
     return 0;
 }

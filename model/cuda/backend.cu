@@ -240,6 +240,8 @@ static backend_ops_t make_ops(void) {
     o.sgd_step = cu_sgd_step;
     o.adamw_step = cu_adamw_step;
     o.step_ctl_update = cu_step_ctl_update;
+    o.clip_grad_norm = cu_clip_grad_norm;
+    o.ema_update = cu_ema_update;
     o.cast = cu_cast;
     o.unscale_check_finite = cu_unscale_check_finite;
     o.scale = cu_scale;

@@ -10,7 +10,14 @@
  * control on the device, so an fp16 step that overflowed is skipped without the host
  * knowing; the bias corrections are formed from t in double on the device, like the CPU
  * backend does on the host. Scalars that do not depend on t are formed on the host in
- * double and cast once, as torch does. Not here: gradient clipping.
+ * double and cast once, as torch does.
+ *
+ * Gradient clipping (torch.nn.utils.clip_grad_norm_): per-block sums of squares in double
+ * (fixed grid for a device, fixed tree inside a block), one block adds the partials in
+ * order and forms the norm and the coefficient on the device, a third kernel scales; the
+ * norm goes straight to the caller's device word (the step record), so nothing waits.
+ * EMA (timm ModelEmaV3): torch.lerp's two-branch formula, every operation rounded (_rn)
+ * as the CPU backend rounds it.
  */
 #include "model/cuda/optim.cuh"
 
@@ -58,6 +65,95 @@ __global__ void adamw_k(int64_t n, float *__restrict__ p, const float *__restric
 }
 
 __global__ void step_ctl_k(step_ctl_t *ctl) { step_ctl_advance(ctl); }
+
+enum { CLIP_THREADS = 256 };
+
+/* Adds the block's values of v (CLIP_THREADS of them) in a fixed tree; thread 0 gets it. */
+__device__ double block_sum(double v) {
+    __shared__ double sh[CLIP_THREADS];
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = CLIP_THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+__global__ void sumsq_k(int64_t n, const float *__restrict__ g, double *__restrict__ partial) {
+    double acc = 0;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double v = g[i];
+        acc += v * v;
+    }
+    double s = block_sum(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* One block: the total, the norm (to norm_out) and the coefficient (to coef; 1 = leave the
+ * gradients alone: found_inf, norm only, or within the bound). */
+__global__ void clip_finish_k(int nb, const double *__restrict__ partial, float max_norm,
+                              const step_ctl_t *__restrict__ ctl, float *norm_out, float *coef) {
+    double acc = 0;
+    for (int i = threadIdx.x; i < nb; i += CLIP_THREADS) acc += partial[i];
+    double total = block_sum(acc);
+    if (threadIdx.x != 0) return;
+    float norm = (float)sqrt(total);
+    *norm_out = norm;
+    float c = 1.0f;
+    if (!(ctl && ctl->found_inf) && max_norm > 0.0f)
+        c = __fmul_rn(__fdiv_rn(1.0f, __fadd_rn(norm, 1e-6f)), max_norm);
+    *coef = c < 1.0f ? c : 1.0f;
+}
+
+__global__ void clip_scale_k(int64_t n, float *__restrict__ g, const float *__restrict__ coef) {
+    float c = *coef;
+    if (!(c < 1.0f)) return;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        g[i] = __fmul_rn(g[i], c);
+}
+
+__global__ void ema_k(int64_t n, float *__restrict__ ema, const float *__restrict__ x, float w) {
+    float omw = __fsub_rn(1.0f, w);
+    bool small = fabsf(w) < 0.5f;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float e = ema[i], xi = x[i];
+        float d = __fsub_rn(xi, e);
+        ema[i] = small ? __fadd_rn(e, __fmul_rn(w, d)) : __fsub_rn(xi, __fmul_rn(d, omw));
+    }
+}
+
+int cu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
+                      float *norm) {
+    cuda_be_t *cb = cb_of(be);
+    CB_ENTER(cb);
+    unsigned nb = cb_blocks(cb, n > 0 ? n : 1, CLIP_THREADS);
+    /* partials, then the coefficient, in the shared scratch (ops run in stream order) */
+    size_t need = ((size_t)nb * sizeof(double) + 255) / 256 * 256 + 256;
+    if (cb_grow(cb, &cb->scratch, need, "clip scratch")) return -1;
+    double *partial = (double *)cb->scratch.p;
+    float *coef = (float *)((char *)cb->scratch.p + need - 256);
+    sumsq_k<<<nb, CLIP_THREADS, 0, cb->stream>>>(n, g, partial);
+    KERNEL_CHECK(cb, "sumsq_k");
+    clip_finish_k<<<1, CLIP_THREADS, 0, cb->stream>>>((int)nb, partial, (float)max_norm, ctl, norm, coef);
+    KERNEL_CHECK(cb, "clip_finish_k");
+    if (max_norm <= 0 || n <= 0) return 0;
+    clip_scale_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, g, coef);
+    KERNEL_CHECK(cb, "clip_scale_k");
+    return 0;
+}
+
+int cu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay) {
+    cuda_be_t *cb = cb_of(be);
+    if (n <= 0) return 0;
+    CB_ENTER(cb);
+    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, (float)(1.0 - decay));
+    KERNEL_CHECK(cb, "ema_k");
+    return 0;
+}
 
 int cu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
                 double momentum, double dampening, double weight_decay, bool nesterov,

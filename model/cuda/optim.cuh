@@ -1,6 +1,7 @@
 /* optim.cuh: torch.optim.SGD and torch.optim.AdamW steps over flat fp32 arrays on the GPU
  * (backend_ops_t.sgd_step / adamw_step), skipped on the device when the step control
- * says found_inf, and the step control update (backend_ops_t.step_ctl_update).
+ * says found_inf, the step control update (backend_ops_t.step_ctl_update), gradient
+ * clipping by the global norm (clip_grad_norm) and the EMA of weights (ema_update).
  * Not here: learning-rate schedules.
  */
 #ifndef RUNNER_MODEL_CUDA_OPTIM_CUH
@@ -15,5 +16,8 @@ int cu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, 
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   const step_ctl_t *ctl);
 int cu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
+int cu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
+                      float *norm);
+int cu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay);
 
 #endif

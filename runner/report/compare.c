@@ -349,16 +349,18 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     if (code == 0) {
         mb->status = MEMBER_COMPLETED;
     } else {
-        mb->status = code == ERR_INTERRUPT ? MEMBER_INTERRUPTED : MEMBER_FAILED;
+        /* a member stopped by SIGINT (130) or a scheduler's SIGTERM/SIGUSR1 (75) resumes */
+        bool stopped = code == ERR_INTERRUPT || code == ERR_PREEMPTED;
+        mb->status = stopped ? MEMBER_INTERRUPTED : MEMBER_FAILED;
         if (me.msg[0]) snprintf(mb->message, sizeof mb->message, "%.1000s", me.msg);
-        else if (code == ERR_INTERRUPT)
+        else if (stopped)
             snprintf(mb->message, sizeof mb->message, "interrupted; it resumes from its checkpoint");
         else if (last_log_line(dir, mb->message, sizeof mb->message) != 0)
             snprintf(mb->message, sizeof mb->message, "exited with code %d", code);
     }
     if (log) fprintf(log, "compare: %s %s (exit %d)%s%s\n", mb->name, compare_member_status_name(mb->status),
                      code, code ? ": " : "", code ? mb->message : "");
-    if (code == ERR_INTERRUPT) snprintf(s->status, sizeof s->status, "interrupted");
+    if (code == ERR_INTERRUPT || code == ERR_PREEMPTED) snprintf(s->status, sizeof s->status, "interrupted");
     if (compare_state_save(s, e)) return -1;
     return code;
 }
@@ -397,9 +399,9 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
         }
         int code = run_member(s, i, &m->runs[i], run, ctx, log, e);
         if (code < 0) rc = -1;
-        else if (code == ERR_INTERRUPT)
-            rc = err_set(e, ERR_INTERRUPT, "compare: interrupted during '%s'; run the same command again "
-                         "to resume %s", s->members[i].name, parent);
+        else if (code == ERR_INTERRUPT || code == ERR_PREEMPTED)
+            rc = err_set(e, code, "compare: %s during '%s'; run the same command again to resume %s",
+                         code == ERR_PREEMPTED ? "preempted" : "interrupted", s->members[i].name, parent);
     }
     int failed = 0;
     char names[512] = "";

@@ -135,10 +135,14 @@ void track_progress_eval(track_progress_sink_t *p, int epoch, int64_t batch, int
 void track_progress_epoch(track_progress_sink_t *p, const track_epoch_t *r) {
     if (p->off) return;
     progress_break(p);
-    char val[128] = "";
+    char val[160] = "";
     if (!isnan(r->val_top1))
         snprintf(val, sizeof val, "  val_loss %.4f  val_top1 %.4f  val_top5 %.4f",
                  r->val_loss, r->val_top1, r->val_top5);
+    if (!isnan(r->val_top1_ema)) {
+        size_t l = strlen(val);
+        snprintf(val + l, sizeof val - l, "  val_top1_ema %.4f", r->val_top1_ema);
+    }
     fprintf(p->out, "epoch %d done  step %" PRId64 "  train_loss %.4f  train_top1 %.4f%s  "
             "%.1fs  %.1f img/s\n", r->epoch, r->step, r->train_loss, r->train_top1, val,
             r->epoch_seconds, r->images_per_second);

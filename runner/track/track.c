@@ -23,9 +23,10 @@
 #include "util/json.h"
 
 #define STEPS_HEADER "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds," \
-                     "comm_exposed_seconds,data_wait_seconds,loss_scale"
+                     "comm_exposed_seconds,data_wait_seconds,loss_scale,grad_norm"
 #define METRICS_HEADER "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,val_top5," \
-                       "epoch_seconds,images_per_second,peak_memory_bytes"
+                       "epoch_seconds,images_per_second,peak_memory_bytes,val_loss_ema,val_top1_ema," \
+                       "val_top5_ema"
 
 enum { SUMMARY_MAX = 96 };
 
@@ -360,16 +361,17 @@ int track_step(track_t *t, const track_step_t *r, err_t *e) {
     track_progress_step(&t->prog, r, now_s());
     bool last = t->total_steps > 0 && r->step >= t->total_steps;
     if (r->step % t->print_every != 0 && !last) return 0;
-    double cells[11] = {(double)r->step, r->epoch, r->lr, r->loss, r->top1,
+    double cells[12] = {(double)r->step, r->epoch, r->lr, r->loss, r->top1,
                         r->images_per_second, r->step_seconds, r->compute_seconds,
-                        r->comm_exposed_seconds, r->data_wait_seconds, r->loss_scale};
-    if (t->csv_on && track_csv_row(&t->steps_csv, cells, 11, 0x3, e) != 0) return -1;
+                        r->comm_exposed_seconds, r->data_wait_seconds, r->loss_scale, r->grad_norm};
+    if (t->csv_on && track_csv_row(&t->steps_csv, cells, 12, 0x3, e) != 0) return -1;
     track_kv_t kv[] = {
         {"epoch", r->epoch}, {"train/lr", r->lr}, {"train/loss", r->loss},
         {"train/top1", r->top1}, {"perf/images_per_second", r->images_per_second},
         {"perf/step_seconds", r->step_seconds}, {"perf/compute_seconds", r->compute_seconds},
         {"perf/comm_exposed_seconds", r->comm_exposed_seconds},
         {"perf/data_wait_seconds", r->data_wait_seconds}, {"amp/loss_scale", r->loss_scale},
+        {"train/grad_norm", r->grad_norm},
     };
     return emit_scalars(t, r->step, kv, (int)(sizeof kv / sizeof kv[0]), e);
 }
@@ -379,10 +381,10 @@ int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
     if (!t || !t->active) return 0;
     track_progress_epoch(&t->prog, r);
     double mem = r->peak_memory_bytes >= 0 ? (double)r->peak_memory_bytes : NAN;
-    double cells[11] = {r->epoch, (double)r->step, r->lr, r->train_loss, r->train_top1,
+    double cells[14] = {r->epoch, (double)r->step, r->lr, r->train_loss, r->train_top1,
                         r->val_loss, r->val_top1, r->val_top5, r->epoch_seconds,
-                        r->images_per_second, mem};
-    if (t->csv_on && track_csv_row(&t->metrics_csv, cells, 11, 0x3 | (1u << 10), e) != 0)
+                        r->images_per_second, mem, r->val_loss_ema, r->val_top1_ema, r->val_top5_ema};
+    if (t->csv_on && track_csv_row(&t->metrics_csv, cells, 14, 0x3 | (1u << 10), e) != 0)
         return -1;
     track_kv_t kv[] = {
         {"epoch", r->epoch}, {"epoch/train_loss", r->train_loss},
@@ -390,6 +392,8 @@ int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
         {"val/top1", r->val_top1}, {"val/top5", r->val_top5},
         {"epoch/seconds", r->epoch_seconds}, {"epoch/images_per_second", r->images_per_second},
         {"epoch/peak_memory_bytes", mem}, {"epoch/lr", r->lr},
+        {"val_ema/loss", r->val_loss_ema}, {"val_ema/top1", r->val_top1_ema},
+        {"val_ema/top5", r->val_top5_ema},
     };
     return emit_scalars(t, r->step, kv, (int)(sizeof kv / sizeof kv[0]), e);
 }

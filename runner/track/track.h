@@ -7,10 +7,11 @@
  *               reaches the terminal through the launcher (TRACK_PROGRESS_TEE).
  *   steps.csv   one row every print_every steps (and the last step), header exactly
  *               step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds,
- *               comm_exposed_seconds,data_wait_seconds,loss_scale
+ *               comm_exposed_seconds,data_wait_seconds,loss_scale,grad_norm
  *   metrics.csv one row per epoch, header exactly
  *               epoch,step,lr,train_loss,train_top1,val_loss,val_top1,val_top5,
- *               epoch_seconds,images_per_second,peak_memory_bytes
+ *               epoch_seconds,images_per_second,peak_memory_bytes,val_loss_ema,
+ *               val_top1_ema,val_top5_ema
  *               (fractions in [0,1]; empty cells for NaN = not evaluated that epoch)
  *   W&B         online (HTTP on a background thread, never blocking training) and/or the
  *               offline transaction log wandb/offline-run-<ts>-<id>/run-<id>.wandb
@@ -122,6 +123,7 @@ typedef struct track_step {
     double comm_exposed_seconds;
     double data_wait_seconds;
     double loss_scale;          /* NaN without a loss scaler */
+    double grad_norm;           /* global gradient norm before clipping; NaN without clipping */
 } track_step_t;
 
 /* One finished epoch. NaN = not evaluated this epoch (empty CSV cell). */
@@ -134,6 +136,7 @@ typedef struct track_epoch {
     double epoch_seconds;
     double images_per_second;
     int64_t peak_memory_bytes;  /* < 0 = unknown (empty cell) */
+    double val_loss_ema, val_top1_ema, val_top5_ema; /* the EMA weights; NaN without train.ema */
 } track_epoch_t;
 
 /* Fills o with defaults: print_every 50, csv on, W&B disabled, progress AUTO, rank 0. */

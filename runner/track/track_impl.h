@@ -17,7 +17,7 @@
 #include "util/clock.h"
 #include "util/err.h"
 
-enum { TRACK_MAX_KV = 24 };
+enum { TRACK_MAX_KV = 32 };
 
 /* One scalar of a history row; NaN values are skipped by every sink. */
 typedef struct track_kv {

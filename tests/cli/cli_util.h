@@ -3,6 +3,7 @@
 #ifndef RUNNER_TESTS_CLI_UTIL_H
 #define RUNNER_TESTS_CLI_UTIL_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,63 @@ static inline void *ckpt_section_copy(const char *path, const char *name, size_t
     }
     ckpt_free(c);
     return b;
+}
+
+/* Lines (newlines) of a text file; 0 when unreadable. */
+static inline int cli_count_lines(const char *path) {
+    size_t n = 0;
+    char *s = test_read_file(path, &n);
+    int lines = 0;
+    for (size_t i = 0; s && i < n; i++) lines += s[i] == '\n';
+    free(s);
+    return lines;
+}
+
+/* Starts `runner EXP --set output.root=ROOT [--set SETS[i]]...` (at most 8) in the
+ * background, stdout and stderr appended to log; returns its pid. */
+static inline pid_t cli_spawn(const char *exp, const char *root, const char *log, const char *const *sets, int n) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char set_root[4200];
+        snprintf(set_root, sizeof set_root, "output.root=%s", root);
+        const char *argv[24] = {"runner", exp, "--set", set_root};
+        int k = 4;
+        for (int i = 0; i < n && i < 8; i++) { argv[k++] = "--set"; argv[k++] = sets[i]; }
+        argv[k] = NULL;
+        execv(test_runner_exe(), (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for a child; its exit code, or 128 + the signal that ended it. */
+static inline int cli_wait(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The single run directory root/name once its steps.csv has at least `steps` rows (a
+ * static buffer), NULL after 300 s. */
+static inline const char *cli_wait_steps(const char *root, const char *name, int steps) {
+    static char dir[4096];
+    char path[4300];
+    for (int i = 0; i < 30000; i++) {
+        const char *d = only_run_dir(root, name);
+        if (d) {
+            snprintf(path, sizeof path, "%s/steps.csv", d);
+            if (cli_count_lines(path) >= steps + 1) {
+                snprintf(dir, sizeof dir, "%s", d);
+                return dir;
+            }
+        }
+        usleep(10000);
+    }
+    return NULL;
 }
 
 #endif

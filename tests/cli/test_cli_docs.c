@@ -242,10 +242,11 @@ static void check_links(const char *dir_rel, const char *file) {
             CHECK(!"broken link");
         }
     }
-    /* torchrun command lines need --no-python */
+    /* torchrun command lines that start the runner need --no-python (a mention of one of
+     * torchrun's options, such as `torchrun --max-restarts`, is not a command line) */
     for (const char *p = s; (p = strstr(p, "torchrun --")); p++) {
         size_t n = strcspn(p, "\n`");
-        if (!memmem(p, n, "--no-python", 11)) {
+        if (memmem(p, n, "runner", 6) && !memmem(p, n, "--no-python", 11)) {
             fprintf(stderr, "%s: '%.*s' lacks --no-python\n", rel, (int)n, p);
             CHECK(!"torchrun without --no-python");
         }

@@ -7,6 +7,10 @@
  *   hang       start a grandchild that sleeps, then sleep until killed
  *   stubborn   sleep, ignoring SIGTERM and SIGINT (only SIGKILL ends it)
  *   sigint     on SIGINT/SIGTERM print "rank N stopping" and exit 130
+ *   preempt    like the runner: SIGINT exits 130, SIGTERM/SIGUSR1 exit 75 (once every
+ *              signal seen so far is counted: "rank N got K signals")
+ *   flaky R N  first start (RUNNER_RESTARTS unset): rank R exits N after a moment, the
+ *              others hang; a restart: print RUNNER_RESTARTS and RUNNER_RESUME_FROM, exit 0
  */
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +21,13 @@
 static volatile sig_atomic_t stop_flag;   /* test program: a signal handler needs it */
 
 static void on_stop(int sig) { (void)sig; stop_flag = 1; }
+
+static volatile sig_atomic_t got_int, got_term, n_signals;
+static void on_preempt(int sig) {
+    n_signals++;
+    if (sig == SIGINT) got_int = 1;
+    else got_term = 1;
+}
 
 static void write_pid(const char *dir, const char *what, const char *rank, long pid) {
     char path[4096];
@@ -65,6 +76,33 @@ int main(int argc, char **argv) {
             for (;;) sleep(1);
         }
         hang(dir, rank);
+    }
+    if (!strcmp(mode, "flaky") && argc >= 5) {
+        if (getenv("RUNNER_RESTARTS")) {
+            printf("rank %s restarted: RUNNER_RESTARTS=%s RUNNER_RESUME_FROM=%s\n", rank, env("RUNNER_RESTARTS"),
+                   env("RUNNER_RESUME_FROM"));
+            fflush(stdout);
+            return 0;
+        }
+        if (!strcmp(rank, argv[3])) {
+            usleep(300000);
+            printf("rank %s fails with %s\n", rank, argv[4]);
+            fflush(stdout);
+            return atoi(argv[4]);
+        }
+        hang(dir, rank);
+    }
+    if (!strcmp(mode, "preempt")) {
+        signal(SIGINT, on_preempt);
+        signal(SIGTERM, on_preempt);
+        signal(SIGUSR1, on_preempt);
+        printf("rank %s ready\n", rank);
+        fflush(stdout);
+        while (!got_int && !got_term) usleep(20000);
+        usleep(300000);   /* "finish the step": a second signal may arrive meanwhile */
+        printf("rank %s got %d signals\n", rank, (int)n_signals);
+        fflush(stdout);
+        return got_int ? 130 : 75;
     }
     if (!strcmp(mode, "hang")) hang(dir, rank);
     if (!strcmp(mode, "stubborn")) {

@@ -1,8 +1,10 @@
 /* test_launch.c: the DDP launcher with a fake worker program: the torchrun environment
  * contract, per-rank logs and the rank 0 tee, kill -9 of a rank ending the run with no
  * process left behind, a failing rank's status and log tail in the error, SIGKILL after
- * the grace period, SIGINT forwarding (exit 130) and a second SIGINT; and the worker-side
- * detection of torchrun and Slurm variables. */
+ * the grace period, SIGINT forwarding (exit 130) and a second SIGINT; SIGUSR1/SIGTERM
+ * preemption (exit 75, also when only the ranks got the signal); restarts after a failed
+ * rank (parallel.max_restarts: environment, restarts.jsonl, budget, never after exit 2);
+ * and the worker-side detection of torchrun and Slurm variables. */
 #include "runner/launch.h"
 #include "tests/test.h"
 
@@ -24,6 +26,8 @@ static double now_s(void) {
 /* Forks a process that runs launch_run on the fake worker with argv, world nproc, and
  * writes the error message to DIR/err.txt and rank 0's tee to DIR/tee.txt. */
 static int tee_fd = -1;   /* test-only: when >= 0 the launcher tees into this fd */
+static int max_restarts;  /* test-only: launch_opts_t.max_restarts of the next start */
+static char restart_resume[4096];
 
 static pid_t start_launcher(const char *dir, int nproc, int node_rank, int nnodes, int port,
                             double grace, char *const argv[]) {
@@ -43,6 +47,8 @@ static pid_t start_launcher(const char *dir, int nproc, int node_rank, int nnode
     o.grace_s = grace;
     o.extra_env = extra;
     o.tee = tee;
+    o.max_restarts = max_restarts;
+    o.restart_resume = restart_resume[0] ? restart_resume : NULL;
     err_t e = {0};
     int rc = launch_run(&o, argv, &e);
     fclose(tee);
@@ -295,6 +301,106 @@ static void test_second_sigint_kills(void) {
     free(err);
 }
 
+/* max_restarts 1: rank 1 exits 3 on the first start; the group is stopped and started
+ * again with RUNNER_RESTARTS=1 and RUNNER_RESUME_FROM=the checkpoint; the run succeeds,
+ * restarts.jsonl has the one restart with its cause, the console says so. */
+static void test_restart_after_failure(void) {
+    char dir[512];
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    snprintf(restart_resume, sizeof restart_resume, "%s/last.ckpt", dir);
+    test_write_file(restart_resume, "x");
+    max_restarts = 1;
+    char *argv[] = {"fake", "flaky", dir, "1", "3", NULL};
+    int rc = wait_exit(start_launcher(dir, 2, 0, 1, 0, 1, argv));
+    max_restarts = 0;
+    restart_resume[0] = '\0';
+    CHECK_INT(rc, 0);
+    char *j = read_in(dir, "restarts.jsonl"), *tee = read_in(dir, "tee.txt"), *l1 = read_in(dir, "logs/rank1.log");
+    int lines = 0;
+    for (char *p = j; *p; p++) lines += *p == '\n';
+    CHECK_INT(lines, 1);
+    CHECK_CONTAINS(j, "\"restart\":1,");
+    CHECK_CONTAINS(j, "\"rank\":1,");
+    CHECK_CONTAINS(j, "\"exit_status\":3,");
+    CHECK_CONTAINS(j, "\"signal\":null,");
+    CHECK_CONTAINS(j, "exited with status 3");
+    CHECK_CONTAINS(j, "/last.ckpt\"");
+    CHECK_CONTAINS(tee, "restart 1 of 1: every rank starts again from");
+    CHECK_CONTAINS(l1, "rank 1 fails with 3");
+    CHECK_CONTAINS(l1, "rank 1 restarted: RUNNER_RESTARTS=1 RUNNER_RESUME_FROM=");
+    CHECK_CONTAINS(tee, "rank 0 restarted: RUNNER_RESTARTS=1");
+    free(j);
+    free(tee);
+    free(l1);
+    reap_orphans();
+}
+
+/* The budget runs out: a rank that always fails ends the run (exit 1) after one restart;
+ * a rank that exits 2 (bad input) is never restarted. */
+static void test_restart_budget_and_bad_input(void) {
+    char dir[512];
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    max_restarts = 1;
+    char *argv[] = {"fake", "fail", dir, "1", "3", NULL};
+    CHECK_INT(wait_exit(start_launcher(dir, 2, 0, 1, 0, 1, argv)), 1);
+    char *j = read_in(dir, "restarts.jsonl"), *err = read_in(dir, "err.txt");
+    int lines = 0;
+    for (char *p = j; *p; p++) lines += *p == '\n';
+    CHECK_INT(lines, 1);
+    CHECK_CONTAINS(j, "\"resume_from\":null}");   /* no checkpoint: from the beginning */
+    CHECK_CONTAINS(err, "rank 1");
+    free(j);
+    free(err);
+    reap_orphans();
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    max_restarts = 2;
+    char *argv2[] = {"fake", "fail", dir, "1", "2", NULL};
+    CHECK_INT(wait_exit(start_launcher(dir, 2, 0, 1, 0, 1, argv2)), 2);
+    max_restarts = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/restarts.jsonl", dir);
+    CHECK(access(path, F_OK) != 0);
+    reap_orphans();
+}
+
+/* SIGUSR1 (Slurm's --signal=USR1@90) to the launcher reaches every rank; a SIGTERM after it
+ * kills nothing; the ranks exit 75 and so does the launcher, with no restart. Then the
+ * signal sent to the ranks only (the launcher never sees it): still 75, not a failure. */
+static void test_preempt_signals(void) {
+    char dir[512];
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    max_restarts = 1;
+    char *argv[] = {"fake", "preempt", dir, NULL};
+    pid_t l = start_launcher(dir, 2, 0, 1, 0, 2, argv);
+    CHECK(read_pid(dir, "pid0") > 0 && read_pid(dir, "pid1") > 0);
+    usleep(200000);
+    kill(l, SIGUSR1);
+    usleep(50000);
+    kill(l, SIGTERM);
+    CHECK_INT(wait_exit(l), 75);
+    char *tee = read_in(dir, "tee.txt"), *l1 = read_in(dir, "logs/rank1.log"), *err = read_in(dir, "err.txt");
+    CHECK_CONTAINS(tee, "rank 0 got 2 signals");
+    CHECK_CONTAINS(l1, "rank 1 got 2 signals");
+    CHECK_CONTAINS(err, "preempted");
+    free(tee);
+    free(l1);
+    free(err);
+    reap_orphans();
+    CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
+    l = start_launcher(dir, 2, 0, 1, 0, 2, argv);
+    long p0 = read_pid(dir, "pid0"), p1 = read_pid(dir, "pid1");
+    CHECK(p0 > 0 && p1 > 0);
+    usleep(200000);
+    kill((pid_t)p0, SIGTERM);
+    kill((pid_t)p1, SIGTERM);
+    CHECK_INT(wait_exit(l), 75);
+    max_restarts = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/restarts.jsonl", dir);
+    CHECK(access(path, F_OK) != 0);
+    reap_orphans();
+}
+
 static void clear_env(void) {
     static const char *const vars[] = { "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
         "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",
@@ -414,5 +520,8 @@ int main(void) {
     TEST_RUN(test_sigkill_after_grace);
     TEST_RUN(test_sigint_forwarded);
     TEST_RUN(test_second_sigint_kills);
+    TEST_RUN(test_restart_after_failure);
+    TEST_RUN(test_restart_budget_and_bad_input);
+    TEST_RUN(test_preempt_signals);
     return test_main_end();
 }

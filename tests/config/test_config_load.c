@@ -688,7 +688,10 @@ static void test_hash(void) {
                           "checkpoint.keep_last=9", "checkpoint.resume=never",
                           "data.root=/elsewhere", "data.workers=7",        "train.max_steps=5",
                           "parallel.master_port=1234", "logging.wandb.mode=offline",
-                          "train.eval_every=5",  "parallel.bucket_mb=1",
+                          "train.eval_every=5",  "parallel.bucket_mb=1", "checkpoint.every_steps=10",
+                          "parallel.max_restarts=3", "train.early_stopping.metric=val_loss",
+                          "checkpoint.best_metric=val_loss", "optimizer.clip_grad_norm=null",
+                          "train.ema.decay=null", "train.ema.warmup_power=0.6666666666666666",
                           /* keys added later hash only when not at their default */
                           "model.stem=auto", "model.init_head=strict"};
     for (int i = 0; i < (int)(sizeof same / sizeof same[0]); i++) {
@@ -715,7 +718,9 @@ static void test_hash(void) {
                           "amp.enabled=true", "amp.dtype=bf16", "amp.init_scale=1024",
                           "amp.growth_interval=100", "amp.tf32=false", "parallel.mode=dp",
                           "parallel.world_size=4", "parallel.grad_compression=fp16",
-                          "parallel.sync_bn=true", "data.synthetic.classes=5"};
+                          "parallel.sync_bn=true", "data.synthetic.classes=5",
+                          "optimizer.clip_grad_norm=1", "train.ema.decay=0.9998", "train.ema.warmup=true",
+                          "train.ema.warmup_gamma=2", "train.ema.warmup_power=0.75"};
     for (int i = 0; i < (int)(sizeof diff / sizeof diff[0]); i++) {
         b = load("h.yaml", NULL, &diff[i], 1);
         if (config_hash(b) == h) fprintf(stderr, "hash not changed by --set %s\n", diff[i]);

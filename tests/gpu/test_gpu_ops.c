@@ -1,5 +1,6 @@
 /* test_gpu_ops.c: the CUDA backend's elementwise, pooling (average and max), linear (cuBLASLt), loss,
- * optimizer and AMP ops against the CPU backend on the same inputs, plus AMP overflow
+ * optimizer (with gradient clipping and the EMA update) and AMP ops against the CPU
+ * backend on the same inputs, plus AMP overflow
  * detection (found_inf set on the device by an inf or NaN, untouched otherwise), exact
  * casts, and memory accounting. Skipped (77) without a GPU.
  */
@@ -271,6 +272,58 @@ static void test_optimizers(void) {
     pair_free(&p);
 }
 
+/* Gradient clipping by the global norm (torch.nn.utils.clip_grad_norm_) and the EMA lerp
+ * (timm ModelEmaV3): the norm within 1e-6 of the CPU's (both sum in double, in another
+ * order), the clipped gradients within 1e-6; gradients left bit for bit when found_inf is
+ * set or the norm is under max_norm (the norm still written); the EMA bit for bit equal
+ * to the CPU's in both branches of torch.lerp's formula and for decay 0 (a copy). */
+static void test_clip_and_ema(void) {
+    pair_t p = pair_make(true, false);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    const int64_t n = 300007;   /* several blocks and a tail */
+    float *hg = hrand(n, 91, -0.01f, 0.01f);
+    float norms[2][3];
+    for (int variant = 0; variant < 3; variant++) {   /* clip, found_inf, under the bound */
+        twin_t g = twin_new(&p, n, DT_F32, hg);
+        for (int i = 0; i < 2; i++) {
+            backend_t *be = bes[i];
+            step_ctl_t *c = ctl_new(be, 0, variant == 1, 1.0f);
+            float *dn = (float *)be->ops->alloc(be, 4);
+            OK(be, be->ops->clip_grad_norm(be, n, (float *)S(g), variant == 2 ? 1000.0 : 0.5, c, dn));
+            OK(be, be->ops->download(be, &norms[i][variant], dn, 4));
+            be->ops->release(be, dn);
+            be->ops->release(be, c);
+        }
+        CHECK_NEAR(norms[1][variant], norms[0][variant], 0, 1e-6);
+        CHECK(norms[0][variant] > 0.5f);
+        float *cv, *gv;
+        twin_get(&p, &g, &cv, &gv);
+        if (variant == 0) CHECK_INT(cmp_vals("clip_grad_norm", gv, cv, n, 1e-6), 0);
+        else CHECK(memcmp(gv, hg, (size_t)n * 4) == 0 && memcmp(cv, hg, (size_t)n * 4) == 0);
+        free(cv);
+        free(gv);
+        twin_free(&p, &g);
+    }
+    const int64_t m = 5003;
+    float *he = hrand(m, 92, -1, 1), *hx = hrand(m, 93, -1, 1);
+    const double decays[3] = {0.9, 0.3, 0.0};   /* weight 0.1 (< 0.5), 0.7 (>= 0.5), copy */
+    for (int k = 0; k < 3; k++) {
+        twin_t ema = twin_new(&p, m, DT_F32, he), x = twin_new(&p, m, DT_F32, hx);
+        for (int i = 0; i < 2; i++)
+            OK(bes[i], bes[i]->ops->ema_update(bes[i], m, (float *)S(ema), (const float *)S(x), decays[k]));
+        float *cv, *gv;
+        twin_get(&p, &ema, &cv, &gv);
+        CHECK(memcmp(cv, gv, (size_t)m * 4) == 0);
+        if (k == 2) CHECK(memcmp(gv, hx, (size_t)m * 4) == 0);
+        free(cv);
+        free(gv);
+        twin_free(&p, &ema);
+        twin_free(&p, &x);
+    }
+    free(hg); free(he); free(hx);
+    pair_free(&p);
+}
+
 /* step_ctl_update on the device follows the same rule as the CPU (model/step_ctl.h):
  * backoff on overflow, growth after the interval, the count only on clean steps. */
 static void test_step_ctl(void) {
@@ -422,6 +475,7 @@ int main(void) {
     TEST_RUN(test_softmax_xent);
     TEST_RUN(test_step_ctl);
     TEST_RUN(test_optimizers);
+    TEST_RUN(test_clip_and_ema);
     TEST_RUN(test_cast_exact);
     TEST_RUN(test_amp_overflow);
     TEST_RUN(test_memory_accounting);

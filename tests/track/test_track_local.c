@@ -15,9 +15,10 @@
 #include "tests/track/readers.h"
 
 #define STEPS_HDR "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds," \
-                  "comm_exposed_seconds,data_wait_seconds,loss_scale"
+                  "comm_exposed_seconds,data_wait_seconds,loss_scale,grad_norm"
 #define METRICS_HDR "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,val_top5," \
-                    "epoch_seconds,images_per_second,peak_memory_bytes"
+                    "epoch_seconds,images_per_second,peak_memory_bytes,val_loss_ema,val_top1_ema," \
+                    "val_top5_ema"
 
 static void clear_wandb_env(void) {
     const char *names[] = {"WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID",
@@ -31,7 +32,7 @@ static track_step_t step_row(int64_t s, int epoch) {
                       .top1 = 0.01 * (double)s, .images_per_second = 1000 + (double)s,
                       .step_seconds = 0.5, .compute_seconds = 0.4,
                       .comm_exposed_seconds = 0.05, .data_wait_seconds = 0.01,
-                      .loss_scale = NAN};
+                      .loss_scale = NAN, .grad_norm = 0.5 + (double)s};
     return r;
 }
 
@@ -40,7 +41,8 @@ static track_epoch_t epoch_row(int epoch, int64_t step, bool eval) {
                        .train_top1 = 0.3 * epoch, .val_loss = eval ? 1.25 : NAN,
                        .val_top1 = eval ? 0.5 : NAN, .val_top5 = eval ? 0.875 : NAN,
                        .epoch_seconds = 12.5, .images_per_second = 1234.5,
-                       .peak_memory_bytes = eval ? 1048576 : -1};
+                       .peak_memory_bytes = eval ? 1048576 : -1, .val_loss_ema = eval ? 1.5 : NAN,
+                       .val_top1_ema = eval ? 0.625 : NAN, .val_top5_ema = eval ? 0.9375 : NAN};
     return r;
 }
 
@@ -107,15 +109,15 @@ static void test_csv_and_progress(void) {
     CHECK_STR(line_at(csv, 0, buf, sizeof buf), STEPS_HDR);
     /* steps 3, 6, 9 and the last step 10 */
     CHECK_INT(count_lines(csv), 1 + 4);
-    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "3,1,0.1,0.6666666667,0.03,1003,0.5,0.4,0.05,0.01,");
-    CHECK_STR(line_at(csv, 4, buf, sizeof buf), "10,2,0.1,0.2,0.1,1010,0.5,0.4,0.05,0.01,");
+    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "3,1,0.1,0.6666666667,0.03,1003,0.5,0.4,0.05,0.01,,3.5");
+    CHECK_STR(line_at(csv, 4, buf, sizeof buf), "10,2,0.1,0.2,0.1,1010,0.5,0.4,0.05,0.01,,10.5");
     free(csv);
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     csv = test_read_file(path, NULL);
     CHECK_STR(line_at(csv, 0, buf, sizeof buf), METRICS_HDR);
     CHECK_INT(count_lines(csv), 3);
-    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "1,5,0.1,1.5,0.3,,,,12.5,1234.5,");
-    CHECK_STR(line_at(csv, 2, buf, sizeof buf), "2,10,0.1,0.75,0.6,1.25,0.5,0.875,12.5,1234.5,1048576");
+    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "1,5,0.1,1.5,0.3,,,,12.5,1234.5,,,,");
+    CHECK_STR(line_at(csv, 2, buf, sizeof buf), "2,10,0.1,0.75,0.6,1.25,0.5,0.875,12.5,1234.5,1048576,1.5,0.625,0.9375");
     free(csv);
     /* plain progress: a line at steps 3, 6, 9, 10; epoch lines; the console line */
     CHECK_CONTAINS(out, "epoch 1/2  step 3/10  loss 0.6667  1003.0 img/s  ETA ");
@@ -163,10 +165,10 @@ static void test_csv_resume(void) {
     char dir[512], path[700], buf[512];
     CHECK_INT(test_tmpdir(dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/steps.csv", dir);
-    test_write_file(path, STEPS_HDR "\n2,1,0.1,1,,,,,,,\n4,1,0.1,1,,,,,,,\n6,1,0.1,1,,,,,,,\n"
-                    "8,2,0.1,1,,,,,,,\n10,2,0.1,1,,,,,,,\n12,2,0.1");
+    test_write_file(path, STEPS_HDR "\n2,1,0.1,1,,,,,,,,\n4,1,0.1,1,,,,,,,,\n6,1,0.1,1,,,,,,,,\n"
+                    "8,2,0.1,1,,,,,,,,\n10,2,0.1,1,,,,,,,,\n12,2,0.1");
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    test_write_file(path, METRICS_HDR "\n1,5,0.1,1,1,,,,1,1,\n2,10,0.1,1,1,,,,1,1,\n");
+    test_write_file(path, METRICS_HDR "\n1,5,0.1,1,1,,,,1,1,,,,\n2,10,0.1,1,1,,,,1,1,,,,\n");
     track_opts_t o;
     track_opts_init(&o);
     o.run_dir = dir;
@@ -184,13 +186,13 @@ static void test_csv_resume(void) {
     snprintf(path, sizeof path, "%s/steps.csv", dir);
     char *csv = test_read_file(path, NULL);
     CHECK_INT(count_lines(csv), 5);
-    CHECK_STR(line_at(csv, 3, buf, sizeof buf), "6,1,0.1,1,,,,,,,");
-    CHECK_STR(line_at(csv, 4, buf, sizeof buf), "8,2,0.1,0.25,0.08,1008,0.5,0.4,0.05,0.01,");
+    CHECK_STR(line_at(csv, 3, buf, sizeof buf), "6,1,0.1,1,,,,,,,,");
+    CHECK_STR(line_at(csv, 4, buf, sizeof buf), "8,2,0.1,0.25,0.08,1008,0.5,0.4,0.05,0.01,,8.5");
     free(csv);
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     csv = test_read_file(path, NULL);
     CHECK_INT(count_lines(csv), 2);                 /* epoch 1 (step 5) kept, epoch 2 gone */
-    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "1,5,0.1,1,1,,,,1,1,");
+    CHECK_STR(line_at(csv, 1, buf, sizeof buf), "1,5,0.1,1,1,,,,1,1,,,,");
     free(csv);
 
     /* a foreign header refuses to resume, naming the file */
@@ -303,7 +305,7 @@ static void test_tensorboard_file(void) {
         if (!strcmp(tag, "train/loss")) { found_loss = 1; CHECK_NEAR(pb_f32(sv.v), 0.4f, 0, 0); }
         if (!strcmp(tag, "perf/images_per_second")) CHECK_NEAR(pb_f32(sv.v), 1005.0, 0, 0);
     }
-    CHECK_INT(values, 9);                          /* loss_scale NaN is left out */
+    CHECK_INT(values, 10);                         /* loss_scale NaN is left out */
     CHECK_INT(found_loss, 1);
     /* event 3: the epoch row at step 10 with val/top5 = 0.875 */
     CHECK(pb_find(recs[3].data, recs[3].len, 2, &f));
@@ -509,7 +511,7 @@ static void test_wandb_offline_log(void) {
         sum_items++;
     }
     CHECK_INT(sum_seen, 7);
-    CHECK_INT(sum_items, 19);          /* 10 step keys - loss_scale + 10 epoch keys - epoch + best */
+    CHECK_INT(sum_items, 23);          /* 11 step keys - loss_scale + 13 epoch keys - epoch + best */
     pb_find(recs[8].data, recs[8].len, 18, &f);
     pbf_t ec;
     CHECK(pb_find(f.data, f.len, 1, &ec) && ec.v == 3);
