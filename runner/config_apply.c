@@ -171,6 +171,10 @@ static int get_name(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row_
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", r->names[i]);
     }
+    if (r->flags & F_NULLABLE) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, " or null");
+    }
     if (!s || cfg_is_null(n)) {
         char what[300];
         snprintf(what, sizeof what, "one of %s", list);
@@ -346,7 +350,7 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_ENUM: {
-        int i = get_name(c, loc, key, r, val);
+        int i = (r->flags & F_NULLABLE) && cfg_is_null(val) ? 0 : get_name(c, loc, key, r, val);
         if (i < 0) return -1;
         memcpy(f, &i, sizeof i);
         return 0;

@@ -19,7 +19,7 @@
 #include "runner/config.h"
 
 enum {
-    CFG_MAX_ROWS = 96,           /* rows in the schema table (checked at start-up of tests) */
+    CFG_MAX_ROWS = 128,           /* rows in the schema table (checked at start-up of tests) */
     CFG_MAX_SOURCES = 96,        /* base chain files + --set items (+ 1 for the file) */
     CFG_MAX_BASE_DEPTH = 16,     /* base: chain length */
     CFG_MAX_DEPTH = 64,          /* YAML nesting depth */

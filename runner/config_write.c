@@ -135,7 +135,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
     case K_ENUM: {
         int v;
         memcpy(&v, f, sizeof v);
-        snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v] : "?");
+        snprintf(out, cap, "%s", v >= 0 && v < r->n_names && r->names[v] ? r->names[v]
+                                 : (r->flags & F_NULLABLE) && v == 0 ? "null" : "?");
         return;
     }
     case K_INTS:

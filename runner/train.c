@@ -147,7 +147,7 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
     if (sampler_init(&t->gpu_sampler, &so, e)) return -1;
     t->gpu_sampler_ready = true;
     t->gpu_data = true;
-    return 0;
+    return trainer_aug_setup_gpu(t, e);
 }
 #endif
 
@@ -172,6 +172,7 @@ static int setup_data(trainer_t *t, err_t *e) {
     lo.augment.crop_padding = x->data.augment.crop_padding;
     lo.augment.horizontal_flip = x->data.augment.horizontal_flip;
     lo.augment.rotation = x->data.augment.rotation;
+    trainer_aug_opts(x, t->p->num_classes, &lo);
     lo.dtype = LOADER_F32;
 #ifdef RUNNER_HAVE_CUDA
     if (!strcmp(t->p->device, "cuda")) lo.allocator = &pinned_allocator;
@@ -217,6 +218,7 @@ static int setup_model(trainer_t *t, err_t *e) {
     if (x->model.init_from[0] && safetensors_load_net(t->net, x->model.init_from, e))
         return err_wrap(e, "model.init_from");
     if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, t->p->height, t->p->width, e))) return -1;
+    if (trainer_aug_soft_targets(t, e)) return -1;
 
     optim_opts_t oo = {0};
     oo.kind = x->optimizer.name == OPT_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
@@ -679,6 +681,7 @@ static void trainer_teardown(trainer_t *t) {
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
     if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
+    if (t->be) trainer_aug_free(t);
 #ifdef RUNNER_HAVE_CUDA
     cuda_stager_free(t->stager);
 #endif
