@@ -59,7 +59,10 @@ enum {
     F_MD5 = 1 << 8,       /* 32 hex digits */
     F_URL = 1 << 9,       /* http://, https:// or file:// */
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
-    F_QUOTE = 1 << 11     /* string written quoted */
+    F_QUOTE = 1 << 11,    /* string written quoted */
+    F_HASH_NONDEFAULT = 1 << 12 /* with F_HASH: hashed only when not at its default, so a key
+                                   added later leaves the hash of every experiment that does
+                                   not use it (and the checkpoints they wrote) unchanged */
 };
 
 typedef struct cfg_row {

@@ -32,6 +32,8 @@ static const char *const PRECS[] = {"none", "fp16", "bf16"};
 static const char *const MODES[] = {"single", "dp", "ddp"};
 static const char *const BACKENDS[] = {"auto", "nccl", "shm"};
 static const char *const WANDB[] = {"disabled", "online", "offline"};
+/* rows added after the hash was pinned: hashed only when used (F_HASH_NONDEFAULT) */
+#define HASH_NEW (F_HASH | F_HASH_NONDEFAULT)
 static const char *const AUTO_AUGS[] = {NULL, "randaugment", "trivialaugment"};   /* NULL: null */
 static const char *const ERASE_MODES[] = {"const", "rand", "pixel"};
 static const char *const MIX_MODES[] = {"batch", "pair", "elem"};
@@ -76,17 +78,17 @@ const cfg_row_t cfg_rows[] = {
              "flip half of the images left-right"),
     {"data.augment.rotation", K_ROTATION, OFF(data.augment.rotation), 0, 0, 180, F_HASH, 0, 0,
      -1, NULL, 0, "degrees: uniform in [-r, r], bilinear; 0 or false: off"},
-    ROW_ENUM("data.augment.auto", data.augment.auto_kind, AUTO_AUGS, F_NULLABLE | F_HASH,
+    ROW_ENUM("data.augment.auto", data.augment.auto_kind, AUTO_AUGS, F_NULLABLE | HASH_NEW,
              "null | randaugment | trivialaugment (torchvision, after crop/flip/rotation)"),
-    ROW_INT("data.augment.randaugment.num_ops", data.augment.ra_num_ops, 0, 16, F_HASH,
+    ROW_INT("data.augment.randaugment.num_ops", data.augment.ra_num_ops, 0, 16, HASH_NEW,
             "RandAugment ops per image"),
-    ROW_INT("data.augment.randaugment.magnitude", data.augment.ra_magnitude, 0, 30, F_HASH,
+    ROW_INT("data.augment.randaugment.magnitude", data.augment.ra_magnitude, 0, 30, HASH_NEW,
             "RandAugment magnitude bin of 31"),
-    ROW_FLT("data.augment.random_erasing.prob", data.augment.erase_prob, 0, 1, F_HASH,
+    ROW_FLT("data.augment.random_erasing.prob", data.augment.erase_prob, 0, 1, HASH_NEW,
             "timm RandomErasing probability per image (--reprob); 0: off"),
-    ROW_ENUM("data.augment.random_erasing.mode", data.augment.erase_mode, ERASE_MODES, F_HASH,
+    ROW_ENUM("data.augment.random_erasing.mode", data.augment.erase_mode, ERASE_MODES, HASH_NEW,
              "const (zeros) | rand (normal per channel) | pixel (normal per element)"),
-    ROW_INT("data.augment.random_erasing.count", data.augment.erase_count, 1, 8, F_HASH,
+    ROW_INT("data.augment.random_erasing.count", data.augment.erase_count, 1, 8, HASH_NEW,
             "most boxes per image (--recount)"),
     {"data.normalize", K_SWITCH, -1, 0, 0, 0, F_HASH, 0, 0, -1, NULL, 0,
      "false | {mean: [..], std: [..]} per channel (default: the dataset's)"},
@@ -94,14 +96,14 @@ const cfg_row_t cfg_rows[] = {
      "per-channel mean"},
     {"data.normalize.std", K_FLOATS, OFF(data.std), 0, 0, INF, F_CHILD | F_LO_OPEN, 1, 4, -1,
      NULL, 0, "per-channel standard deviation"},
-    ROW_FLT("data.mixup.alpha", data.mixup.alpha, 0, 1e6, F_HASH,
+    ROW_FLT("data.mixup.alpha", data.mixup.alpha, 0, 1e6, HASH_NEW,
             "timm mixup Beta alpha (--mixup); 0: no mixup"),
-    ROW_FLT("data.mixup.cutmix_alpha", data.mixup.cutmix_alpha, 0, 1e6, F_HASH,
+    ROW_FLT("data.mixup.cutmix_alpha", data.mixup.cutmix_alpha, 0, 1e6, HASH_NEW,
             "timm cutmix Beta alpha (--cutmix); 0: no cutmix"),
-    ROW_FLT("data.mixup.prob", data.mixup.prob, 0, 1, F_HASH, "probability of mixing (--mixup-prob)"),
-    ROW_FLT("data.mixup.switch_prob", data.mixup.switch_prob, 0, 1, F_HASH,
+    ROW_FLT("data.mixup.prob", data.mixup.prob, 0, 1, HASH_NEW, "probability of mixing (--mixup-prob)"),
+    ROW_FLT("data.mixup.switch_prob", data.mixup.switch_prob, 0, 1, HASH_NEW,
             "probability of cutmix when both are on (--mixup-switch-prob)"),
-    ROW_ENUM("data.mixup.mode", data.mixup.mode, MIX_MODES, F_HASH,
+    ROW_ENUM("data.mixup.mode", data.mixup.mode, MIX_MODES, HASH_NEW,
              "batch | pair | elem (--mixup-mode)"),
     ROW_INT("data.synthetic.train_size", data.synthetic.train_size, 1, 100000000, F_HASH,
             "synthetic training images"),

@@ -235,15 +235,22 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
 
 uint64_t config_hash(const experiment_t *e) {
     uint64_t h = fnv1a(1469598103934665603ULL, "runner-config-v1\n");
-    char val[2048];
+    char val[2048], def[2048];
+    experiment_t *d = malloc(sizeof *d);
+    if (d) config_defaults(d);
     for (int i = 0; i < cfg_n_rows; i++) {
         const cfg_row_t *r = &cfg_rows[i];
         if (!(r->flags & F_HASH)) continue;
         cfg_format_value(r, e, val, sizeof val);
+        if ((r->flags & F_HASH_NONDEFAULT) && d) {
+            cfg_format_value(r, d, def, sizeof def);
+            if (!strcmp(val, def)) continue;
+        }
         h = fnv1a(h, r->key);
         h = fnv1a(h, "=");
         h = fnv1a(h, val);
         h = fnv1a(h, "\n");
     }
+    free(d);
     return h;
 }
