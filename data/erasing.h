@@ -23,7 +23,7 @@ extern "C" {
 typedef struct erasing_opts {
     double prob;          /* 0: off (timm --reprob) */
     erase_mode_t mode;    /* const | rand | pixel (timm --remode, default pixel) */
-    int count;            /* most boxes per image, 1..ERASE_MAX_COUNT (timm --recount) */
+    int count;            /* most boxes per image, 1..ERASE_MAX_COUNT (timm --recount); 0: 1 */
 } erasing_opts_t;
 
 /* Erases sample (seed, epoch, index) of img (h x w x c floats) in place; returns the number

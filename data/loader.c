@@ -207,7 +207,7 @@ static int check_recipe_opts(const loader_t *l, const loader_opts_t *o, err_t *e
                            "num_ops 0..%d and magnitude 0..%d", a->num_ops, a->magnitude, AA_MAX_OPS, AA_BINS - 1);
     }
     const erasing_opts_t *r = &o->erasing;
-    if (!(r->prob >= 0.0 && r->prob <= 1.0) || r->count < 1 || r->count > ERASE_MAX_COUNT ||
+    if (!(r->prob >= 0.0 && r->prob <= 1.0) || r->count < 0 || r->count > ERASE_MAX_COUNT ||
         (r->mode != ERASE_CONST && r->mode != ERASE_RAND && r->mode != ERASE_PIXEL))
         return err_set(e, ERR_INPUT, "data.augment.random_erasing: prob %g, count %d, mode %d; expected prob "
                        "0..1, count 1..%d, mode const|rand|pixel", r->prob, r->count, (int)r->mode,
@@ -271,6 +271,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
         memset(&l->o.mixup, 0, sizeof l->o.mixup);
     }
     l->erase = l->o.erasing.prob > 0.0;
+    if (l->o.erasing.count == 0) l->o.erasing.count = 1;   /* zero-initialised options: one box */
     l->mix = mixup_enabled(&l->o.mixup);
     if (l->mix) mixup_on_off(l->o.mixup.smoothing, l->o.mixup.classes, &l->mix_on, &l->mix_off);
     l->alloc = o->allocator ? *o->allocator
