@@ -193,7 +193,8 @@ static int setup_data(trainer_t *t, err_t *e) {
      * replicas take host slices) */
     if (!strcmp(t->p->device, "cuda") && !t->dp_mode && !t->gpu_data) {
         size_t bytes = (size_t)t->p->micro_batch * t->p->channels * t->p->height * t->p->width * sizeof(float);
-        if (!(t->stager = cuda_stager_create(t->be, bytes + (size_t)t->p->micro_batch * sizeof(int32_t), e)))
+        size_t second = mixup_enabled(&lo.mixup) ? (size_t)lo.mixup.classes * sizeof(float) : sizeof(int32_t);
+        if (!(t->stager = cuda_stager_create(t->be, bytes + (size_t)t->p->micro_batch * second, e)))
             return -1;
     }
 #endif

@@ -101,22 +101,19 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     tb->data_wait_s = b->data_wait_s;
 #ifdef RUNNER_HAVE_CUDA
     if (t->stager) {
-        /* images and labels through the copy stream, then (compute stream) into the net */
+        /* images and labels (mixup: the soft targets instead, the loss reads no labels)
+         * through the copy stream, then (compute stream) into the net */
         size_t bytes = (size_t)b->n * t->p->channels * t->p->height * t->p->width * sizeof(float);
-        void *dev_labels = NULL;
-        const float *dev = cuda_stager_upload(t->stager, b->images, bytes, b->labels,
-                                              (size_t)b->n * sizeof(int32_t), &dev_labels, e);
+        const void *second = b->targets ? (const void *)b->targets : (const void *)b->labels;
+        size_t second_bytes = (size_t)b->n * (b->targets ? t->train_opts.mixup.classes * sizeof(float) : sizeof(int32_t));
+        void *dst2 = b->targets ? (void *)net_targets(t->net) : (void *)net_labels(t->net), *dev2 = NULL;
+        const float *dev = cuda_stager_upload(t->stager, b->images, bytes, second, second_bytes, &dev2, e);
         if (!dev || net_input_from_f32(t->net, dev, b->n, e)) return -1;
-        if (t->be->ops->copy(t->be, net_labels(t->net), dev_labels, (size_t)b->n * sizeof(int32_t))) {
+        if (t->be->ops->copy(t->be, dst2, dev2, second_bytes)) {
             *e = t->be->err;
             return -1;
         }
         if (cuda_stager_release(t->stager, e)) return -1;
-        if (b->targets && t->be->ops->upload(t->be, net_targets(t->net), b->targets,
-                                             (size_t)b->n * t->train_opts.mixup.classes * sizeof(float))) {
-            *e = t->be->err;
-            return -1;
-        }
         tb->labels = NULL;   /* in net_labels */
         tb->targets = NULL;  /* in net_targets */
         return 1;
