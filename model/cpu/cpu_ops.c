@@ -283,6 +283,14 @@ typedef struct xent_task {
 
 #define XENT_ROWS 8
 
+/* Top-1 (bit 0) and top-5 (bit 1) hit of label y: its rank counts the logits above it,
+ * ties broken by the lower index (as argmax). */
+static int32_t label_hits(const float *z, int C, int y) {
+    int rank = 0;
+    for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
+    return (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+}
+
 /* Loss, gradient and top-k hits of XENT_ROWS samples. */
 static void xent_chunk(void *argp, int chunk) {
     xent_task_t *t = argp;
@@ -302,10 +310,7 @@ static void xent_chunk(void *argp, int chunk) {
         double nll = lse - z[y];
         double smooth = lse - sz / C;      /* mean_j(-log p_j) */
         t->loss[i] = (1.0 - t->smoothing) * nll + t->smoothing * smooth;
-        /* rank of the label: logits above it, ties broken by lower index (as argmax) */
-        int rank = 0;
-        for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
-        t->hits[i] = (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+        t->hits[i] = label_hits(z, C, y);
         if (t->dlogits) {
             float *d = t->dlogits + (int64_t)i * C;
             for (int j = 0; j < C; j++) {
@@ -339,9 +344,7 @@ static void xent_soft_chunk(void *argp, int chunk) {
         double lse = mx + log(se), loss = 0;
         for (int j = 0; j < C; j++) loss += (double)tg[j] * (lse - z[j]);
         t->loss[i] = loss;
-        int rank = 0;
-        for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
-        t->hits[i] = (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+        t->hits[i] = label_hits(z, C, y);
         if (t->dlogits) {
             float *d = t->dlogits + (int64_t)i * C;
             for (int j = 0; j < C; j++) {

@@ -3,9 +3,12 @@
 #ifndef RUNNER_TESTS_CLI_UTIL_H
 #define RUNNER_TESTS_CLI_UTIL_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "runner/checkpoint.h"
 #include "tests/test.h"
@@ -15,6 +18,29 @@ static inline int run_runner(const char *args, char *out, size_t cap) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s", test_runner_exe(), args);
     return test_run_cmd(cmd, out, cap);
+}
+
+/* Starts `runner EXP --set output.root=ROOT` in the background with stdout and stderr to
+ * log; returns its pid. */
+static inline pid_t cli_spawn_runner(const char *exp, const char *root, const char *log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char set[800];
+        snprintf(set, sizeof set, "output.root=%s", root);
+        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for pid; its exit status, or 128 + the signal that ended it. */
+static inline int cli_wait_exit(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* The single run directory under root/name (NULL if none or several). */

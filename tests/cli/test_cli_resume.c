@@ -40,28 +40,6 @@ static int count_lines(const char *path) {
     free(s);
     return lines;
 }
-
-/* Starts the runner on exp in the background and returns its pid. */
-static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[700];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_exit(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static char ref_dir[4096], run_dir[4096];
 
 static void sigint_then_resume_is_bit_exact(void) {
@@ -80,7 +58,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     snprintf(root, sizeof root, "%s/int", tmp);
     char log[800];
     snprintf(log, sizeof log, "%s/int.log", tmp);
-    pid_t pid = spawn_runner(exp, root, log);
+    pid_t pid = cli_spawn_runner(exp, root, log);
     char steps[4300] = "";
     for (int i = 0; i < 3000; i++) {   /* up to 300 s on a loaded machine */
         char *d = only_run_dir(root, "tiny");
@@ -91,7 +69,7 @@ static void sigint_then_resume_is_bit_exact(void) {
         usleep(100000);
     }
     kill(pid, SIGINT);
-    rc = wait_exit(pid);
+    rc = cli_wait_exit(pid);
     CHECK_INT(rc, 130);
     char *d = only_run_dir(root, "tiny");
     CHECK(d != NULL);

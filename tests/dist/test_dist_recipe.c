@@ -12,7 +12,6 @@
 #include "tests/dist/dist_util.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 
 static char tmp[512];
 
@@ -34,20 +33,6 @@ static const char *base =
     "logging: {print_every: 1}\n"
     "checkpoint: {every_epochs: 1, keep_last: 1, resume: never}\n";
 
-static pid_t spawn(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[800];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* Reference run, interrupted run, resume; then the bitwise comparisons. */
 static void interrupt_resume(const char *name, const char *aug, const char *mixup, const char *train_extra,
                              const char *rest, int steps_total) {
@@ -65,7 +50,7 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
 
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
-    pid_t pid = spawn(exp, root, log);
+    pid_t pid = cli_spawn_runner(exp, root, log);
     char dir[4096] = "", steps[4300];
     for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
         const char *d = only_run_dir(root, name);
@@ -76,9 +61,7 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
         if (!dir[0]) usleep(10000);
     }
     kill(pid, SIGINT);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    int rc = cli_wait_exit(pid);
     CHECK_INT(rc, 130);
     CHECK(dir[0] != '\0');
     if (!dir[0] || rc != 130) return;
@@ -147,20 +130,19 @@ static void ddp_mode(void) {
 
 /* The soft-target path is what trains: the recipe's weights differ from the same run
  * without it, and the train top-1 (dominant label) stays a fraction in [0, 1]. */
-static void recipe_changes_training(void) {
+/* Runs a one-epoch single-mode variant of the base experiment; its run dir (slot) or NULL. */
+static const char *one_epoch(const char *name, const char *aug, const char *mixup, int slot) {
     char exp[700], text[4096], root[800];
-    snprintf(text, sizeof text, base, "plain", "auto: null", "{alpha: 0.0, cutmix_alpha: 0.0}", "",
-             "parallel: {mode: single}");
-    snprintf(exp, sizeof exp, "%s/plain.yaml", tmp);
+    snprintf(text, sizeof text, base, name, aug, mixup, "", "parallel: {mode: single}");
+    snprintf(exp, sizeof exp, "%s/%s.yaml", tmp, name);
     test_write_file(exp, text);
-    snprintf(root, sizeof root, "%s/plain", tmp);
-    const char *p = dist_run(exp, root, "--set train.epochs=1", 1);
-    snprintf(text, sizeof text, base, "mixed", "auto: null", "{alpha: 1.0, cutmix_alpha: 0.0}", "",
-             "parallel: {mode: single}");
-    snprintf(exp, sizeof exp, "%s/mixed.yaml", tmp);
-    test_write_file(exp, text);
-    snprintf(root, sizeof root, "%s/mixed", tmp);
-    const char *m = dist_run(exp, root, "--set train.epochs=1", 2);
+    snprintf(root, sizeof root, "%s/%s", tmp, name);
+    return dist_run(exp, root, "--set train.epochs=1", slot);
+}
+
+static void recipe_changes_training(void) {
+    const char *p = one_epoch("plain", "auto: null", "{alpha: 0.0, cutmix_alpha: 0.0}", 1);
+    const char *m = one_epoch("mixed", "auto: null", "{alpha: 1.0, cutmix_alpha: 0.0}", 2);
     CHECK(p && m);
     if (!p || !m) return;
     double worst;
