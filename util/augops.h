@@ -37,12 +37,16 @@
 #define AUG_MUL(a, b) __fmul_rn((a), (b))
 #define AUG_DIV(a, b) __fdiv_rn((a), (b))
 #define AUG_FMA(a, b, c) __fmaf_rn((a), (b), (c))
+#define AUG_DADD(a, b) __dadd_rn((a), (b))
+#define AUG_DMUL(a, b) __dmul_rn((a), (b))
 #else
 #define AUG_ADD(a, b) ((a) + (b))
 #define AUG_SUB(a, b) ((a) - (b))
 #define AUG_MUL(a, b) ((a) * (b))
 #define AUG_DIV(a, b) ((a) / (b))
 #define AUG_FMA(a, b, c) fmaf((a), (b), (c))
+#define AUG_DADD(a, b) ((a) + (b))
+#define AUG_DMUL(a, b) ((a) * (b))
 #endif
 
 /* torchvision's op set, in the order of RandAugment._augmentation_space (the order the op
@@ -166,8 +170,8 @@ AUG_HD int erase_box_size(double u1, double u2, int img_h, int img_w, int count,
     const double min_area = 0.02, max_area = 1.0 / 3.0;
     const double log_lo = -1.2039728043259361;   /* log(0.3) */
     const double log_hi = 1.2039728043259361;    /* log(1 / 0.3) */
-    double target = (min_area + (max_area - min_area) * u1) * (double)(img_h * img_w) / (double)count;
-    double aspect = exp(log_lo + (log_hi - log_lo) * u2);
+    double target = AUG_DADD(min_area, AUG_DMUL(max_area - min_area, u1)) * (double)(img_h * img_w) / (double)count;
+    double aspect = exp(AUG_DADD(log_lo, AUG_DMUL(log_hi - log_lo, u2)));
     *bh = (int)rint(sqrt(target * aspect));
     *bw = (int)rint(sqrt(target / aspect));
     return *bw < img_w && *bh < img_h;
