@@ -123,7 +123,8 @@ static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch
         const uint8_t *u = sc->img;
         int c = l->c;
         if (l->erase || l->mix) {
-            fill_f32(l, epoch, idx, u, l->mix ? s->f32 + off : sc->f32, s, off);
+            float *f = l->mix ? s->f32 + off : l->o.dtype == LOADER_F32 ? (float *)s->b.images + off : sc->f32;
+            fill_f32(l, epoch, idx, u, f, s, off);
             continue;
         }
         switch (l->o.dtype) {
