@@ -1,7 +1,9 @@
 /* loader_bench.c: images/s of the data loader on CIFAR-shaped data (32x32x3, synthetic
  * pixels) with random crop (32, padding 4) + horizontal flip + rotation (15 degrees) +
  * normalisation, float32 NHWC output, batch 128, for 0, 1 and 2 worker threads, and
- * for 1 worker without the rotation.
+ * for 1 worker without the rotation; then issue 17's recipe on crop + flip (1 worker):
+ * RandAugment(2, 9), + random erasing (0.25, pixel), + mixup/cutmix (batch mode), and
+ * TrivialAugmentWide (bench/loader_recipe_torch.py is torchvision's side).
  *
  * Usage: bench_loader_bench [images (default 20000)] [epochs (default 2)]
  * Prints one line per configuration: wall-clock images/s, and images per CPU-second (which
@@ -39,11 +41,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    /* rows: worker count, rotation on/off */
-    int workers[4] = {0, 1, 2, 1};
-    double rotation[4] = {15.0, 15.0, 15.0, 0.0};
+    /* rows: worker count, rotation on/off, recipe (0 none, 1 RandAugment, 2 + erasing,
+     * 3 + mixup/cutmix, 4 TrivialAugmentWide) */
+    enum { ROWS = 8 };
+    int workers[ROWS] = {0, 1, 2, 1, 1, 1, 1, 1}, recipe[ROWS] = {0, 0, 0, 0, 1, 2, 3, 4};
+    double rotation[ROWS] = {15.0, 15.0, 15.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    const char *what[5] = {"", " + RandAugment(2, 9)", " + RandAugment(2, 9) + erasing(0.25, pixel)",
+                           " + RandAugment + erasing + mixup 0.8/cutmix 1.0 (batch)", " + TrivialAugmentWide"};
     printf("loader: %ld images 32x32x3, batch 128, crop 32/4 + flip + rotation 15 + normalise, fp32\n", n);
-    for (int wi = 0; wi < 4; wi++) {
+    for (int wi = 0; wi < ROWS; wi++) {
         loader_opts_t o = {0};
         o.batch_size = 128;
         o.workers = workers[wi];
@@ -53,6 +59,9 @@ int main(int argc, char **argv) {
         o.augment = (augment_opts_t){true, 32, 4, true, rotation[wi]};
         o.n_norm = 3;
         for (int k = 0; k < 3; k++) { o.mean[k] = 0.5f; o.std[k] = 0.25f; }
+        if (recipe[wi]) o.autoaug = (autoaug_opts_t){recipe[wi] == 4 ? AUTOAUG_TRIVIAL : AUTOAUG_RAND, 2, 9};
+        if (recipe[wi] == 2 || recipe[wi] == 3) o.erasing = (erasing_opts_t){0.25, ERASE_PIXEL, 1};
+        if (recipe[wi] == 3) o.mixup = (mixup_opts_t){0.8, 1.0, 1.0, 0.5, MIXUP_BATCH, 0.1, 10};
         loader_t *l = NULL;
         if (loader_create(ds, &o, &l, &e)) {
             fprintf(stderr, "%s\n", e.msg);
@@ -69,8 +78,8 @@ int main(int argc, char **argv) {
             }
         }
         double dt = now_s() - t0, dc = cpu_s() - c0;
-        printf("workers=%d rotation=%g: %.0f images/s wall (%ld images in %.2f s, consumer "
-               "waited %.2f s), %.0f images per CPU-second\n", workers[wi], rotation[wi],
+        printf("workers=%d rotation=%g%s: %.0f images/s wall (%ld images in %.2f s, consumer "
+               "waited %.2f s), %.0f images per CPU-second\n", workers[wi], rotation[wi], what[recipe[wi]],
                images / dt, images, dt, wait, images / dc);
         loader_free(l);
     }

@@ -47,6 +47,8 @@
 typedef struct replica_job {
     const float *images;
     const int32_t *labels;
+    const float *targets;    /* soft targets (n x classes) or NULL */
+    int classes;
     int start, count;
     float grad_scale, smoothing;
 } replica_job_t;
@@ -124,8 +126,9 @@ static int replica_compute(dp_t *d, int i) {
     size_t sample = (size_t)d->in_h * (size_t)d->in_w * (size_t)d->in_c;
     if (net_upload_input(n, r->job.images + (size_t)r->job.start * sample, r->job.count, e) < 0 ||
         net_forward(n, net_input(n), r->job.count, true, NULL, e) < 0 ||
-        net_loss(n, r->job.labels + r->job.start, r->job.smoothing, r->job.grad_scale, &r->out,
-                 e) < 0 ||
+        (r->job.targets
+             ? net_loss_soft(n, r->job.targets + (size_t)r->job.start * r->job.classes, r->job.grad_scale, &r->out, e)
+             : net_loss(n, r->job.labels + r->job.start, r->job.smoothing, r->job.grad_scale, &r->out, e)) < 0 ||
         net_backward(n, NULL, e) < 0)
         return -1;
     if (r->grads_host && net_download_grads(n, r->grads_host, e) < 0) return -1;
@@ -322,7 +325,7 @@ void dp_free(dp_t *d) {
     free(d);
 }
 
-int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int n,
+int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, const float *targets, int n,
                         int global_batch, float smoothing, float loss_scale,
                         net_loss_out_t *out, err_t *e) {
     net_t *n0 = d->nets[0];
@@ -347,6 +350,8 @@ int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int
         dp_chunk(n, d->world, i, &j->start, &j->count);
         j->images = images;
         j->labels = labels;
+        j->targets = targets;
+        j->classes = net_num_classes(n0);
         j->grad_scale = loss_scale / (float)global_batch;
         j->smoothing = smoothing;
         d->reps[i].compute_s = 0;

@@ -57,12 +57,15 @@ void dp_free(dp_t *d);
 /* The chunk torch's scatter gives replica i of a batch of n: [*start, *start + *count). */
 void dp_chunk(int n, int world, int i, int *start, int *count);
 
-/* One micro-batch: replicate, scatter images (host NHWC fp32, n x H x W x C) and labels,
- * forward, loss (grad_scale = loss_scale / global_batch), backward on every replica
+/* One micro-batch: replicate, scatter images (host NHWC fp32, n x H x W x C) and labels
+ * (or, when targets is not NULL, the rows of the soft targets, n x classes: mixup, which
+ * mixed the whole micro-batch on the host before the scatter, as timm's Mixup does in front
+ * of nn.DataParallel; the nets need net_enable_soft_targets), forward, loss (grad_scale =
+ * loss_scale / global_batch), backward on every replica
  * (each into zeroed gradients), and replica 0's gradient array becomes
  * previous + ((g0 + g1) + ...) as torch's .grad accumulation does. out receives the sums
  * over the whole micro-batch. */
-int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, int n,
+int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, const float *targets, int n,
                         int global_batch, float smoothing, float loss_scale,
                         net_loss_out_t *out, err_t *e);
 void dp_take_timing(dp_t *d, dp_timing_t *t);

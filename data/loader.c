@@ -23,12 +23,16 @@ enum { SLOT_FREE = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
 typedef struct slot {
     loader_batch_t b;
     int64_t *ids;
+    float *f32;            /* mixup: the batch in fp32 (== b.images for float dtypes) */
     int state;
 } slot_t;
 
-/* Per-filler scratch: the augmented uint8 image and the rotation's intermediate. */
+/* Per-filler scratch: the augmented uint8 image and the rotation's intermediate; with
+ * erasing or mixup the normalised fp32 sample and the batch's mixing. */
 typedef struct scratch {
     uint8_t *img, *tmp;
+    float *f32;
+    mix_sample_t *mix;
 } scratch_t;
 
 typedef struct worker_arg {
@@ -45,6 +49,9 @@ struct loader {
     size_t img_elems, elem_size;
     int64_t num_batches;
     float lut[DATA_MAX_CHANNELS][256];
+    aa_entry_t *aa;            /* auto-augment op table (training, auto on), else NULL */
+    bool erase, mix;           /* random erasing / mixup on (training) */
+    float mix_on, mix_off;     /* mixup target values */
     int nslots;
     slot_t *slots;
     scratch_t *scratch;        /* nthreads + 1 (the last is the synchronous path's) */
@@ -63,6 +70,34 @@ struct loader {
 static void *default_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
 static void default_free(void *ctx, void *p) { (void)ctx; free(p); }
 
+/* Converts count fp32 values f to the batch dtype at element offset off of images (f may
+ * be images + off itself). */
+static void store_f32(const loader_t *l, const float *f, void *images, size_t off, size_t count) {
+    if (l->o.dtype == LOADER_F32) {
+        if ((float *)images + off != f) memcpy((float *)images + off, f, count * sizeof(float));
+    } else if (l->o.dtype == LOADER_F32_ROUND_F16 || l->o.dtype == LOADER_F32_ROUND_BF16) {
+        float *out = (float *)images + off;
+        bool f16 = l->o.dtype == LOADER_F32_ROUND_F16;
+        for (size_t i = 0; i < count; i++) out[i] = f16 ? round_f16(f[i]) : round_bf16(f[i]);
+    } else {
+        uint16_t *out = (uint16_t *)images + off;
+        bool f16 = l->o.dtype == LOADER_F16;
+        for (size_t i = 0; i < count; i++) out[i] = f16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+    }
+}
+
+/* The fp32 path of one sample (erasing or mixup on): normalise u into f, erase, and
+ * unless the batch is still to be mixed store it at element offset off of the batch. */
+static void fill_f32(const loader_t *l, int64_t epoch, int64_t idx, const uint8_t *u, float *f, slot_t *s,
+                     size_t off) {
+    int c = l->c;
+    size_t px = (size_t)l->oh * l->ow;
+    for (size_t i = 0; i < px; i++)
+        for (int k = 0; k < c; k++) f[i * c + k] = l->lut[k][u[i * c + k]];
+    if (l->erase) erasing_apply(&l->o.erasing, l->o.seed, epoch, idx, f, c, l->oh, l->ow);
+    if (!l->mix) store_f32(l, f, s->b.images, off, l->img_elems);
+}
+
 /* Fills slot s with batch b of the current epoch. Reads only immutable state (dataset,
  * sampler indices, options), so it runs without the lock. */
 static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch_t *sc) {
@@ -80,11 +115,18 @@ static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch
         augment_params_t p = l->o.eval ? eval_p
             : augment_draw(&l->o.augment, l->h, l->w, l->o.seed, epoch, idx);
         augment_apply(&l->o.augment, &p, src, l->c, l->h, l->w, sc->img, sc->tmp);
+        if (l->aa)
+            autoaug_apply(&l->o.autoaug, l->aa, l->o.seed, epoch, idx, sc->img, sc->tmp, l->c, l->oh, l->ow);
         s->ids[j] = idx;
         s->b.labels[j] = label;
         size_t off = (size_t)j * l->img_elems;
         const uint8_t *u = sc->img;
         int c = l->c;
+        if (l->erase || l->mix) {
+            float *f = l->mix ? s->f32 + off : l->o.dtype == LOADER_F32 ? (float *)s->b.images + off : sc->f32;
+            fill_f32(l, epoch, idx, u, f, s, off);
+            continue;
+        }
         switch (l->o.dtype) {
         case LOADER_F32: {
             float *out = (float *)s->b.images + off;
@@ -116,6 +158,12 @@ static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch
         }
         }
     }
+    if (l->mix) {
+        mixup_draw(&l->o.mixup, l->o.seed, epoch, b, l->o.rank, (int)n, l->oh, l->ow, sc->mix);
+        mixup_apply(sc->mix, (int)n, l->oh, l->ow, l->c, s->f32);
+        mixup_targets(sc->mix, (int)n, s->b.labels, l->o.mixup.classes, l->mix_on, l->mix_off, s->b.targets);
+        store_f32(l, s->f32, s->b.images, 0, (size_t)n * l->img_elems);
+    }
 }
 
 /* A worker thread: claims the next fillable batch, fills it, marks it ready. */
@@ -143,6 +191,39 @@ static void *worker_main(void *arg) {
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
+}
+
+/* The training-only options: auto-augment, random erasing, mixup. */
+static int check_recipe_opts(const loader_t *l, const loader_opts_t *o, err_t *e) {
+    const autoaug_opts_t *a = &o->autoaug;
+    if (a->kind != AUTOAUG_NONE) {
+        if (a->kind != AUTOAUG_RAND && a->kind != AUTOAUG_TRIVIAL)
+            return err_set(e, ERR_INPUT, "data.augment.auto: unknown kind %d", (int)a->kind);
+        if (l->c != 1 && l->c != 3)
+            return err_set(e, ERR_INPUT, "data.augment.auto needs 1- or 3-channel images (torchvision's "
+                           "ops are defined for those); these have %d; set it to null", l->c);
+        if (a->kind == AUTOAUG_RAND && (a->num_ops < 0 || a->num_ops > AA_MAX_OPS || a->magnitude < 0 ||
+                                        a->magnitude >= AA_BINS))
+            return err_set(e, ERR_INPUT, "data.augment.randaugment: num_ops %d, magnitude %d; expected "
+                           "num_ops 0..%d and magnitude 0..%d", a->num_ops, a->magnitude, AA_MAX_OPS, AA_BINS - 1);
+    }
+    const erasing_opts_t *r = &o->erasing;
+    if (!(r->prob >= 0.0 && r->prob <= 1.0) || r->count < 0 || r->count > ERASE_MAX_COUNT ||
+        (r->mode != ERASE_CONST && r->mode != ERASE_RAND && r->mode != ERASE_PIXEL))
+        return err_set(e, ERR_INPUT, "data.augment.random_erasing: prob %g, count %d, mode %d; expected prob "
+                       "0..1, count 1..%d, mode const|rand|pixel", r->prob, r->count, (int)r->mode,
+                       ERASE_MAX_COUNT);
+    const mixup_opts_t *m = &o->mixup;
+    if (!(m->alpha >= 0.0 && m->alpha <= 1e6) || !(m->cutmix_alpha >= 0.0 && m->cutmix_alpha <= 1e6) ||
+        !(m->prob >= 0.0 && m->prob <= 1.0) || !(m->switch_prob >= 0.0 && m->switch_prob <= 1.0) ||
+        (unsigned)m->mode > MIXUP_ELEM || !(m->smoothing >= 0.0 && m->smoothing < 1.0))
+        return err_set(e, ERR_INPUT, "data.mixup: alpha %g, cutmix_alpha %g, prob %g, switch_prob %g, smoothing "
+                       "%g; expected alphas >= 0, probabilities 0..1, smoothing in [0, 1)", m->alpha,
+                       m->cutmix_alpha, m->prob, m->switch_prob, m->smoothing);
+    if (mixup_enabled(m) && m->classes < 1)
+        return err_set(e, ERR_INPUT, "data.mixup: %d classes; the soft targets need model.num_classes >= 1",
+                       m->classes);
+    return 0;
 }
 
 /* Validates the options against the dataset; fills l's shapes. */
@@ -173,7 +254,7 @@ static int check_opts(loader_t *l, const loader_opts_t *o, err_t *e) {
                            (double)o->std[k]);
     if (o->dtype < LOADER_F32 || o->dtype > LOADER_BF16)
         return err_set(e, ERR_INPUT, "loader: unknown dtype %d", (int)o->dtype);
-    return 0;
+    return o->eval ? 0 : check_recipe_opts(l, o, e);
 }
 
 int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, err_t *e) {
@@ -185,9 +266,22 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     dataset_shape(ds, &l->c, &l->h, &l->w);
     if (o->eval) l->o.augment.horizontal_flip = false, l->o.augment.rotation = 0;
     if (check_opts(l, o, e)) { free(l); return -1; }
+    if (o->eval) {
+        memset(&l->o.autoaug, 0, sizeof l->o.autoaug);
+        memset(&l->o.erasing, 0, sizeof l->o.erasing);
+        memset(&l->o.mixup, 0, sizeof l->o.mixup);
+    }
+    l->erase = l->o.erasing.prob > 0.0;
+    if (l->o.erasing.count == 0) l->o.erasing.count = 1;   /* zero-initialised options: one box */
+    l->mix = mixup_enabled(&l->o.mixup);
+    if (l->mix) mixup_on_off(l->o.mixup.smoothing, l->o.mixup.classes, &l->mix_on, &l->mix_off);
     l->alloc = o->allocator ? *o->allocator
                             : (loader_allocator_t){default_alloc, default_free, NULL};
     augment_out_shape(&l->o.augment, l->h, l->w, &l->oh, &l->ow);
+    if (l->o.autoaug.kind != AUTOAUG_NONE) {
+        if (!(l->aa = xmalloc(AA_TABLE_SIZE * sizeof(aa_entry_t), e))) { free(l); return -1; }
+        autoaug_build_table(l->o.autoaug.kind, l->oh, l->ow, l->aa);
+    }
     l->img_elems = (size_t)l->oh * l->ow * l->c;
     l->elem_size = (o->dtype == LOADER_F16 || o->dtype == LOADER_BF16) ? 2 : 4;
     for (int k = 0; k < l->c; k++) {
@@ -200,7 +294,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     }
     sampler_opts_t so = {dataset_size(ds), o->world_size ? o->world_size : 1, o->rank,
                          o->shuffle, o->drop_last, o->eval, o->seed};
-    if (sampler_init(&l->sampler, &so, e)) { free(l); return -1; }
+    if (sampler_init(&l->sampler, &so, e)) { free(l->aa); free(l); return -1; }
     l->num_batches = o->drop_last_batch ? l->sampler.num_samples / o->batch_size
         : (l->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     if (l->num_batches < 1) {
@@ -208,6 +302,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
                 "drop_last; lower the batch size", (long long)l->sampler.num_samples,
                 o->batch_size);
         sampler_deinit(&l->sampler);
+        free(l->aa);
         free(l);
         return -1;
     }
@@ -229,7 +324,14 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
                                      l->elem_size);
         s->b.labels = l->alloc.alloc(l->alloc.ctx, (size_t)o->batch_size * sizeof(int32_t));
         s->ids = xmalloc((size_t)o->batch_size * sizeof(int64_t), e);
-        if (!s->b.images || !s->b.labels || !s->ids) {
+        s->f32 = (float *)s->b.images;
+        bool need = s->b.images && s->b.labels && s->ids;
+        if (l->mix && need) {
+            s->b.targets = l->alloc.alloc(l->alloc.ctx, (size_t)o->batch_size * o->mixup.classes * sizeof(float));
+            if (l->elem_size == 2) s->f32 = xmalloc((size_t)o->batch_size * l->img_elems * sizeof(float), e);
+            need = s->b.targets && s->f32;
+        }
+        if (!need) {
             if (!s->ids || e == NULL || !e->code)
                 err_set(e, ERR_RUNTIME, "loader: cannot allocate batch buffers (%zu bytes)",
                         (size_t)o->batch_size * l->img_elems * l->elem_size);
@@ -245,6 +347,14 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
         l->scratch[i].img = xmalloc(bytes, e);
         l->scratch[i].tmp = xmalloc(bytes, e);
         if (!l->scratch[i].img || !l->scratch[i].tmp) { loader_free(l); return -1; }
+        if ((l->erase || l->mix) && !(l->scratch[i].f32 = xmalloc(bytes * sizeof(float), e))) {
+            loader_free(l);
+            return -1;
+        }
+        if (l->mix && !(l->scratch[i].mix = xmalloc((size_t)o->batch_size * sizeof(mix_sample_t), e))) {
+            loader_free(l);
+            return -1;
+        }
     }
     for (int i = 0; i < l->nthreads; i++) {
         l->args[i] = (worker_arg_t){l, i};
@@ -341,12 +451,17 @@ void loader_free(loader_t *l) {
     for (int i = 0; l->slots && i < l->nslots; i++) {
         if (l->slots[i].b.images) l->alloc.free(l->alloc.ctx, l->slots[i].b.images);
         if (l->slots[i].b.labels) l->alloc.free(l->alloc.ctx, l->slots[i].b.labels);
+        if (l->slots[i].b.targets) l->alloc.free(l->alloc.ctx, l->slots[i].b.targets);
+        if (l->slots[i].f32 != (float *)l->slots[i].b.images) free(l->slots[i].f32);
         free(l->slots[i].ids);
     }
     for (int i = 0; l->scratch && i <= l->nthreads; i++) {
         free(l->scratch[i].img);
         free(l->scratch[i].tmp);
+        free(l->scratch[i].f32);
+        free(l->scratch[i].mix);
     }
+    free(l->aa);
     free(l->slots);
     free(l->scratch);
     free(l->threads);

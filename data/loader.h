@@ -13,6 +13,9 @@
  * backend); labels are int32. The last batch of an epoch may be short unless
  * drop_last_batch is set.
  *
+ * With mixup on (training), each batch is mixed in fp32 before the conversion to dtype and
+ * carries soft targets; the mixing of batch b is keyed (seed, epoch, b, rank) (mixup.h).
+ *
  * Training loaders (eval = false) augment; evaluation loaders do not and split the data
  * without padding (sampler.h). Host buffers come from the caller's allocator (pinned memory
  * for the CUDA backend) or malloc.
@@ -29,7 +32,10 @@
 #include <stdint.h>
 
 #include "data/augment.h"
+#include "data/autoaugment.h"
 #include "data/dataset.h"
+#include "data/erasing.h"
+#include "data/mixup.h"
 #include "data/sampler.h"
 #include "util/err.h"
 
@@ -63,6 +69,11 @@ typedef struct loader_opts {
     int world_size, rank;  /* 1, 0 for a single process */
     uint64_t seed;         /* shuffle + augmentation seed */
     augment_opts_t augment;/* ignored when eval except the crop size (centre crop) */
+    /* training only: after `augment`, on uint8 (autoaugment.h); after normalisation, per
+     * sample (erasing.h) and per batch (mixup.h, which then fills loader_batch_t.targets) */
+    autoaug_opts_t autoaug;
+    erasing_opts_t erasing;
+    mixup_opts_t mixup;
     int n_norm;            /* 0 = no normalisation (x / 255), else = channels */
     float mean[DATA_MAX_CHANNELS], std[DATA_MAX_CHANNELS];
     loader_dtype_t dtype;
@@ -77,6 +88,7 @@ typedef struct loader_batch {
     loader_dtype_t dtype;
     void *images;          /* n*h*w*c values: float (F32*) or uint16_t (F16, BF16) */
     int32_t *labels;       /* n labels */
+    float *targets;        /* mixup on: n x mixup.classes soft targets (fp32), else NULL */
     const int64_t *sample_ids; /* n dataset indices (the sampler's order) */
     double data_wait_s;    /* seconds loader_next waited for this batch */
 } loader_batch_t;

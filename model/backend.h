@@ -159,6 +159,14 @@ typedef struct backend_ops {
     int (*softmax_xent)(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                         const int32_t *labels, float smoothing, float grad_scale,
                         const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
+    /* the same against soft targets (fp32 n x classes, backend memory; timm's
+     * SoftTargetCrossEntropy, used with mixup): loss_i = sum_j t_ij (lse_i - x_ij),
+     * dlogits = grad_scale * [ctl->loss_scale] * (softmax_ij * sum_k t_ik - t_ij); the hits
+     * count the dominant label argmax_j t_ij (ties: the lower index), as timm reports
+     * accuracy under mixup. */
+    int (*softmax_xent_soft)(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                             const float *targets, float grad_scale, const step_ctl_t *ctl,
+                             void *dlogits, float *loss_sum, int32_t *correct);
     /* optimizers over a contiguous range of the flat fp32 arrays. Both read ctl on the
      * device: nothing is written when ctl->found_inf is set; SGD initialises the momentum
      * buffer when ctl->optim_steps == 0, AdamW bias-corrects with step ctl->optim_steps + 1

@@ -39,7 +39,7 @@ void net_free(net_t *n) {
         backend_t *be = n->be;
         void *ptrs[] = {n->params, n->grads, n->buffers, n->shadow, n->input, n->scratch[0],
                         n->scratch[1], n->bn_mem, n->sum_dy, n->sum_dy_xhat, n->labels,
-                        n->loss_sum, n->correct};
+                        n->loss_sum, n->correct, n->targets};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) be->ops->release(be, ptrs[i]);
         for (int i = 0; i < n->n_nodes; i++)
@@ -454,6 +454,14 @@ static void *balloc(net_t *n, size_t bytes, err_t *e) {
         return NULL;
     }
     return p;
+}
+
+int net_enable_soft_targets(net_t *n, err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_enable_soft_targets: net is not bound");
+    if (n->targets) return 0;
+    size_t classes = (size_t)n->nodes[n->n_nodes - 1].c;
+    n->targets = balloc(n, (size_t)n->max_batch * classes * sizeof(float), e);
+    return n->targets ? 0 : -1;
 }
 
 int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t act_dt,

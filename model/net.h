@@ -236,6 +236,17 @@ int net_loss_async(net_t *n, const int32_t *labels, float smoothing, float grad_
  * when given no host labels. */
 int32_t *net_labels(net_t *n);
 
+/* Soft targets (mixup): net_enable_soft_targets allocates the net's target buffer
+ * (max_batch x classes fp32, backend memory; once, after net_bind); net_loss_soft_async is
+ * net_loss_async against soft targets (backend softmax_xent_soft): targets is host memory
+ * uploaded first, or NULL when net_targets(n) already holds them. */
+int net_enable_soft_targets(net_t *n, err_t *e);
+float *net_targets(net_t *n);
+int net_loss_soft_async(net_t *n, const float *targets, float grad_scale, const step_ctl_t *ctl,
+                        float *loss_sum, int32_t *correct, err_t *e);
+/* net_loss against soft targets (host memory), waiting for the result. */
+int net_loss_soft(net_t *n, const float *targets, float grad_scale, net_loss_out_t *out, err_t *e);
+
 /* After replaying a graph recorded (graph_* ops of the backend) from exactly
  * net_forward(n, x, batch, train = true, hooks = NULL) + net_loss_async + net_backward:
  * applies what those calls do on the host and a replay does not (BN

@@ -54,6 +54,7 @@ struct net {
     float *bn_mem;           /* saved statistics of all BN nodes */
     float *sum_dy, *sum_dy_xhat;
     int32_t *labels;         /* backend: max_batch */
+    float *targets;          /* backend: max_batch x classes soft targets (net_enable_soft_targets) */
     float *loss_sum;         /* backend: 1 */
     int32_t *correct;        /* backend: 2 */
     int last_batch;          /* batch of the last forward */

@@ -161,9 +161,8 @@ int net_loss_async(net_t *n, const int32_t *labels, float smoothing, float grad_
     return 0;
 }
 
-int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
-             net_loss_out_t *out, err_t *e) {
-    if (net_loss_async(n, labels, smoothing, grad_scale, NULL, NULL, NULL, e)) return -1;
+/* Reads the net's own loss sum and hits back into out. */
+static int loss_readback(net_t *n, net_loss_out_t *out, err_t *e) {
     backend_t *be = n->be;
     float loss;
     int32_t correct[2];
@@ -176,6 +175,36 @@ int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
     }
     return 0;
 }
+
+int net_loss(net_t *n, const int32_t *labels, float smoothing, float grad_scale,
+             net_loss_out_t *out, err_t *e) {
+    if (net_loss_async(n, labels, smoothing, grad_scale, NULL, NULL, NULL, e)) return -1;
+    return loss_readback(n, out, e);
+}
+
+int net_loss_soft(net_t *n, const float *targets, float grad_scale, net_loss_out_t *out, err_t *e) {
+    if (net_loss_soft_async(n, targets, grad_scale, NULL, NULL, NULL, e)) return -1;
+    return loss_readback(n, out, e);
+}
+
+int net_loss_soft_async(net_t *n, const float *targets, float grad_scale, const step_ctl_t *ctl,
+                        float *loss_sum, int32_t *correct, err_t *e) {
+    if (!n->be || !n->last_batch) return err_set(e, ERR_RUNTIME, "net_loss: no forward to take the loss of");
+    if (!n->targets) return err_set(e, ERR_RUNTIME, "net_loss: soft targets not enabled (net_enable_soft_targets)");
+    int batch = n->last_batch, classes = n->nodes[n->n_nodes - 1].c;
+    backend_t *be = n->be;
+    if (targets && be->ops->upload(be, n->targets, targets, (size_t)batch * classes * sizeof(float)) < 0)
+        return err_set(e, ERR_RUNTIME, "net_loss: uploading soft targets: %s", be->err.msg);
+    const node_t *d = &n->nodes[n->n_nodes - 1];
+    void *dlogits = n->last_train ? n->slots[d->gslot] : NULL;
+    OP(be->ops->softmax_xent_soft(be, batch, classes, n->dt, d->y, n->targets, grad_scale, ctl, dlogits,
+                                  loss_sum ? loss_sum : n->loss_sum, correct ? correct : n->correct),
+       "soft-target cross-entropy");
+    n->have_dlogits = n->last_train;
+    return 0;
+}
+
+float *net_targets(net_t *n) { return n->targets; }
 
 int32_t *net_labels(net_t *n) { return n->labels; }
 

@@ -28,6 +28,12 @@ void config_defaults(experiment_t *e) {
     e->data.augment.crop_padding = 4;
     e->data.augment.horizontal_flip = true;
     e->data.augment.rotation = 15;
+    e->data.augment.ra_num_ops = 2;
+    e->data.augment.ra_magnitude = 9;
+    e->data.augment.erase_mode = 2;
+    e->data.augment.erase_count = 1;
+    e->data.mixup.prob = 1.0;
+    e->data.mixup.switch_prob = 0.5;
     e->data.synthetic.train_size = 1024;
     e->data.synthetic.val_size = 256;
     e->data.synthetic.image[0] = 3;
@@ -201,6 +207,11 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                         "+ 2 x %d); use at most %d",
                         x->data.augment.crop_size, side, x->data.augment.crop_padding,
                         side + 2 * x->data.augment.crop_padding);
+
+    if (x->data.augment.auto_kind && chans != 1 && chans != 3)
+        return cfg_fail(c, at(st, "data.augment.auto"),
+                        "data.augment.auto: torchvision's ops take 1- or 3-channel images and %s has "
+                        "%d channels; set data.augment.auto: null", ds->name, chans);
 
     int rm = row_of("data.normalize.mean"), rs = row_of("data.normalize.std");
     if (st->norm_off) {

@@ -64,7 +64,21 @@ typedef struct experiment {
             int crop_padding;     /* 4 */
             bool horizontal_flip; /* true */
             double rotation;      /* 15 degrees; 0 = off */
+            /* issue 17: torchvision auto-augment, timm random erasing */
+            int auto_kind;        /* data.augment.auto: 0 null, 1 randaugment, 2 trivialaugment */
+            int ra_num_ops;       /* data.augment.randaugment.num_ops: 2 */
+            int ra_magnitude;     /* data.augment.randaugment.magnitude: 9 (of bins 0..30) */
+            double erase_prob;    /* data.augment.random_erasing.prob: 0 = off */
+            int erase_mode;       /* .mode: 0 const, 1 rand, 2 pixel (default pixel) */
+            int erase_count;      /* .count: 1 */
         } augment;
+        struct {                  /* issue 17: timm Mixup / CutMix (off while both alphas are 0) */
+            double alpha;         /* 0 */
+            double cutmix_alpha;  /* 0 */
+            double prob;          /* 1 */
+            double switch_prob;   /* 0.5 */
+            int mode;             /* 0 batch, 1 pair, 2 elem */
+        } mixup;
         int n_norm;               /* entries in mean/std; 0 = no normalisation */
         double mean[4], std[4];   /* default: the dataset's (config_load fills them in:
                                      n_norm 3 for CIFAR, 1 for fashion_mnist, 0 synthetic) */

@@ -173,6 +173,10 @@ static int get_name(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row_
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", r->names[i]);
     }
+    if (r->flags & F_NULLABLE) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, " or null");
+    }
     if (!s || cfg_is_null(n)) {
         char what[300];
         snprintf(what, sizeof what, "one of %s", list);

@@ -38,6 +38,11 @@ static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", 
                                       "val_top1_ema", "val_top5_ema", "train_loss", "train_top1"};
 static const char *const STOP_MODES[] = {"auto", "min", "max"};
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
+/* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
+#define HASH_NEW (F_HASH | F_HASH_SET)
+static const char *const AUTO_AUGS[] = {NULL, "randaugment", "trivialaugment"};   /* NULL: null */
+static const char *const ERASE_MODES[] = {"const", "rand", "pixel"};
+static const char *const MIX_MODES[] = {"batch", "pair", "elem"};
 
 /* Shorthands for the common row shapes. */
 #define ROW_INT(k, f, lo, hi, fl, doc) {k, K_INT, OFF(f), 0, lo, hi, fl, 0, 0, -1, NULL, 0, doc}
@@ -79,12 +84,33 @@ const cfg_row_t cfg_rows[] = {
              "flip half of the images left-right"),
     {"data.augment.rotation", K_ROTATION, OFF(data.augment.rotation), 0, 0, 180, F_HASH, 0, 0,
      -1, NULL, 0, "degrees: uniform in [-r, r], bilinear; 0 or false: off"},
+    ROW_ENUM("data.augment.auto", data.augment.auto_kind, AUTO_AUGS, F_NULLABLE | HASH_NEW,
+             "null | randaugment | trivialaugment (torchvision, after crop/flip/rotation)"),
+    ROW_INT("data.augment.randaugment.num_ops", data.augment.ra_num_ops, 0, 16, HASH_NEW,
+            "RandAugment ops per image"),
+    ROW_INT("data.augment.randaugment.magnitude", data.augment.ra_magnitude, 0, 30, HASH_NEW,
+            "RandAugment magnitude bin of 31"),
+    ROW_FLT("data.augment.random_erasing.prob", data.augment.erase_prob, 0, 1, HASH_NEW,
+            "timm RandomErasing probability per image (--reprob); 0: off"),
+    ROW_ENUM("data.augment.random_erasing.mode", data.augment.erase_mode, ERASE_MODES, HASH_NEW,
+             "const (zeros) | rand (normal per channel) | pixel (normal per element)"),
+    ROW_INT("data.augment.random_erasing.count", data.augment.erase_count, 1, 8, HASH_NEW,
+            "most boxes per image (--recount)"),
     {"data.normalize", K_SWITCH, -1, 0, 0, 0, F_HASH, 0, 0, -1, NULL, 0,
      "false | {mean: [..], std: [..]} per channel (default: the dataset's)"},
     {"data.normalize.mean", K_FLOATS, OFF(data.mean), 0, -INF, INF, F_CHILD, 1, 4, -1, NULL, 0,
      "per-channel mean"},
     {"data.normalize.std", K_FLOATS, OFF(data.std), 0, 0, INF, F_CHILD | F_LO_OPEN, 1, 4, -1,
      NULL, 0, "per-channel standard deviation"},
+    ROW_FLT("data.mixup.alpha", data.mixup.alpha, 0, 1e6, HASH_NEW,
+            "timm mixup Beta alpha (--mixup); 0: no mixup"),
+    ROW_FLT("data.mixup.cutmix_alpha", data.mixup.cutmix_alpha, 0, 1e6, HASH_NEW,
+            "timm cutmix Beta alpha (--cutmix); 0: no cutmix"),
+    ROW_FLT("data.mixup.prob", data.mixup.prob, 0, 1, HASH_NEW, "probability of mixing (--mixup-prob)"),
+    ROW_FLT("data.mixup.switch_prob", data.mixup.switch_prob, 0, 1, HASH_NEW,
+            "probability of cutmix when both are on (--mixup-switch-prob)"),
+    ROW_ENUM("data.mixup.mode", data.mixup.mode, MIX_MODES, HASH_NEW,
+             "batch | pair | elem (--mixup-mode)"),
     ROW_INT("data.synthetic.train_size", data.synthetic.train_size, 1, 100000000, F_HASH,
             "synthetic training images"),
     ROW_INT("data.synthetic.val_size", data.synthetic.val_size, 1, 100000000, F_HASH,

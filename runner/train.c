@@ -152,7 +152,7 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
     if (sampler_init(&t->gpu_sampler, &so, e)) return -1;
     t->gpu_sampler_ready = true;
     t->gpu_data = true;
-    return 0;
+    return trainer_aug_setup_gpu(t, e);
 }
 #endif
 
@@ -177,6 +177,7 @@ static int setup_data(trainer_t *t, err_t *e) {
     lo.augment.crop_padding = x->data.augment.crop_padding;
     lo.augment.horizontal_flip = x->data.augment.horizontal_flip;
     lo.augment.rotation = x->data.augment.rotation;
+    trainer_aug_opts(x, t->p->num_classes, &lo);
     lo.dtype = LOADER_F32;
 #ifdef RUNNER_HAVE_CUDA
     if (!strcmp(t->p->device, "cuda")) lo.allocator = &pinned_allocator;
@@ -197,7 +198,8 @@ static int setup_data(trainer_t *t, err_t *e) {
      * replicas take host slices) */
     if (!strcmp(t->p->device, "cuda") && !t->dp_mode && !t->gpu_data) {
         size_t bytes = (size_t)t->p->micro_batch * t->p->channels * t->p->height * t->p->width * sizeof(float);
-        if (!(t->stager = cuda_stager_create(t->be, bytes + (size_t)t->p->micro_batch * sizeof(int32_t), e)))
+        size_t second = mixup_enabled(&lo.mixup) ? (size_t)lo.mixup.classes * sizeof(float) : sizeof(int32_t);
+        if (!(t->stager = cuda_stager_create(t->be, bytes + (size_t)t->p->micro_batch * second, e)))
             return -1;
     }
 #endif
@@ -226,6 +228,7 @@ static int setup_model(trainer_t *t, err_t *e) {
     if (x->model.init_from[0] && !t->p->resumes && init_from_load(t->net, &io, e))
         return err_wrap(e, "model.init_from");
     if (t->dp_mode && !(t->dp = dp_create(t->replica_net, replicas, t->p->height, t->p->width, e))) return -1;
+    if (trainer_aug_soft_targets(t, e)) return -1;
 
     optim_opts_t oo = {0};
     oo.kind = x->optimizer.name == OPT_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
@@ -534,6 +537,7 @@ static void trainer_teardown(trainer_t *t) {
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
     if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
+    if (t->be) trainer_aug_free(t);
 #ifdef RUNNER_HAVE_CUDA
     cuda_stager_free(t->stager);
 #endif

@@ -71,6 +71,14 @@ typedef struct trainer {
     bool gpu_sampler_ready;
     int64_t gpu_batch;                      /* next micro-batch of the epoch */
     loader_opts_t train_opts;               /* what the CPU loader was given */
+    /* issue 17 data recipe (train_aug.c): mixup's soft targets; GPU data path buffers */
+    bool mix;                               /* mixup on: soft-target loss */
+    float mix_on, mix_off;                  /* its target values */
+    void *gpu_aa_table;                     /* auto-augment op table (backend memory) */
+    uint8_t *gpu_aa_scratch;                /* 2 x micro-batch uint8 images between ops */
+    float *gpu_mix_in;                      /* the micro-batch in fp32 before mixing */
+    void *gpu_mix_samples;                  /* mix_sample_t x micro-batch (backend memory) */
+    mix_sample_t *mix_host;                 /* their host copy */
 
     track_t *track;
     char wandb_run_id[64];
@@ -145,6 +153,19 @@ int trainer_record_config_changes(trainer_t *t, err_t *e);
 /* Rank 0 at the start: config.yaml (new runs), resolved.yaml, plan.json, env.json. */
 int trainer_write_run_files(trainer_t *t, err_t *e);
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e);
+
+/* train_aug.c: auto-augment, random erasing and mixup in the trainer. */
+void trainer_aug_opts(const experiment_t *x, int classes, loader_opts_t *lo);
+int trainer_aug_soft_targets(trainer_t *t, err_t *e);   /* after the nets are bound */
+void trainer_aug_free(trainer_t *t);
+#ifdef RUNNER_HAVE_CUDA
+struct cuda_augment_desc;
+int trainer_aug_setup_gpu(trainer_t *t, err_t *e);      /* GPU data path buffers */
+void trainer_aug_desc(const trainer_t *t, struct cuda_augment_desc *d);
+/* Mixes micro-batch `batch` of n (augmented in fp32 into gpu_mix_in) into the net's input
+ * and soft targets. */
+int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e);
+#endif
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */
 /* Sums n small values over all ranks (host in/out), through backend memory when the

@@ -50,6 +50,7 @@ typedef struct train_batch {
     int n;
     const int32_t *labels;     /* host; NULL: already in net_labels on the device */
     const float *images;       /* host NHWC (CPU loader), NULL when already on the device */
+    const float *targets;      /* mixup: host soft targets; NULL: in net_targets (or no mixup) */
     double data_wait_s;
 } train_batch_t;
 
@@ -75,13 +76,16 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
             d.mean[k] = lo->n_norm ? lo->mean[k] : 0.0f;
             d.std[k] = lo->n_norm ? lo->std[k] : 1.0f;
         }
+        trainer_aug_desc(t, &d);
         backend_t *be = t->be;
         if (be->ops->upload(be, t->gpu_indices, s->indices + first, (size_t)n * sizeof(int64_t)) ||
             cuda_augment_batch(be, &d, t->gpu_pixels, dataset_size(t->train_ds), t->gpu_labels, t->gpu_indices, n,
-                               t->act_dt, net_input(t->net), net_labels(t->net))) {
+                               t->mix ? DT_F32 : t->act_dt, t->mix ? (void *)t->gpu_mix_in : net_input(t->net),
+                               net_labels(t->net))) {
             *e = be->err;
             return -1;
         }
+        if (t->mix && trainer_aug_mix_gpu(t, n, t->gpu_batch, e)) return -1;
         t->gpu_batch++;
         tb->n = n;
         tb->labels = NULL;   /* gathered into net_labels by the kernel */
@@ -94,26 +98,38 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     tb->n = b->n;
     tb->labels = b->labels;
     tb->images = b->images;
+    tb->targets = b->targets;
     tb->data_wait_s = b->data_wait_s;
 #ifdef RUNNER_HAVE_CUDA
     if (t->stager) {
-        /* images and labels through the copy stream, then (compute stream) into the net */
+        /* images and labels (mixup: the soft targets instead, the loss reads no labels)
+         * through the copy stream, then (compute stream) into the net */
         size_t bytes = (size_t)b->n * t->p->channels * t->p->height * t->p->width * sizeof(float);
-        void *dev_labels = NULL;
-        const float *dev = cuda_stager_upload(t->stager, b->images, bytes, b->labels,
-                                              (size_t)b->n * sizeof(int32_t), &dev_labels, e);
+        const void *second = b->targets ? (const void *)b->targets : (const void *)b->labels;
+        size_t second_bytes = (size_t)b->n * (b->targets ? t->train_opts.mixup.classes * sizeof(float) : sizeof(int32_t));
+        void *dst2 = b->targets ? (void *)net_targets(t->net) : (void *)net_labels(t->net), *dev2 = NULL;
+        const float *dev = cuda_stager_upload(t->stager, b->images, bytes, second, second_bytes, &dev2, e);
         if (!dev || net_input_from_f32(t->net, dev, b->n, e)) return -1;
-        if (t->be->ops->copy(t->be, net_labels(t->net), dev_labels, (size_t)b->n * sizeof(int32_t))) {
+        if (t->be->ops->copy(t->be, dst2, dev2, second_bytes)) {
             *e = t->be->err;
             return -1;
         }
         if (cuda_stager_release(t->stager, e)) return -1;
         tb->labels = NULL;   /* in net_labels */
+        tb->targets = NULL;  /* in net_targets */
         return 1;
     }
 #endif
     if (!t->dp && net_upload_input(t->net, b->images, b->n, e)) return -1;
     return 1;
+}
+
+/* The loss of the last forward: soft targets under mixup, else labels (host values when
+ * given, else what the net's buffers hold). */
+static int loss_async(trainer_t *t, const train_batch_t *b, bool host, float smoothing, float grad_scale,
+                      const step_ctl_t *ctl, float *loss_sum, int32_t *correct, err_t *e) {
+    if (t->mix) return net_loss_soft_async(t->net, host ? b->targets : NULL, grad_scale, ctl, loss_sum, correct, e);
+    return net_loss_async(t->net, host ? b->labels : NULL, smoothing, grad_scale, ctl, loss_sum, correct, e);
 }
 
 /* Forward, loss and backward of one micro-batch (single/ddp, not DP), writing the loss
@@ -132,7 +148,10 @@ static int micro_batch(trainer_t *t, const train_batch_t *b, float grad_scale, f
     const void *x = net_input(n);
     const step_ctl_t *ctl = optim_ctl(t->opt);
     if (t->graphs) {
-        if (b->labels && be->ops->upload(be, net_labels(n), b->labels, (size_t)b->n * sizeof(int32_t))) {
+        if ((b->labels && be->ops->upload(be, net_labels(n), b->labels, (size_t)b->n * sizeof(int32_t))) ||
+            (t->mix && b->targets &&
+             be->ops->upload(be, net_targets(n), b->targets,
+                             (size_t)b->n * t->train_opts.mixup.classes * sizeof(float)))) {
             *e = be->err;
             return -1;
         }
@@ -161,7 +180,7 @@ static int micro_batch(trainer_t *t, const train_batch_t *b, float grad_scale, f
             int rc = be->ops->graph_capture_begin(be);
             if (rc == 0) {
                 rc = net_forward(n, x, b->n, true, NULL, &ce) ||
-                     net_loss_async(n, NULL, smoothing, grad_scale, ctl, t->graph_out, (int32_t *)t->graph_out + 1, &ce) ||
+                     loss_async(t, b, false, smoothing, grad_scale, ctl, t->graph_out, (int32_t *)t->graph_out + 1, &ce) ||
                      net_backward(n, NULL, &ce);
                 int end = be->ops->graph_capture_end(be, &g);
                 if (!rc) rc = end;
@@ -197,7 +216,7 @@ static int micro_batch(trainer_t *t, const train_batch_t *b, float grad_scale, f
         t->graph_ran_once = true;
     }
     if (net_forward(n, x, b->n, true, &t->hooks, e) ||
-        net_loss_async(n, b->labels, smoothing, grad_scale, ctl, (float *)loss_dst, loss_dst + 1, e) ||
+        loss_async(t, b, true, smoothing, grad_scale, ctl, (float *)loss_dst, loss_dst + 1, e) ||
         net_backward(n, &t->hooks, e)) {
         /* a failed SyncBN hook returns -1 without an err_t: its reason is in ddp */
         const err_t *he = t->ddp ? ddp_last_error(t->ddp) : NULL;
@@ -231,7 +250,7 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
         ps->data_wait_s += b.data_wait_s;
         if (t->dp) {
             net_loss_out_t out;
-            if (dp_forward_backward(t->dp, b.images, b.labels, b.n, b.n * n_micro, smoothing,
+            if (dp_forward_backward(t->dp, b.images, b.labels, t->mix ? b.targets : NULL, b.n, b.n * n_micro, smoothing,
                                     (float)dp_scale, &out, e))
                 return -1;
             int32_t words[3];

@@ -27,7 +27,9 @@ enum {
     RNG_STREAM_SHUFFLE = 2,  /* a = epoch, b = 0 */
     RNG_STREAM_AUGMENT = 3,  /* a = epoch, b = sample index */
     RNG_STREAM_SYNTHETIC = 4,/* a = split (0 train, 1 val), b = sample index */
-    RNG_STREAM_MISC = 5
+    RNG_STREAM_MISC = 5,
+    RNG_STREAM_MIXUP = 6,    /* a = epoch, b = micro-batch index + 2^32 * rank (data/mixup.h) */
+    RNG_STREAM_ERASE = 7     /* a = epoch, b = sample index: random erasing's normal values */
 };
 
 typedef struct rng {
@@ -66,6 +68,13 @@ RNG_HD rng_t rng_make(uint64_t seed, uint32_t stream, uint64_t a, uint64_t b) {
     r.ctr[3] = (uint32_t)(b >> 32) ^ (stream << 16);
     r.used = 4;
     return r;
+}
+
+/* Moves r to block `block` of its (a, b) (each block holds 4 u32 draws): lets independent
+ * uses of one key start at fixed offsets, whatever number of draws came before. */
+RNG_HD void rng_seek(rng_t *r, uint32_t block) {
+    r->ctr[0] = block;
+    r->used = 4;
 }
 
 RNG_HD uint32_t rng_u32(rng_t *r) {

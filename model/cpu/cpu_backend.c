@@ -225,6 +225,7 @@ static const backend_ops_t cpu_ops = {
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
     .softmax_xent = cpu_softmax_xent,
+    .softmax_xent_soft = cpu_softmax_xent_soft,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
     .step_ctl_update = cpu_step_ctl_update,

@@ -129,6 +129,9 @@ int cpu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void
 int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                      const int32_t *labels, float smoothing, float grad_scale,
                      const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
+int cpu_softmax_xent_soft(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                          const float *targets, float grad_scale, const step_ctl_t *ctl,
+                          void *dlogits, float *loss_sum, int32_t *correct);
 int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
                  double momentum, double dampening, double weight_decay, bool nesterov,
                  const step_ctl_t *ctl);

@@ -407,9 +407,18 @@ typedef struct xent_task {
     float *dlogits;
     double *loss;        /* per sample */
     int32_t *hits;       /* per sample: 1 top-1, 2 top-5 (bits) */
+    const float *targets;/* soft targets (n x classes) or NULL */
 } xent_task_t;
 
 #define XENT_ROWS 8
+
+/* Top-1 (bit 0) and top-5 (bit 1) hit of label y: its rank counts the logits above it,
+ * ties broken by the lower index (as argmax). */
+static int32_t label_hits(const float *z, int C, int y) {
+    int rank = 0;
+    for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
+    return (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+}
 
 /* Loss, gradient and top-k hits of XENT_ROWS samples. */
 static void xent_chunk(void *argp, int chunk) {
@@ -430,10 +439,7 @@ static void xent_chunk(void *argp, int chunk) {
         double nll = lse - z[y];
         double smooth = lse - sz / C;      /* mean_j(-log p_j) */
         t->loss[i] = (1.0 - t->smoothing) * nll + t->smoothing * smooth;
-        /* rank of the label: logits above it, ties broken by lower index (as argmax) */
-        int rank = 0;
-        for (int j = 0; j < C; j++) rank += z[j] > z[y] || (z[j] == z[y] && j < y);
-        t->hits[i] = (rank < 1 ? 1 : 0) | (rank < 5 ? 2 : 0);
+        t->hits[i] = label_hits(z, C, y);
         if (t->dlogits) {
             float *d = t->dlogits + (int64_t)i * C;
             for (int j = 0; j < C; j++) {
@@ -443,6 +449,73 @@ static void xent_chunk(void *argp, int chunk) {
             }
         }
     }
+}
+
+/* Soft targets (timm SoftTargetCrossEntropy): loss = sum_j t_j (lse - z_j), gradient
+ * p_j sum_k t_k - t_j (what autograd gives for any t); hits count the dominant label. */
+static void xent_soft_chunk(void *argp, int chunk) {
+    xent_task_t *t = argp;
+    int C = t->classes;
+    int lo = chunk * XENT_ROWS, hi = lo + XENT_ROWS < t->n ? lo + XENT_ROWS : t->n;
+    for (int i = lo; i < hi; i++) {
+        const float *z = t->logits + (int64_t)i * C, *tg = t->targets + (int64_t)i * C;
+        float mx = z[0];
+        int y = 0;
+        for (int j = 1; j < C; j++) {
+            mx = z[j] > mx ? z[j] : mx;
+            if (tg[j] > tg[y]) y = j;
+        }
+        double se = 0, tsum = 0;
+        for (int j = 0; j < C; j++) {
+            se += exp((double)z[j] - mx);
+            tsum += tg[j];
+        }
+        double lse = mx + log(se), loss = 0;
+        for (int j = 0; j < C; j++) loss += (double)tg[j] * (lse - z[j]);
+        t->loss[i] = loss;
+        t->hits[i] = label_hits(z, C, y);
+        if (t->dlogits) {
+            float *d = t->dlogits + (int64_t)i * C;
+            for (int j = 0; j < C; j++) {
+                double g = exp((double)z[j] - lse) * tsum - tg[j];
+                d[j] = cpu_round(t->dt, (float)(t->grad_scale * g));
+            }
+        }
+    }
+}
+
+/* Runs the loss chunks and sums the rows in order. */
+static int xent_run(backend_t *be, xent_task_t *t, const step_ctl_t *ctl, cpu_task_fn fn, float *loss_sum,
+                    int32_t *correct) {
+    int n = t->n;
+    double *ws = (double *)cpu_scratch(cpu_of(be), (size_t)n * 3);
+    if (!ws) return -1;
+    if (ctl) t->grad_scale *= ctl->loss_scale;
+    t->loss = ws;
+    t->hits = (int32_t *)(ws + n);
+    cpu_pool_run(&cpu_of(be)->pool, cpu_nchunks(n, XENT_ROWS), fn, t);
+    double s = 0;
+    int32_t top1 = 0, top5 = 0;
+    for (int i = 0; i < n; i++) {
+        s += ws[i];
+        top1 += t->hits[i] & 1;
+        top5 += (t->hits[i] >> 1) & 1;
+    }
+    loss_sum[0] = (float)s;
+    if (correct) {
+        correct[0] = top1;
+        correct[1] = top5;
+    }
+    return 0;
+}
+
+int cpu_softmax_xent_soft(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                          const float *targets, float grad_scale, const step_ctl_t *ctl,
+                          void *dlogits, float *loss_sum, int32_t *correct) {
+    if (n < 1 || classes < 1)
+        return err_set(&be->err, ERR_RUNTIME, "cpu softmax_xent_soft: n=%d classes=%d", n, classes);
+    xent_task_t t = {n, classes, dt, logits, NULL, 0.0f, grad_scale, dlogits, NULL, NULL, targets};
+    return xent_run(be, &t, ctl, xent_soft_chunk, loss_sum, correct);
 }
 
 int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
@@ -455,23 +528,6 @@ int cpu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *
             return err_set(&be->err, ERR_INPUT, "softmax_xent: label %d of sample %d is outside "
                            "[0, %d); check the dataset labels against model.num_classes",
                            labels[i], i, classes);
-    double *ws = (double *)cpu_scratch(cpu_of(be), (size_t)n * 3);
-    if (!ws) return -1;
-    if (ctl) grad_scale *= ctl->loss_scale;
-    xent_task_t t = {n, classes, dt, logits, labels, smoothing, grad_scale, dlogits, ws,
-                     (int32_t *)(ws + n)};
-    cpu_pool_run(&cpu_of(be)->pool, cpu_nchunks(n, XENT_ROWS), xent_chunk, &t);
-    double s = 0;
-    int32_t top1 = 0, top5 = 0;
-    for (int i = 0; i < n; i++) {
-        s += ws[i];
-        top1 += t.hits[i] & 1;
-        top5 += (t.hits[i] >> 1) & 1;
-    }
-    loss_sum[0] = (float)s;
-    if (correct) {
-        correct[0] = top1;
-        correct[1] = top5;
-    }
-    return 0;
+    xent_task_t t = {n, classes, dt, logits, labels, smoothing, grad_scale, dlogits, NULL, NULL, NULL};
+    return xent_run(be, &t, ctl, xent_chunk, loss_sum, correct);
 }

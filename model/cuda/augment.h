@@ -22,6 +22,20 @@
  * data/augment.c bit for bit, rotation included (up to cos/sin of the angle, which both
  * compute in double).
  *
+ * With auto_kind set, each sample's uint8 image then goes through its RandAugment /
+ * TrivialAugmentWide ops (data/autoaugment.h; ops drawn on the device by aa_draw, their
+ * parameters read from the host-built table, per-pixel formulas shared with the CPU in
+ * util/augops.h, per-image statistics as exact integers) in aa_scratch; with erase_prob > 0
+ * the boxes of erase_draw replace the normalised values (erase_value). Both are bit-exact
+ * with the CPU loader, except the erasing's normal values and box sides, which use log,
+ * exp, cos and sin in double: the two libms differ in the last bits of a double, which
+ * changes the float value or the integer side only when it lies within ~1e-16 of a
+ * rounding boundary.
+ *
+ * cuda_mixup_batch then mixes a batch written in fp32 (dt DT_F32 into a staging buffer) into
+ * the net's input and writes the soft targets, from the per-sample mix_sample_t the host
+ * drew with data/mixup.h (the same draws as the CPU loader).
+ *
  * Not here: sampling/shuffling (data/sampler.c), the upload of the dataset (the caller
  * allocates with backend alloc and uploads once), CPU augmentation (data/augment.c).
  */
@@ -48,6 +62,13 @@ typedef struct cuda_augment_desc {
     float mean[4], std[4];   /* per channel; std must be non-zero */
     uint64_t seed;
     int64_t epoch;
+    /* training only (issue 17), all zero/NULL: off; draws and formulas in util/augops.h */
+    int auto_kind;           /* AUTOAUG_RAND | AUTOAUG_TRIVIAL, after the crop/flip/rotation */
+    int aa_num_ops, aa_magnitude;
+    const void *aa_table;    /* device aa_entry_t[AA_TABLE_SIZE] from autoaug_build_table (oh x ow) */
+    uint8_t *aa_scratch;     /* device, 2 x batch x oh x ow x c bytes (the images between ops) */
+    double erase_prob;       /* timm RandomErasing on the normalised values; 0: off */
+    int erase_mode, erase_count;
 } cuda_augment_desc_t;
 
 /* Output side lengths (crop_size when cropping, else h, w). */
@@ -64,6 +85,14 @@ void cuda_augment_out_shape(const cuda_augment_desc_t *d, int *oh, int *ow);
 int cuda_augment_batch(backend_t *be, const cuda_augment_desc_t *d, const uint8_t *images,
                        int64_t n_images, const int32_t *labels, const int64_t *indices,
                        int batch, dtype_t dt, void *out, int32_t *out_labels);
+
+/* Mixes a batch of n fp32 images x (n x h x w x c, device, from cuda_augment_batch with
+ * DT_F32) into out (dt) as samples (device mix_sample_t[n], util/augops.h) say, and writes
+ * targets (device, n x classes fp32) from labels (device int32[n]) with the on/off values of
+ * data/mixup.h mixup_on_off. Enqueued on the backend's stream; returns 0 or -1. */
+int cuda_mixup_batch(backend_t *be, const void *samples, int n, int h, int w, int c, const float *x,
+                     dtype_t dt, void *out, const int32_t *labels, int classes, float on, float off,
+                     float *targets);
 
 #ifdef __cplusplus
 }

@@ -237,6 +237,7 @@ static backend_ops_t make_ops(void) {
     o.linear_fwd = cu_linear_fwd;
     o.linear_bwd = cu_linear_bwd;
     o.softmax_xent = cu_softmax_xent;
+    o.softmax_xent_soft = cu_softmax_xent_soft;
     o.sgd_step = cu_sgd_step;
     o.adamw_step = cu_adamw_step;
     o.step_ctl_update = cu_step_ctl_update;

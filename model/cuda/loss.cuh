@@ -9,5 +9,8 @@
 int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
                     const int32_t *labels, float smoothing, float grad_scale,
                     const step_ctl_t *ctl, void *dlogits, float *loss_sum, int32_t *correct);
+int cu_softmax_xent_soft(backend_t *be, int n, int classes, dtype_t dt, const void *logits,
+                         const float *targets, float grad_scale, const step_ctl_t *ctl,
+                         void *dlogits, float *loss_sum, int32_t *correct);
 
 #endif

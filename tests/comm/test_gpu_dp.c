@@ -219,7 +219,7 @@ static void check_dp(const int *devs, int world, int n) {
         for (int mb = 0; mb < MICRO; mb++) {
             fill_batch(img, lab, n, 100 + (uint64_t)mb);
             net_loss_out_t out;
-            int rc = dp_forward_backward(d, img, lab, n, n * MICRO, 0.1f, 1.0f, &out, &e);
+            int rc = dp_forward_backward(d, img, lab, NULL, n, n * MICRO, 0.1f, 1.0f, &out, &e);
             CHECK_INT(rc, 0);
             FAIL_IF(rc != 0, e.msg);
             if (pass == 1) continue;

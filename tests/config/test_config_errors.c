@@ -199,6 +199,20 @@ static void test_ranges(void) {
               "http://, https:// or file:// URL, or null");
     CHECK_STR(fail(MIN "checkpoint: {resume: ''}\n"),
               "exp.yaml:3:22: checkpoint.resume: must not be empty");
+    /* issue 17 */
+    CHECK_STR(fail(MODEL "data: {dataset: cifar10, augment: {auto: randaug}}\n"),
+              "exp.yaml:2:42: data.augment.auto: 'randaug' is not one of randaugment, trivialaugment "
+              "or null");
+    CHECK_STR(fail(MODEL "data: {dataset: cifar10, mixup: {mode: element}}\n"),
+              "exp.yaml:2:40: data.mixup.mode: 'element' is not one of batch, pair, elem");
+    CHECK_STR(fail(MODEL "data: {dataset: cifar10, augment: {random_erasing: {mode: random}}}\n"),
+              "exp.yaml:2:59: data.augment.random_erasing.mode: 'random' is not one of const, rand, "
+              "pixel; did you mean rand?");
+    CHECK_CONTAINS(fail(MODEL "data: {dataset: cifar10, augment: {randaugment: {magnitude: 31}}}\n"),
+                   "data.augment.randaugment.magnitude: 31 is out of range");
+    CHECK_CONTAINS(fail(MODEL "data: {dataset: cifar10, mixup: {prob: 1.5}}\n"), "data.mixup.prob: 1.5 is out of range");
+    CHECK_CONTAINS(fail(MODEL "data: {dataset: cifar10, augment: {random_erasing: {count: 0}}}\n"),
+                   "data.augment.random_erasing.count: 0 is out of range");
 }
 
 static void test_required_and_cross_checks(void) {
@@ -225,6 +239,10 @@ static void test_required_and_cross_checks(void) {
     CHECK_STR(fail(MIN "optimizer: {momentum: 0, nesterov: true}\n"),
               "exp.yaml:3:36: optimizer.nesterov needs optimizer.momentum > 0; set a momentum "
               "or nesterov: false");
+    CHECK_STR(fail("data: {dataset: synthetic, synthetic: {image: [2, 8, 8]}, augment: {auto: trivialaugment}}\n"
+                   MODEL),
+              "exp.yaml:1:75: data.augment.auto: torchvision's ops take 1- or 3-channel images and "
+              "synthetic has 2 channels; set data.augment.auto: null");
     CHECK_STR(fail("data: {dataset: cifar100}\nmodel: {arch: resnet18, num_classes: 5}\n"),
               "exp.yaml:2:38: model.num_classes 5 is less than the 100 classes of cifar100; use "
               "at least 100 (or 0 for the dataset's)");

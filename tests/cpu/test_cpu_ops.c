@@ -316,6 +316,47 @@ static void test_topk(void) {
     CHECK_CONTAINS(g_be->err.msg, "label 3 of sample 1");
 }
 
+/* Soft targets (mixup): the smoothed one-hot target gives the label-smoothing loss and
+ * gradient; a two-label mix is the weighted sum of the two hard losses (the loss is linear
+ * in t); the hits follow the dominant label; a step control scales only the gradient. */
+static void test_xent_soft(void) {
+    enum { NB = 5, CL = 7 };
+    float z[NB * CL], t[NB * CL], d[NB * CL], dh[NB * CL], loss, lh;
+    int32_t lab[NB] = {0, 6, 2, 2, 5}, correct[2], ch[2];
+    fill_uniform(z, NB * CL, 21, -2, 2);
+    float s = 0.1f, off = s / CL, on = 1.0f - s + off;
+    for (int i = 0; i < NB; i++)
+        for (int j = 0; j < CL; j++) t[i * CL + j] = j == lab[i] ? on : off;
+    CHECK_INT(g_be->ops->softmax_xent_soft(g_be, NB, CL, DT_F32, z, t, 0.5f, NULL, d, &loss, correct), 0);
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lab, s, 0.5f, NULL, dh, &lh, ch), 0);
+    CHECK_NEAR(loss, lh, 0, 1e-6);
+    for (int i = 0; i < NB * CL; i++) CHECK_NEAR(d[i], dh[i], 1e-7, 1e-5);
+    CHECK(correct[0] == ch[0] && correct[1] == ch[1]);
+    /* 0.7 of label a + 0.3 of label b */
+    int32_t la[NB] = {1, 2, 3, 4, 5}, lb[NB] = {6, 0, 3, 1, 2};
+    for (int i = 0; i < NB; i++)
+        for (int j = 0; j < CL; j++) t[i * CL + j] = (j == la[i] ? 0.7f : 0.0f) + (j == lb[i] ? 0.3f : 0.0f);
+    float l1, l2;
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, la, 0, 1, NULL, NULL, &l1, ch), 0);
+    int dominant_hits = ch[0];
+    CHECK_INT(g_be->ops->softmax_xent(g_be, NB, CL, DT_F32, z, lb, 0, 1, NULL, NULL, &l2, ch), 0);
+    CHECK_INT(g_be->ops->softmax_xent_soft(g_be, NB, CL, DT_F32, z, t, 1.0f, NULL, d, &loss, correct), 0);
+    CHECK_NEAR(loss, 0.7 * l1 + 0.3 * l2, 0, 1e-6);
+    CHECK_INT(correct[0], dominant_hits);
+    float d2[NB * CL], loss2;
+    step_ctl_t ctl = {.loss_scale = 256.0f};
+    CHECK_INT(g_be->ops->softmax_xent_soft(g_be, NB, CL, DT_F32, z, t, 1.0f, &ctl, d2, &loss2, correct), 0);
+    CHECK(loss2 == loss);
+    for (int i = 0; i < NB * CL; i++) CHECK(d2[i] == d[i] * 256.0f);
+    /* a tie in the target goes to the lower class index */
+    float zt[CL] = {0, 0, 0, 5, 0, 0, 0}, tt[CL] = {0, 0, 0, 0.5f, 0, 0.5f, 0};
+    CHECK_INT(g_be->ops->softmax_xent_soft(g_be, 1, CL, DT_F32, zt, tt, 1.0f, NULL, NULL, &loss, correct), 0);
+    CHECK_INT(correct[0], 1);
+    /* fp16 activations: the gradient is rounded to half */
+    CHECK_INT(g_be->ops->softmax_xent_soft(g_be, NB, CL, DT_F16, z, t, 1.0f, NULL, d2, &loss2, correct), 0);
+    for (int i = 0; i < NB * CL; i++) CHECK(d2[i] == round_f16(d[i]));
+}
+
 static const float grads[3][4] = {{0.1f, -0.2f, 0.3f, 0.0f}, {0.5f, 0.25f, -1.0f, 2.0f},
                                   {-0.3f, 0.7f, 0.05f, -1.5f}};
 
@@ -494,6 +535,7 @@ int main(void) {
     TEST_RUN(test_xent);
     TEST_RUN(test_xent_smoothing);
     TEST_RUN(test_topk);
+    TEST_RUN(test_xent_soft);
     TEST_RUN(test_sgd);
     TEST_RUN(test_adamw);
     TEST_RUN(test_cast_bits);

@@ -23,25 +23,6 @@
 
 static char tmp[512];
 static char long_exp[700], short_exp[700];
-
-/* Starts `runner EXP --set output.root=ROOT` with stdout+stderr to log; returns its pid. */
-static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[800];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-
-
-
 static int count_substr(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -73,7 +54,7 @@ static void kill_rank(int victim) {
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/k%d", tmp, victim);
     snprintf(log, sizeof log, "%s/k%d.log", tmp, victim);
-    pid_t launcher = spawn_runner(long_exp, root, log);
+    pid_t launcher = spawn_runner_logged(long_exp, root, log);
     /* wait until training runs: steps.csv has 3 rows */
     char run_dir[4096] = "", steps[4200];
     for (int i = 0; i < 3000 && !run_dir[0]; i++) {   /* up to 300 s on a loaded machine */

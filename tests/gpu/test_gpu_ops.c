@@ -202,6 +202,55 @@ static void test_softmax_xent(void) {
     check_xent(DT_BF16, 1000, 0.0f);
 }
 
+/* Soft targets (mixup): mixed two-label rows with smoothing, one tie row; loss sum, hits
+ * against the dominant label and dlogits (times the step control's loss scale) against the
+ * CPU backend. */
+static step_ctl_t *ctl_new(backend_t *be, int64_t steps, int32_t found_inf, float scale);
+static void check_xent_soft(dtype_t dt, int classes) {
+    pair_t p = pair_make(true, false);
+    int n = 33;
+    float *hl = hrand((int64_t)n * classes, 61, -4, 4), *ht = hbuf((int64_t)n * classes);
+    rng_t r = rng_make(9, RNG_STREAM_MISC, 4, 0);
+    float off = 0.1f / classes, on = 1.0f - 0.1f + off;
+    for (int i = 0; i < n; i++) {
+        int a = (int)rng_below(&r, (uint32_t)classes), b = (int)rng_below(&r, (uint32_t)classes);
+        float lam = i == 0 ? 0.5f : rng_uniform(&r);
+        for (int j = 0; j < classes; j++)
+            ht[(int64_t)i * classes + j] = (j == a ? on : off) * lam + (j == b ? on : off) * (1.0f - lam);
+        if (i < 4) hl[(int64_t)i * classes + a] = 9.0f;
+    }
+    twin_t lg = twin_new(&p, (int64_t)n * classes, dt, hl), tg = twin_new(&p, (int64_t)n * classes, DT_F32, ht);
+    twin_t dl = twin_new(&p, (int64_t)n * classes, dt, NULL), loss = twin_new(&p, 1, DT_F32, NULL);
+    backend_t *bes[2] = {p.cpu, p.gpu};
+    int32_t got[2][2];
+    float lsum[2];
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+        void *cor = be->ops->alloc(be, 2 * sizeof(int32_t));
+        step_ctl_t *ctl = ctl_new(be, 0, 0, 128.0f);
+        OK(be, be->ops->softmax_xent_soft(be, n, classes, dt, S(lg), (const float *)S(tg), 0.25f, ctl, S(dl),
+                                          (float *)S(loss), (int32_t *)cor));
+        OK(be, be->ops->download(be, got[i], cor, sizeof got[i]));
+        OK(be, be->ops->download(be, &lsum[i], S(loss), sizeof(float)));
+        be->ops->release(be, cor);
+        be->ops->release(be, ctl);
+    }
+    CHECK_NEAR(lsum[1], lsum[0], 1e-4, 1e-4);
+    CHECK_INT(got[1][0], got[0][0]);
+    CHECK_INT(got[1][1], got[0][1]);
+    CHECK(got[1][0] >= 3);
+    CHECK_INT(twin_cmp("softmax_xent_soft dlogits", &p, &dl, dt_tol(dt)), 0);
+    twin_free(&p, &lg); twin_free(&p, &tg); twin_free(&p, &dl); twin_free(&p, &loss);
+    free(hl);
+    free(ht);
+    pair_free(&p);
+}
+static void test_softmax_xent_soft(void) {
+    check_xent_soft(DT_F32, 10);
+    check_xent_soft(DT_F16, 100);
+    check_xent_soft(DT_BF16, 1000);
+}
+
 /* A step control in backend memory with the given count and verdict. */
 static step_ctl_t *ctl_new(backend_t *be, int64_t steps, int32_t found_inf, float scale) {
     step_ctl_t h = {.loss_scale = scale, .found_inf = found_inf, .growth_interval = 0,
@@ -473,6 +522,7 @@ int main(void) {
     TEST_RUN(test_maxpool);
     TEST_RUN(test_linear);
     TEST_RUN(test_softmax_xent);
+    TEST_RUN(test_softmax_xent_soft);
     TEST_RUN(test_step_ctl);
     TEST_RUN(test_optimizers);
     TEST_RUN(test_clip_and_ema);
