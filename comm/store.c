@@ -5,10 +5,24 @@
  *   request:  u8 op | u16 key_len | key | u32 val_len | val | i64 arg
  *   response: u8 status | u32 len | data
  * arg is the delta of ADD and the wait in milliseconds of GET/WAIT. status is ST_OK,
- * ST_TIMEOUT, ST_FAILED (data = i32 rank + message of the failure flag) or ST_MISSING.
+ * ST_TIMEOUT, ST_FAILED (data = i32 rank + message of the failure flag), ST_MISSING,
+ * ST_BAD (data = why) or ST_REFUSED (data = why; the server closes the connection).
  *
- * It does not: survive the server's process, order clients fairly, or bound the number
- * of keys (the runner stores a handful).
+ * Handshake: a connection's first request must be OP_HELLO with key STORE_HELLO_KEY and a
+ * 16-byte value {u64 job id, i32 rank, i32 world}, within the server's timeout. Anything
+ * else (garbage, a port scanner, an HTTP request, silence) is answered ST_REFUSED where
+ * possible and closed, and never touches the table. A hello of another job id (a second
+ * job started on the same port) is refused with a message naming both ids; a hello of
+ * this job with another world size, or a rank outside it, is refused and raises the
+ * failure flag, so every rank of the misconfigured job stops at once.
+ *
+ * Peers are untrusted: after the first byte of a request the rest must arrive within the
+ * server's timeout (a half-sent message closes that connection), waits are clamped to
+ * [0, STORE_MAX_WAIT_MS], and the table holds at most STORE_MAX_KEYS keys and
+ * STORE_MAX_BYTES bytes, the server at most STORE_MAX_CONNS connections.
+ *
+ * It does not: survive the server's process, order clients fairly, or authenticate
+ * clients beyond the job id (anyone who can reach the port and knows it may join).
  */
 #include "comm/store.h"
 #include "util/clock.h"
@@ -27,8 +41,10 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-enum { OP_SET = 1, OP_GET, OP_WAIT, OP_CHECK, OP_ADD, OP_FAIL_SET, OP_FAIL_GET };
-enum { ST_OK = 0, ST_TIMEOUT = 1, ST_FAILED = 2, ST_MISSING = 3, ST_BAD = 4 };
+enum { OP_SET = 1, OP_GET, OP_WAIT, OP_CHECK, OP_ADD, OP_FAIL_SET, OP_FAIL_GET, OP_HELLO };
+enum { ST_OK = 0, ST_TIMEOUT = 1, ST_FAILED = 2, ST_MISSING = 3, ST_BAD = 4, ST_REFUSED = 5 };
+#define STORE_HELLO_KEY "runner-store/1"
+enum { HELLO_BYTES = 16 };
 
 /* ---------------------------------------------------------------- common I/O */
 
@@ -73,8 +89,10 @@ typedef struct client_conn {
 } client_conn_t;
 
 struct store_server {
+    store_server_opts_t o;
     int listen_fd;
     int port;
+    size_t bytes;           /* values held, against STORE_MAX_BYTES */
     pthread_t accept_thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* signalled on every set/add/fail and on stop */
@@ -113,19 +131,37 @@ static int kv_put(store_server_t *s, const char *key, const void *val, size_t le
     unsigned char *v = malloc(len ? len : 1);
     if (!v) return -1;
     memcpy(v, val, len);
+    s->bytes = s->bytes - k->len + len;
     free(k->val);
     k->val = v;
     k->len = len;
     return 0;
 }
 
-static int send_reply(int fd, int status, const void *data, uint32_t len) {
+/* Whether setting key to len bytes stays within the table's bounds; caller holds mu. */
+static bool kv_fits(store_server_t *s, const char *key, size_t len) {
+    kv_t *k = kv_find(s, key);
+    if (!k) return s->n_kv < STORE_MAX_KEYS && s->bytes + len <= STORE_MAX_BYTES;
+    return s->bytes - k->len + len <= STORE_MAX_BYTES;
+}
+
+static int send_reply(store_server_t *s, int fd, int status, const void *data, uint32_t len) {
     unsigned char h[5];
     h[0] = (unsigned char)status;
     memcpy(h + 1, &len, 4);
-    if (io_full(fd, h, 5, true, now_s() + 30) < 0) return -1;
-    if (len && io_full(fd, (void *)data, len, true, now_s() + 30) < 0) return -1;
+    if (io_full(fd, h, 5, true, now_s() + s->o.timeout_s) < 0) return -1;
+    if (len && io_full(fd, (void *)data, len, true, now_s() + s->o.timeout_s) < 0) return -1;
     return 0;
+}
+
+/* Tells the peer why it is refused (best effort), logs it, and returns -1 (close). */
+static int refuse(store_server_t *s, int fd, const char *why) {
+    send_reply(s, fd, ST_REFUSED, why, (uint32_t)strlen(why));
+    if (s->o.log) {
+        fprintf(s->o.log, "runner: rendezvous store: closed a connection: %s\n", why);
+        fflush(s->o.log);
+    }
+    return -1;
 }
 
 /* Replies ST_FAILED with the failure record; caller holds mu (released before I/O). */
@@ -136,45 +172,128 @@ static int reply_failed_locked(store_server_t *s, int fd) {
     size_t ml = strlen(s->failed_msg);
     memcpy(buf + 4, s->failed_msg, ml);
     pthread_mutex_unlock(&s->mu);
-    return send_reply(fd, ST_FAILED, buf, (uint32_t)(4 + ml));
+    return send_reply(s, fd, ST_FAILED, buf, (uint32_t)(4 + ml));
 }
 
-/* Serves one request on a connection; returns -1 when the connection should close. */
-static int serve_one(store_server_t *s, int fd) {
+/* One request as read from a peer. */
+typedef struct request {
     unsigned char op;
-    uint16_t klen;
-    uint32_t vlen;
-    int64_t arg;
     char key[STORE_MAX_KEY];
-    if (io_full(fd, &op, 1, false, 0) < 0) return -1;
-    if (io_full(fd, &klen, 2, false, now_s() + 30) < 0 || klen >= STORE_MAX_KEY) return -1;
-    if (io_full(fd, key, klen, false, now_s() + 30) < 0) return -1;
-    key[klen] = '\0';
-    if (io_full(fd, &vlen, 4, false, now_s() + 30) < 0 || vlen > STORE_MAX_VALUE) return -1;
-    unsigned char *val = malloc(vlen ? vlen : 1);
-    if (!val) return -1;
-    if (io_full(fd, val, vlen, false, now_s() + 60) < 0 ||
-        io_full(fd, &arg, 8, false, now_s() + 30) < 0) {
-        free(val);
+    uint32_t vlen;
+    unsigned char *val;     /* malloc'd, vlen bytes */
+    int64_t arg;
+} request_t;
+
+/* Reads one request. The first byte may take first_wait seconds (<= 0: as long as it
+ * takes: a joined client is idle between requests); the rest must follow within the
+ * server's timeout. Returns 0, or -1 (connection closed, garbage, half-sent, too long). */
+static int read_request(store_server_t *s, int fd, double first_wait, request_t *r) {
+    uint16_t klen;
+    r->val = NULL;
+    if (io_full(fd, &r->op, 1, false, first_wait > 0 ? now_s() + first_wait : 0) < 0) return -1;
+    double dl = now_s() + s->o.timeout_s;
+    if (io_full(fd, &klen, 2, false, dl) < 0 || klen >= STORE_MAX_KEY) return -1;
+    if (io_full(fd, r->key, klen, false, dl) < 0) return -1;
+    r->key[klen] = '\0';
+    if (io_full(fd, &r->vlen, 4, false, dl) < 0 || r->vlen > STORE_MAX_VALUE) return -1;
+    if (!(r->val = malloc(r->vlen ? r->vlen : 1))) return -1;
+    if (io_full(fd, r->val, r->vlen, false, dl) < 0 || io_full(fd, &r->arg, 8, false, dl) < 0) {
+        free(r->val);
+        r->val = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* The handshake (see the top of the file). 0: joined; -1: refused and to be closed. */
+static int serve_hello(store_server_t *s, int fd) {
+    static const char *not_hello = "not a runner rendezvous handshake (another program, or a runner "
+                                   "of another version, on this port)";
+    /* the fixed prefix first, so that garbage is refused at its first wrong byte instead
+     * of being read as a length to wait for */
+    const size_t kl = strlen(STORE_HELLO_KEY);
+    unsigned char pre[3 + sizeof STORE_HELLO_KEY];
+    unsigned char want[3 + sizeof STORE_HELLO_KEY] = {OP_HELLO, (unsigned char)kl, 0};
+    memcpy(want + 3, STORE_HELLO_KEY, kl);
+    double dl = now_s() + s->o.timeout_s;
+    for (size_t i = 0; i < 3 + kl; i++) {
+        if (io_full(fd, pre + i, 1, false, dl) < 0)
+            return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+        if (pre[i] != want[i]) return refuse(s, fd, not_hello);
+    }
+    request_t r = {.op = OP_HELLO};
+    if (io_full(fd, &r.vlen, 4, false, dl) < 0)
+        return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+    if (r.vlen != HELLO_BYTES) return refuse(s, fd, not_hello);
+    unsigned char v[HELLO_BYTES];
+    r.val = v;
+    if (io_full(fd, v, HELLO_BYTES, false, dl) < 0 || io_full(fd, &r.arg, 8, false, dl) < 0)
+        return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+    char why[256];
+    int rc = 0;
+    uint64_t job = 0;
+    int32_t rank = -1, world = -1;
+    memcpy(&job, r.val, 8);
+    memcpy(&rank, r.val + 8, 4);
+    memcpy(&world, r.val + 12, 4);
+    if (job != s->o.job_id) {
+        snprintf(why, sizeof why, "this port belongs to job %016llx, not to job %016llx: two jobs "
+                 "were started on the same MASTER_PORT / parallel.master_port; give each its own "
+                 "port", (unsigned long long)s->o.job_id, (unsigned long long)job);
+        rc = refuse(s, fd, why);
+        goto out;
+    }
+    if (s->o.world > 0 && (world != s->o.world || rank < 0 || rank >= world)) {
+        snprintf(why, sizeof why, "rank %d joined with world size %d, but this job has world size %d; "
+                 "start every rank with the same WORLD_SIZE / parallel.world_size", rank, world,
+                 s->o.world);
+        pthread_mutex_lock(&s->mu);
+        if (s->failed_rank < 0) {
+            s->failed_rank = rank >= 0 && rank < (1 << 20) ? rank : 0;
+            snprintf(s->failed_msg, sizeof s->failed_msg, "%s", why);
+        }
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        rc = refuse(s, fd, why);
+        goto out;
+    }
+    rc = send_reply(s, fd, ST_OK, NULL, 0);
+out:
+    return rc;
+}
+
+/* Serves one request on a joined connection; returns -1 when the connection should close. */
+static int serve_one(store_server_t *s, int fd) {
+    request_t r;
+    if (read_request(s, fd, 0, &r) < 0) return -1;
+    unsigned char op = r.op, *val = r.val;
+    const char *key = r.key;
+    uint32_t vlen = r.vlen;
+    int64_t arg = r.arg;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     switch (op) {
     case OP_SET:
-        if (kv_put(s, key, val, vlen) < 0) {
+        if (!kv_fits(s, key, vlen) || kv_put(s, key, val, vlen) < 0) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_BAD, "out of memory", 13);
+            rc = send_reply(s, fd, ST_BAD, "store full", 10);
             break;
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     case OP_GET:
     case OP_WAIT: {
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
+        /* a wait is the asking client's timeout, which is parallel.timeout_s like the
+         * server's: never more than that, never negative (an invalid deadline made the
+         * wait below spin) */
+        int64_t most = (int64_t)(s->o.timeout_s * 1000) + 1;
+        if (most > STORE_MAX_WAIT_MS) most = STORE_MAX_WAIT_MS;
+        if (arg < 0) arg = 0;
+        if (arg > most) arg = most;
         int64_t ns = dl.tv_nsec + (arg % 1000) * 1000000;
         dl.tv_sec += (time_t)(arg / 1000) + (time_t)(ns / 1000000000);
         dl.tv_nsec = (long)(ns % 1000000000);
@@ -182,20 +301,20 @@ static int serve_one(store_server_t *s, int fd) {
         for (;;) {
             if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); goto out; }
             if ((k = kv_find(s, key)) != NULL || s->stopping) break;
-            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) break;
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) break;
         }
         if (!k) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_TIMEOUT, NULL, 0);
+            rc = send_reply(s, fd, ST_TIMEOUT, NULL, 0);
         } else if (op == OP_WAIT) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_OK, NULL, 0);
+            rc = send_reply(s, fd, ST_OK, NULL, 0);
         } else {
             size_t len = k->len;
             unsigned char *copy = malloc(len ? len : 1);
             if (copy) memcpy(copy, k->val, len);
             pthread_mutex_unlock(&s->mu);
-            rc = copy ? send_reply(fd, ST_OK, copy, (uint32_t)len) : -1;
+            rc = copy ? send_reply(s, fd, ST_OK, copy, (uint32_t)len) : -1;
             free(copy);
         }
         break;
@@ -203,35 +322,36 @@ static int serve_one(store_server_t *s, int fd) {
     case OP_CHECK: {
         bool have = kv_find(s, key) != NULL;
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, have ? ST_OK : ST_MISSING, NULL, 0);
+        rc = send_reply(s, fd, have ? ST_OK : ST_MISSING, NULL, 0);
         break;
     }
     case OP_ADD: {
         kv_t *k = kv_find(s, key);
         int64_t v = 0;
         if (k && k->len == 8) memcpy(&v, k->val, 8);
-        v += arg;
-        int ok = kv_put(s, key, &v, 8);
+        /* wraps like the two's complement it is; a peer's huge delta is not undefined behaviour */
+        v = (int64_t)((uint64_t)v + (uint64_t)arg);
+        int ok = kv_fits(s, key, 8) ? kv_put(s, key, &v, 8) : -1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = ok == 0 ? send_reply(fd, ST_OK, &v, 8) : send_reply(fd, ST_BAD, "out of memory", 13);
+        rc = ok == 0 ? send_reply(s, fd, ST_OK, &v, 8) : send_reply(s, fd, ST_BAD, "store full", 10);
         break;
     }
     case OP_FAIL_SET:
         if (s->failed_rank < 0) {
-            s->failed_rank = (int)arg;
+            s->failed_rank = arg >= 0 && arg < (1 << 20) ? (int)arg : 0;
             size_t n = vlen < sizeof s->failed_msg - 1 ? vlen : sizeof s->failed_msg - 1;
             memcpy(s->failed_msg, val, n);
             s->failed_msg[n] = '\0';
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     case OP_FAIL_GET:
         if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); break; }
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     default:
         pthread_mutex_unlock(&s->mu);
@@ -242,9 +362,15 @@ out:
     return rc;
 }
 
+void store_server_serve_fd_(store_server_t *s, int fd) {
+    if (serve_hello(s, fd) == 0)
+        while (serve_one(s, fd) == 0) {}
+}
+
 static void *client_main(void *arg) {
     client_conn_t *c = arg;
-    while (serve_one(c->srv, c->fd) == 0) {}
+    store_server_serve_fd_(c->srv, c->fd);
+    shutdown(c->fd, SHUT_RDWR);   /* the peer sees the end now; the fd closes when reaped */
     pthread_mutex_lock(&c->srv->mu);
     c->done = true;
     pthread_mutex_unlock(&c->srv->mu);
@@ -274,6 +400,25 @@ static void *accept_main(void *arg) {
             free(c);
             close(fd);
             if (c) break;
+            continue;
+        }
+        /* connections that ended (a peer refused, a rank gone) give back their slot */
+        int kept = 0;
+        for (int i = 0; i < s->n_clients; i++) {
+            client_conn_t *x = s->clients[i];
+            if (x->done) {
+                pthread_join(x->thread, NULL);
+                close(x->fd);
+                free(x);
+            } else {
+                s->clients[kept++] = x;
+            }
+        }
+        s->n_clients = kept;
+        if (s->n_clients >= STORE_MAX_CONNS) {
+            pthread_mutex_unlock(&s->mu);
+            free(c);
+            close(fd);
             continue;
         }
         if (s->n_clients == s->cap_clients) {
@@ -319,6 +464,30 @@ static int resolve(const char *addr, int port, bool passive, struct sockaddr_sto
 }
 
 store_server_t *store_server_start(const char *addr, int port, err_t *e) {
+    return store_server_start_opts(addr, port, NULL, e);
+}
+
+/* The table, locks and options of a server, without a socket. */
+static store_server_t *server_new(const store_server_opts_t *o) {
+    store_server_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (o) s->o = *o;
+    if (!(s->o.timeout_s > 0)) s->o.timeout_s = 300;
+    s->listen_fd = -1;
+    s->failed_rank = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return s;
+}
+
+store_server_t *store_server_create_(const store_server_opts_t *o) { return server_new(o); }
+
+store_server_t *store_server_start_opts(const char *addr, int port, const store_server_opts_t *o,
+                                        err_t *e) {
     if (port < 0 || port > 65535) {
         err_set(e, ERR_INPUT, "rendezvous port %d is out of range; use 0..65535", port);
         return NULL;
@@ -338,24 +507,19 @@ store_server_t *store_server_start(const char *addr, int port, err_t *e) {
         return NULL;
     }
     if (listen(fd, 256) < 0) { err_errno(e, ERR_RUNTIME, "store: listen"); close(fd); return NULL; }
-    store_server_t *s = calloc(1, sizeof *s);
+    store_server_t *s = server_new(o);
     if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
     s->listen_fd = fd;
-    s->failed_rank = -1;
     struct sockaddr_storage got;
     socklen_t gl = sizeof got;
     getsockname(fd, (struct sockaddr *)&got, &gl);
     s->port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&got)->sin_port);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
     if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
         err_set(e, ERR_RUNTIME, "store: cannot start the server thread");
         close(fd);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return NULL;
     }
@@ -370,9 +534,11 @@ void store_server_stop(store_server_t *s) {
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    shutdown(s->listen_fd, SHUT_RDWR);
-    pthread_join(s->accept_thread, NULL);
-    close(s->listen_fd);
+    if (s->listen_fd >= 0) {
+        shutdown(s->listen_fd, SHUT_RDWR);
+        pthread_join(s->accept_thread, NULL);
+        close(s->listen_fd);
+    }
     for (int i = 0; i < s->n_clients; i++) shutdown(s->clients[i]->fd, SHUT_RDWR);
     for (int i = 0; i < s->n_clients; i++) {
         pthread_join(s->clients[i]->thread, NULL);
@@ -429,8 +595,54 @@ static int try_connect(const struct sockaddr_storage *sa, socklen_t sl, double l
     return fd;
 }
 
+static int rpc(store_t *s, int op, const char *key, const void *val, size_t vlen, int64_t arg,
+               double wait_s, int *status, void *out, size_t cap, size_t *len, err_t *e);
+
+/* Sends the hello of s (see the top of the file); a refusal is ERR_INPUT with the
+ * server's reason. */
+static int hello(store_t *s, uint64_t job, err_t *e) {
+    unsigned char v[HELLO_BYTES];
+    int32_t r = s->rank, w = s->world;
+    memcpy(v, &job, 8);
+    memcpy(v + 8, &r, 4);
+    memcpy(v + 12, &w, 4);
+    int st = -1;
+    char why[512];
+    size_t n = 0;
+    if (rpc(s, OP_HELLO, STORE_HELLO_KEY, v, sizeof v, 0, 0, &st, why, sizeof why - 1, &n, e) < 0)
+        return err_wrap(e, "joining the rendezvous store (is something else listening on %s:%d?)", s->addr,
+                        s->port);
+    if (st == ST_OK) return 0;
+    if (n > sizeof why - 1) n = sizeof why - 1;
+    why[n] = '\0';
+    for (size_t i = 0; i < n; i++)    /* the peer's text goes into a terminal */
+        if ((unsigned char)why[i] < 0x20 || why[i] == 0x7f) why[i] = '?';
+    return err_set(e, ERR_INPUT, "rank %d: the rendezvous store at %s:%d refused this rank: %s", s->rank,
+                   s->addr, s->port, st == ST_REFUSED ? why : "unexpected answer to the handshake");
+}
+
+store_t *store_connect_fd_(int fd, int rank, int world, double timeout_s, uint64_t job_id, err_t *e) {
+    store_t *s = calloc(1, sizeof *s);
+    if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
+    s->fd = fd;
+    s->rank = rank;
+    s->world = world;
+    s->timeout_s = timeout_s > 0 ? timeout_s : 300;
+    snprintf(s->addr, sizeof s->addr, "(fd %d)", fd);
+    if (hello(s, job_id, e)) {
+        store_close(s);
+        return NULL;
+    }
+    return s;
+}
+
 store_t *store_connect(const char *addr, int port, int rank, int world, double timeout_s,
                        err_t *e) {
+    return store_connect_job(addr, port, rank, world, timeout_s, 0, e);
+}
+
+store_t *store_connect_job(const char *addr, int port, int rank, int world, double timeout_s,
+                           uint64_t job_id, err_t *e) {
     if (world < 1 || rank < 0 || rank >= world) {
         err_set(e, ERR_INPUT, "store: rank %d is not within a world of %d", rank, world);
         return NULL;
@@ -463,6 +675,10 @@ store_t *store_connect(const char *addr, int port, int rank, int world, double t
     s->timeout_s = timeout_s;
     snprintf(s->addr, sizeof s->addr, "%s", addr);
     s->port = port;
+    if (hello(s, job_id, e)) {
+        store_close(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -484,7 +700,9 @@ static int rpc(store_t *s, int op, const char *key, const void *val, size_t vlen
     size_t klen = strlen(key);
     if (klen >= STORE_MAX_KEY || vlen > STORE_MAX_VALUE)
         return err_set(e, ERR_RUNTIME, "store: key '%.64s' or its value is too long", key);
-    double deadline = now_s() + wait_s + 30;
+    /* the server may hold the request wait_s; a silent or half-answering peer is given up
+     * within the timeout after that */
+    double deadline = now_s() + wait_s + (s->timeout_s < 30 ? s->timeout_s : 30);
     unsigned char o = (unsigned char)op;
     uint16_t kl = (uint16_t)klen;
     uint32_t vl = (uint32_t)vlen;
@@ -499,6 +717,9 @@ static int rpc(store_t *s, int op, const char *key, const void *val, size_t vlen
     uint32_t rl;
     memcpy(&rl, h + 1, 4);
     *status = h[0];
+    if (rl > STORE_MAX_VALUE + 64)
+        return err_set(e, ERR_RUNTIME, "the rendezvous store at %s:%d answered with %u bytes, more than "
+                       "any answer has (STORE_MAX_VALUE): not a runner store?", s->addr, s->port, rl);
     size_t keep = 0;
     for (size_t got = 0; got < rl;) {
         unsigned char tmp[4096];
@@ -640,4 +861,19 @@ int store_get_failed(store_t *s, int *rank, char *msg, size_t cap, err_t *e) {
     if (rank) *rank = r;
     if (msg && cap) snprintf(msg, cap, "%.*s", (int)(n > 4 ? n - 4 : 0), (const char *)buf + 4);
     return 1;
+}
+
+/* FNV-1a over a string, continuing from h. */
+static uint64_t fnv(uint64_t h, const char *s) {
+    for (; s && *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull;
+}
+
+uint64_t store_job_id(const char *run_dir, uint64_t salt) {
+    uint64_t h = 0xcbf29ce484222325ull ^ salt;
+    static const char *const vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                       "OMPI_MCA_ess_base_jobid", NULL};
+    h = fnv(h, run_dir);
+    for (int i = 0; vars[i]; i++) h = fnv(h, getenv(vars[i]));
+    return h ? h : 1;
 }
