@@ -648,7 +648,10 @@ static experiment_matrix_t *load_matrix(const char *path, const char *text, size
     for (int i = 0; !rc && i < n_sets; i++) {
         const char *k = sets[i];
         while (*k == ' ') k++;
-        if (!strncmp(k, "name", 4) && strspn(k + 4, " ") + k + 4 == strchr(k, '='))
+        const char *eq = strchr(k, '=');       /* the key: before '=', spaces trimmed */
+        size_t kl = eq ? (size_t)(eq - k) : 0;
+        while (kl && k[kl - 1] == ' ') kl--;
+        if (kl == 4 && !strncmp(k, "name", 4))
             rc = err_set(e, ERR_INPUT,
                          "--set %.200s: name cannot be set for a matrix, whose entries name "
                          "their runs; put the matrix's own name in the file (name: ...)",
