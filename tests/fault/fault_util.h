@@ -20,8 +20,9 @@
 #include "tests/dist/dist_util.h"
 
 /* resnet20 on 8x8 synthetic images, 4 steps per epoch (train_size / batch_size), a
- * checkpoint every epoch: "checkpoints every few steps". %s: name, %d: epochs, %s: mode
- * line ("single, world_size: 1" or "ddp, world_size: 2"). */
+ * checkpoint every 3 steps (checkpoint.every_steps: step_<N>.ckpt, written by the
+ * background writer, mid-epoch too) and every epoch: "checkpoints every few steps".
+ * %s: name, %d: epochs, %s: mode line ("single, world_size: 1" or "ddp, world_size: 2"). */
 static const char *fault_yaml =
     "name: %s\n"
     "seed: 5\n"
@@ -36,7 +37,7 @@ static const char *fault_yaml =
     "train: {epochs: %d, batch_size: 16}\n"
     "parallel: {mode: %s}\n"
     "logging: {print_every: 1}\n"
-    "checkpoint: {every_epochs: 1, keep_last: 2, resume: auto}\n";
+    "checkpoint: {every_epochs: 1, every_steps: 3, keep_last: 2, resume: auto}\n";
 
 static inline void fault_write_exp(char *path, size_t len, const char *dir, const char *name, int epochs,
                                    const char *mode) {

@@ -4,7 +4,8 @@
  * same weights and metrics as a run that never failed.
  *
  * The faults come from faultfs.so (LD_PRELOAD; see faultfs.c): ENOSPC part-way through
- * writing a checkpoint, EIO from its fsync, EIO from the rename that puts it in place,
+ * writing an epoch checkpoint and a step checkpoint (checkpoint.every_steps: the
+ * background writer), EIO from its fsync, EIO from the rename that puts it in place,
  * ENOSPC in the middle of a metrics.csv row, EIO writing steps.csv. And where a tmpfs
  * can be mounted (unshare -rm), a real one too small for the third checkpoint. */
 #include "tests/fault/fault_util.h"
@@ -98,6 +99,14 @@ static void checkpoint_write_enospc(void) {
     fault_case("ckpt_enospc", env, "epoch_3.ckpt", "No space left on device", 3);
 }
 
+/* A step checkpoint (checkpoint.every_steps) fails in the background writer. */
+static void step_checkpoint_enospc(void) {
+    char after[64];
+    snprintf(after, sizeof after, "FAULTFS_AFTER=%ld", ckpt_bytes / 3);
+    const char *env[] = {"LD_PRELOAD=" FAULTFS_SO, "FAULTFS_PATH=step_6.ckpt", "FAULTFS_OP=write", after, NULL};
+    fault_case("step_ckpt_enospc", env, "step_6.ckpt", "No space left on device", 2);
+}
+
 static void checkpoint_fsync_eio(void) {
     const char *env[] = {"LD_PRELOAD=" FAULTFS_SO, "FAULTFS_PATH=epoch_3.ckpt", "FAULTFS_OP=fsync",
                          "FAULTFS_ERRNO=EIO", NULL};
@@ -174,6 +183,7 @@ int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     TEST_RUN(reference_run);
     TEST_RUN(checkpoint_write_enospc);
+    TEST_RUN(step_checkpoint_enospc);
     TEST_RUN(checkpoint_fsync_eio);
     TEST_RUN(checkpoint_rename_eio);
     TEST_RUN(metrics_row_enospc);

@@ -1,11 +1,14 @@
-/* test_fault_kill.c: kill at any moment. A short CPU training with a checkpoint every
- * epoch of 4 steps is killed with SIGKILL, every process of it at once (its whole
- * session: the runner, or the DDP launcher and both ranks), at 30+ moments drawn from a
- * seeded generator, and restarted (checkpoint.resume: auto) after each kill until it
- * completes. Half the kills are timed (a random delay after the start: startup, a step,
- * evaluation, a CSV row, a checkpoint); the other half land inside a checkpoint write
+/* test_fault_kill.c: kill at any moment. A short CPU training with a checkpoint every 3
+ * steps (checkpoint.every_steps, the background writer) and every epoch of 4 steps is
+ * killed with SIGKILL, every process of it at once (its whole session: the runner, or the
+ * DDP launcher and both ranks), at 30+ moments drawn from a seeded generator, and
+ * restarted (checkpoint.resume: auto) after each kill until it completes. A third of the
+ * kills are timed (a random delay after the start: start-up, a step, evaluation, a
+ * checkpoint being written in the background); a third land inside a checkpoint write
  * through faultfs.so (FAULTFS_KILL): after a random number of bytes of the file, at its
- * fsync, or at the rename that puts it (or last.ckpt) in place.
+ * fsync, or at the rename that puts it (or last.ckpt) in place; a third inside a random
+ * steps.csv row (which is also the timed attempts' backstop, so no attempt runs to the
+ * end before enough kills happened).
  *
  * After every kill every .ckpt file of the run loads (ckpt_read: CRCs, sizes), and every
  * restart either resumes (no fallback to an older checkpoint needed) or, before the first
@@ -57,7 +60,7 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
 
     snprintf(root, sizeof root, "%s/%s_kill", tmp, name);
     snprintf(set, sizeof set, "output.root=%s", root);
-    int kills = 0, timed = 0, injected = 0, resumed = 0, attempts = 0;
+    int kills = 0, timed = 0, injected = 0, in_row = 0, resumed = 0, attempts = 0;
     const char *done = NULL;
     while (!done && attempts < 200) {
         attempts++;
@@ -66,21 +69,32 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
         /* past twice the kills asked for (a slow, loaded machine progresses little per
          * attempt), the run is left to finish: the test's time stays bounded */
         bool finish = kills >= 2 * want_kills;
-        bool inject = (rnd() & 1) && !finish;
-        char op[64], after[64];
+        /* 0: timed; 1: inside a checkpoint write; 2: inside a steps.csv row (a row is about
+         * 80 bytes). A timed attempt also dies at its 10th row if the timer has not fired,
+         * so no attempt runs to the end before enough kills happened. */
+        int kind = finish ? -1 : (int)(rnd() % 3);
+        char op[64], after[64], path[64];
         const char *env[8] = {NULL};
-        if (inject) {
-            static const char *const ops[] = {"write", "fsync", "rename"};
-            const char *o = ops[rnd() % 3];
-            long a = !strcmp(o, "write") ? (long)(rnd01() * (double)ckpt * 1.5) : (long)(rnd() % 3);
-            snprintf(op, sizeof op, "FAULTFS_OP=%s", o);
-            snprintf(after, sizeof after, "FAULTFS_AFTER=%ld", a);
+        if (kind >= 0) {
             env[0] = "LD_PRELOAD=" FAULTFS_SO;
-            env[1] = "FAULTFS_PATH=.ckpt";
+            env[1] = path;
             env[2] = op;
             env[3] = after;
             env[4] = "FAULTFS_KILL=1";
         }
+        if (kind == 1) {
+            static const char *const ops[] = {"write", "fsync", "rename"};
+            const char *o = ops[rnd() % 3];
+            long a = !strcmp(o, "write") ? (long)(rnd01() * (double)ckpt) : (long)(rnd() % 3);
+            snprintf(path, sizeof path, "FAULTFS_PATH=.ckpt");
+            snprintf(op, sizeof op, "FAULTFS_OP=%s", o);
+            snprintf(after, sizeof after, "FAULTFS_AFTER=%ld", a);
+        } else if (kind >= 0) {
+            snprintf(path, sizeof path, "FAULTFS_PATH=steps.csv");
+            snprintf(op, sizeof op, "FAULTFS_OP=write");
+            snprintf(after, sizeof after, "FAULTFS_AFTER=%ld", kind == 0 ? 10 * 80 : (long)(rnd() % (8 * 80)));
+        }
+        bool inject = kind > 0;
         double delay = finish ? 1e9 : rnd01() * max_delay;
         pid_t pid = fault_spawn(args, env, log);
         int st = 0;
@@ -104,8 +118,9 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
         bool killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
         if (killed) {
             kills++;
-            if (inject && !we_killed) injected++;
-            else timed++;
+            if (we_killed) timed++;
+            else if (kind == 1) injected++;
+            else in_row++;
         } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
             char *s = test_read_file(log, NULL);
             fprintf(stderr, "attempt %d ended with status %d:\n%s\n", attempts, st, s ? s : "");
@@ -124,8 +139,9 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
         free(s);
         done = fault_completed_run(root, name);
     }
-    fprintf(stderr, "%s: uninterrupted %.2f s; %d attempts, %d kills (%d timed, %d inside checkpoint writes), "
-            "%d resumed from a checkpoint\n", name, t_ref, attempts, kills, timed, injected, resumed);
+    fprintf(stderr, "%s: uninterrupted %.2f s; %d attempts, %d kills (%d timed, %d inside checkpoint writes, %d "
+            "inside steps.csv rows), %d resumed from a checkpoint\n", name, t_ref, attempts, kills, timed, injected,
+            in_row, resumed);
     CHECK(done != NULL);
     if (!done) return;
     CHECK(kills >= want_kills);
@@ -136,7 +152,7 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
     fault_check_same_run(ref, run);
 }
 
-static void single_process_kills(void) { kill_loop("kill1", "single, world_size: 1", 40, 30, 0.35); }
+static void single_process_kills(void) { kill_loop("kill1", "single, world_size: 1", 50, 30, 0.35); }
 static void ddp_two_rank_kills(void) { kill_loop("killddp", "ddp, world_size: 2", 40, 10, 0.6); }
 
 int main(void) {
