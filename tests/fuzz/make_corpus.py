@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """make_corpus.py RUNNER_EXE: writes the seed corpora of tests/fuzz/corpus/<reader>/ from real
 files: a tiny CPU run of the runner (summary.json, plan.json, env.json, resolved.yaml, its
 checkpoint, its `runner export`), the repository's experiment files and baseline, the
@@ -214,6 +214,30 @@ def main():
             put("csv", "resume_" + f, bytes([1 + 2 * 4]) + b)
         m = open(os.path.join(run, "metrics.csv"), "rb").read()
         put("csv", "torn_metrics.csv", b"\3" + m[:len(m) - 7])
+
+        # image: small JPEG and PNG files of every kind the image_folder decoders handle
+        # (Pillow; fuzz_image.c is built once data/image.h exists). Prefix: RGB, scale
+        # 8/8, the whole image.
+        try:
+            from PIL import Image
+        except ImportError:
+            Image = None
+        if Image is not None:
+            rgb = Image.frombytes("RGB", (12, 9), bytes((i * 37) % 256 for i in range(12 * 9 * 3)))
+            whole = bytes([0xE, 0, 0, 255, 255])
+            def img(name, im, fmt, **kw):
+                b = io.BytesIO()
+                im.save(b, fmt, **kw)
+                put("image", name, whole + b.getvalue())
+            img("rgb.jpg", rgb, "JPEG", quality=80)
+            img("progressive.jpg", rgb, "JPEG", quality=60, progressive=True)
+            img("gray.jpg", rgb.convert("L"), "JPEG")
+            img("cmyk.jpg", rgb.convert("CMYK"), "JPEG")
+            img("rgb.png", rgb, "PNG")
+            img("palette.png", rgb.convert("P"), "PNG")
+            img("gray16.png", rgb.convert("L").convert("I").point(lambda v: v * 257), "PNG")
+            img("rgba.png", rgb.convert("RGBA"), "PNG")
+            img("bilevel.png", rgb.convert("1"), "PNG")
 
         # store: a rank's requests (mode 0) and a server's answers (mode 1), per store.c
         hello = struct.pack("<QiI", 42, 1, 2)
