@@ -1,16 +1,30 @@
 /* store.c: the TCP rendezvous store of store.h: a server thread (one more thread per
- * connected client) holding a key -> bytes table, and the blocking client.
+ * connected client) holding a key -> bytes table; the blocking client is store_client.c.
  *
  * Wire format (both directions little-endian as on every supported host):
  *   request:  u8 op | u16 key_len | key | u32 val_len | val | i64 arg
  *   response: u8 status | u32 len | data
  * arg is the delta of ADD and the wait in milliseconds of GET/WAIT. status is ST_OK,
- * ST_TIMEOUT, ST_FAILED (data = i32 rank + message of the failure flag) or ST_MISSING.
+ * ST_TIMEOUT, ST_FAILED (data = i32 rank + message of the failure flag), ST_MISSING,
+ * ST_BAD (data = why) or ST_REFUSED (data = why; the server closes the connection).
  *
- * It does not: survive the server's process, order clients fairly, or bound the number
- * of keys (the runner stores a handful).
+ * Handshake: a connection's first request must be OP_HELLO with key STORE_HELLO_KEY and a
+ * 16-byte value {u64 job id, i32 rank, i32 world}, within the server's timeout. Anything
+ * else (garbage, a port scanner, an HTTP request, silence) is answered ST_REFUSED where
+ * possible and closed, and never touches the table. A hello of another job id (a second
+ * job started on the same port) is refused with a message naming both ids; a hello of
+ * this job with another world size, or a rank outside it, is refused and raises the
+ * failure flag, so every rank of the misconfigured job stops at once.
+ *
+ * Peers are untrusted: after the first byte of a request the rest must arrive within the
+ * server's timeout (a half-sent message closes that connection), waits are clamped to
+ * [0, STORE_MAX_WAIT_MS], and the table holds at most STORE_MAX_KEYS keys and
+ * STORE_MAX_BYTES bytes, the server at most STORE_MAX_CONNS connections.
+ *
+ * It does not: survive the server's process, order clients fairly, or authenticate
+ * clients beyond the job id (anyone who can reach the port and knows it may join).
  */
-#include "comm/store.h"
+#include "comm/store_impl.h"
 #include "util/clock.h"
 
 #include <errno.h>
@@ -27,14 +41,10 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-enum { OP_SET = 1, OP_GET, OP_WAIT, OP_CHECK, OP_ADD, OP_FAIL_SET, OP_FAIL_GET };
-enum { ST_OK = 0, ST_TIMEOUT = 1, ST_FAILED = 2, ST_MISSING = 3, ST_BAD = 4 };
 
 /* ---------------------------------------------------------------- common I/O */
 
-/* Writes or reads exactly n bytes before the monotonic deadline (<= 0: none). Returns 0,
- * or -1 with errno (ETIMEDOUT on the deadline, EPIPE on a closed peer). */
-static int io_full(int fd, void *buf, size_t n, bool writing, double deadline) {
+int store_io_full_(int fd, void *buf, size_t n, bool writing, double deadline) {
     char *p = buf;
     while (n > 0) {
         if (deadline > 0) {
@@ -73,8 +83,10 @@ typedef struct client_conn {
 } client_conn_t;
 
 struct store_server {
+    store_server_opts_t o;
     int listen_fd;
     int port;
+    size_t bytes;           /* values held, against STORE_MAX_BYTES */
     pthread_t accept_thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* signalled on every set/add/fail and on stop */
@@ -113,19 +125,37 @@ static int kv_put(store_server_t *s, const char *key, const void *val, size_t le
     unsigned char *v = malloc(len ? len : 1);
     if (!v) return -1;
     memcpy(v, val, len);
+    s->bytes = s->bytes - k->len + len;
     free(k->val);
     k->val = v;
     k->len = len;
     return 0;
 }
 
-static int send_reply(int fd, int status, const void *data, uint32_t len) {
+/* Whether setting key to len bytes stays within the table's bounds; caller holds mu. */
+static bool kv_fits(store_server_t *s, const char *key, size_t len) {
+    kv_t *k = kv_find(s, key);
+    if (!k) return s->n_kv < STORE_MAX_KEYS && s->bytes + len <= STORE_MAX_BYTES;
+    return s->bytes - k->len + len <= STORE_MAX_BYTES;
+}
+
+static int send_reply(store_server_t *s, int fd, int status, const void *data, uint32_t len) {
     unsigned char h[5];
     h[0] = (unsigned char)status;
     memcpy(h + 1, &len, 4);
-    if (io_full(fd, h, 5, true, now_s() + 30) < 0) return -1;
-    if (len && io_full(fd, (void *)data, len, true, now_s() + 30) < 0) return -1;
+    if (store_io_full_(fd, h, 5, true, now_s() + s->o.timeout_s) < 0) return -1;
+    if (len && store_io_full_(fd, (void *)data, len, true, now_s() + s->o.timeout_s) < 0) return -1;
     return 0;
+}
+
+/* Tells the peer why it is refused (best effort), logs it, and returns -1 (close). */
+static int refuse(store_server_t *s, int fd, const char *why) {
+    send_reply(s, fd, ST_REFUSED, why, (uint32_t)strlen(why));
+    if (s->o.log) {
+        fprintf(s->o.log, "runner: rendezvous store: closed a connection: %s\n", why);
+        fflush(s->o.log);
+    }
+    return -1;
 }
 
 /* Replies ST_FAILED with the failure record; caller holds mu (released before I/O). */
@@ -136,45 +166,128 @@ static int reply_failed_locked(store_server_t *s, int fd) {
     size_t ml = strlen(s->failed_msg);
     memcpy(buf + 4, s->failed_msg, ml);
     pthread_mutex_unlock(&s->mu);
-    return send_reply(fd, ST_FAILED, buf, (uint32_t)(4 + ml));
+    return send_reply(s, fd, ST_FAILED, buf, (uint32_t)(4 + ml));
 }
 
-/* Serves one request on a connection; returns -1 when the connection should close. */
-static int serve_one(store_server_t *s, int fd) {
+/* One request as read from a peer. */
+typedef struct request {
     unsigned char op;
-    uint16_t klen;
-    uint32_t vlen;
-    int64_t arg;
     char key[STORE_MAX_KEY];
-    if (io_full(fd, &op, 1, false, 0) < 0) return -1;
-    if (io_full(fd, &klen, 2, false, now_s() + 30) < 0 || klen >= STORE_MAX_KEY) return -1;
-    if (io_full(fd, key, klen, false, now_s() + 30) < 0) return -1;
-    key[klen] = '\0';
-    if (io_full(fd, &vlen, 4, false, now_s() + 30) < 0 || vlen > STORE_MAX_VALUE) return -1;
-    unsigned char *val = malloc(vlen ? vlen : 1);
-    if (!val) return -1;
-    if (io_full(fd, val, vlen, false, now_s() + 60) < 0 ||
-        io_full(fd, &arg, 8, false, now_s() + 30) < 0) {
-        free(val);
+    uint32_t vlen;
+    unsigned char *val;     /* malloc'd, vlen bytes */
+    int64_t arg;
+} request_t;
+
+/* Reads one request. The first byte may take first_wait seconds (<= 0: as long as it
+ * takes: a joined client is idle between requests); the rest must follow within the
+ * server's timeout. Returns 0, or -1 (connection closed, garbage, half-sent, too long). */
+static int read_request(store_server_t *s, int fd, double first_wait, request_t *r) {
+    uint16_t klen;
+    r->val = NULL;
+    if (store_io_full_(fd, &r->op, 1, false, first_wait > 0 ? now_s() + first_wait : 0) < 0) return -1;
+    double dl = now_s() + s->o.timeout_s;
+    if (store_io_full_(fd, &klen, 2, false, dl) < 0 || klen >= STORE_MAX_KEY) return -1;
+    if (store_io_full_(fd, r->key, klen, false, dl) < 0) return -1;
+    r->key[klen] = '\0';
+    if (store_io_full_(fd, &r->vlen, 4, false, dl) < 0 || r->vlen > STORE_MAX_VALUE) return -1;
+    if (!(r->val = malloc(r->vlen ? r->vlen : 1))) return -1;
+    if (store_io_full_(fd, r->val, r->vlen, false, dl) < 0 || store_io_full_(fd, &r->arg, 8, false, dl) < 0) {
+        free(r->val);
+        r->val = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* The handshake (see the top of the file). 0: joined; -1: refused and to be closed. */
+static int serve_hello(store_server_t *s, int fd) {
+    static const char *not_hello = "not a runner rendezvous handshake (another program, or a runner "
+                                   "of another version, on this port)";
+    /* the fixed prefix first, so that garbage is refused at its first wrong byte instead
+     * of being read as a length to wait for */
+    const size_t kl = strlen(STORE_HELLO_KEY);
+    unsigned char pre[3 + sizeof STORE_HELLO_KEY];
+    unsigned char want[3 + sizeof STORE_HELLO_KEY] = {OP_HELLO, (unsigned char)kl, 0};
+    memcpy(want + 3, STORE_HELLO_KEY, kl);
+    double dl = now_s() + s->o.timeout_s;
+    for (size_t i = 0; i < 3 + kl; i++) {
+        if (store_io_full_(fd, pre + i, 1, false, dl) < 0)
+            return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+        if (pre[i] != want[i]) return refuse(s, fd, not_hello);
+    }
+    request_t r = {.op = OP_HELLO};
+    if (store_io_full_(fd, &r.vlen, 4, false, dl) < 0)
+        return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+    if (r.vlen != HELLO_BYTES) return refuse(s, fd, not_hello);
+    unsigned char v[HELLO_BYTES];
+    r.val = v;
+    if (store_io_full_(fd, v, HELLO_BYTES, false, dl) < 0 || store_io_full_(fd, &r.arg, 8, false, dl) < 0)
+        return refuse(s, fd, "no complete handshake within parallel.timeout_s (not a runner rank?)");
+    char why[256];
+    int rc = 0;
+    uint64_t job = 0;
+    int32_t rank = -1, world = -1;
+    memcpy(&job, r.val, 8);
+    memcpy(&rank, r.val + 8, 4);
+    memcpy(&world, r.val + 12, 4);
+    if (job != s->o.job_id) {
+        snprintf(why, sizeof why, "this port belongs to job %016llx, not to job %016llx: two jobs "
+                 "were started on the same MASTER_PORT / parallel.master_port; give each its own "
+                 "port", (unsigned long long)s->o.job_id, (unsigned long long)job);
+        rc = refuse(s, fd, why);
+        goto out;
+    }
+    if (s->o.world > 0 && (world != s->o.world || rank < 0 || rank >= world)) {
+        snprintf(why, sizeof why, "rank %d joined with world size %d, but this job has world size %d; "
+                 "start every rank with the same WORLD_SIZE / parallel.world_size", rank, world,
+                 s->o.world);
+        pthread_mutex_lock(&s->mu);
+        if (s->failed_rank < 0) {
+            s->failed_rank = rank >= 0 && rank < (1 << 20) ? rank : 0;
+            snprintf(s->failed_msg, sizeof s->failed_msg, "%s", why);
+        }
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        rc = refuse(s, fd, why);
+        goto out;
+    }
+    rc = send_reply(s, fd, ST_OK, NULL, 0);
+out:
+    return rc;
+}
+
+/* Serves one request on a joined connection; returns -1 when the connection should close. */
+static int serve_one(store_server_t *s, int fd) {
+    request_t r;
+    if (read_request(s, fd, 0, &r) < 0) return -1;
+    unsigned char op = r.op, *val = r.val;
+    const char *key = r.key;
+    uint32_t vlen = r.vlen;
+    int64_t arg = r.arg;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     switch (op) {
     case OP_SET:
-        if (kv_put(s, key, val, vlen) < 0) {
+        if (!kv_fits(s, key, vlen) || kv_put(s, key, val, vlen) < 0) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_BAD, "out of memory", 13);
+            rc = send_reply(s, fd, ST_BAD, "store full", 10);
             break;
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     case OP_GET:
     case OP_WAIT: {
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
+        /* a wait is the asking client's timeout, which is parallel.timeout_s like the
+         * server's: never more than that, never negative (an invalid deadline made the
+         * wait below spin) */
+        int64_t most = (int64_t)(s->o.timeout_s * 1000) + 1;
+        if (most > STORE_MAX_WAIT_MS) most = STORE_MAX_WAIT_MS;
+        if (arg < 0) arg = 0;
+        if (arg > most) arg = most;
         int64_t ns = dl.tv_nsec + (arg % 1000) * 1000000;
         dl.tv_sec += (time_t)(arg / 1000) + (time_t)(ns / 1000000000);
         dl.tv_nsec = (long)(ns % 1000000000);
@@ -182,20 +295,20 @@ static int serve_one(store_server_t *s, int fd) {
         for (;;) {
             if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); goto out; }
             if ((k = kv_find(s, key)) != NULL || s->stopping) break;
-            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) break;
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) break;
         }
         if (!k) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_TIMEOUT, NULL, 0);
+            rc = send_reply(s, fd, ST_TIMEOUT, NULL, 0);
         } else if (op == OP_WAIT) {
             pthread_mutex_unlock(&s->mu);
-            rc = send_reply(fd, ST_OK, NULL, 0);
+            rc = send_reply(s, fd, ST_OK, NULL, 0);
         } else {
             size_t len = k->len;
             unsigned char *copy = malloc(len ? len : 1);
             if (copy) memcpy(copy, k->val, len);
             pthread_mutex_unlock(&s->mu);
-            rc = copy ? send_reply(fd, ST_OK, copy, (uint32_t)len) : -1;
+            rc = copy ? send_reply(s, fd, ST_OK, copy, (uint32_t)len) : -1;
             free(copy);
         }
         break;
@@ -203,35 +316,36 @@ static int serve_one(store_server_t *s, int fd) {
     case OP_CHECK: {
         bool have = kv_find(s, key) != NULL;
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, have ? ST_OK : ST_MISSING, NULL, 0);
+        rc = send_reply(s, fd, have ? ST_OK : ST_MISSING, NULL, 0);
         break;
     }
     case OP_ADD: {
         kv_t *k = kv_find(s, key);
         int64_t v = 0;
         if (k && k->len == 8) memcpy(&v, k->val, 8);
-        v += arg;
-        int ok = kv_put(s, key, &v, 8);
+        /* wraps like the two's complement it is; a peer's huge delta is not undefined behaviour */
+        v = (int64_t)((uint64_t)v + (uint64_t)arg);
+        int ok = kv_fits(s, key, 8) ? kv_put(s, key, &v, 8) : -1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = ok == 0 ? send_reply(fd, ST_OK, &v, 8) : send_reply(fd, ST_BAD, "out of memory", 13);
+        rc = ok == 0 ? send_reply(s, fd, ST_OK, &v, 8) : send_reply(s, fd, ST_BAD, "store full", 10);
         break;
     }
     case OP_FAIL_SET:
         if (s->failed_rank < 0) {
-            s->failed_rank = (int)arg;
+            s->failed_rank = arg >= 0 && arg < (1 << 20) ? (int)arg : 0;
             size_t n = vlen < sizeof s->failed_msg - 1 ? vlen : sizeof s->failed_msg - 1;
             memcpy(s->failed_msg, val, n);
             s->failed_msg[n] = '\0';
         }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     case OP_FAIL_GET:
         if (s->failed_rank >= 0) { rc = reply_failed_locked(s, fd); break; }
         pthread_mutex_unlock(&s->mu);
-        rc = send_reply(fd, ST_OK, NULL, 0);
+        rc = send_reply(s, fd, ST_OK, NULL, 0);
         break;
     default:
         pthread_mutex_unlock(&s->mu);
@@ -242,9 +356,15 @@ out:
     return rc;
 }
 
+void store_server_serve_fd_(store_server_t *s, int fd) {
+    if (serve_hello(s, fd) == 0)
+        while (serve_one(s, fd) == 0) {}
+}
+
 static void *client_main(void *arg) {
     client_conn_t *c = arg;
-    while (serve_one(c->srv, c->fd) == 0) {}
+    store_server_serve_fd_(c->srv, c->fd);
+    shutdown(c->fd, SHUT_RDWR);   /* the peer sees the end now; the fd closes when reaped */
     pthread_mutex_lock(&c->srv->mu);
     c->done = true;
     pthread_mutex_unlock(&c->srv->mu);
@@ -276,6 +396,25 @@ static void *accept_main(void *arg) {
             if (c) break;
             continue;
         }
+        /* connections that ended (a peer refused, a rank gone) give back their slot */
+        int kept = 0;
+        for (int i = 0; i < s->n_clients; i++) {
+            client_conn_t *x = s->clients[i];
+            if (x->done) {
+                pthread_join(x->thread, NULL);
+                close(x->fd);
+                free(x);
+            } else {
+                s->clients[kept++] = x;
+            }
+        }
+        s->n_clients = kept;
+        if (s->n_clients >= STORE_MAX_CONNS) {
+            pthread_mutex_unlock(&s->mu);
+            free(c);
+            close(fd);
+            continue;
+        }
         if (s->n_clients == s->cap_clients) {
             int nc = s->cap_clients ? 2 * s->cap_clients : 16;
             client_conn_t **ncs = realloc(s->clients, (size_t)nc * sizeof *ncs);
@@ -297,8 +436,7 @@ static void *accept_main(void *arg) {
     return NULL;
 }
 
-/* Resolves addr:port into *out (IPv4 or IPv6, numeric or a host name). */
-static int resolve(const char *addr, int port, bool passive, struct sockaddr_storage *out,
+int store_resolve_(const char *addr, int port, bool passive, struct sockaddr_storage *out,
                    socklen_t *out_len, err_t *e) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
@@ -319,13 +457,37 @@ static int resolve(const char *addr, int port, bool passive, struct sockaddr_sto
 }
 
 store_server_t *store_server_start(const char *addr, int port, err_t *e) {
+    return store_server_start_opts(addr, port, NULL, e);
+}
+
+/* The table, locks and options of a server, without a socket. */
+static store_server_t *server_new(const store_server_opts_t *o) {
+    store_server_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (o) s->o = *o;
+    if (!(s->o.timeout_s > 0)) s->o.timeout_s = 300;
+    s->listen_fd = -1;
+    s->failed_rank = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return s;
+}
+
+store_server_t *store_server_create_(const store_server_opts_t *o) { return server_new(o); }
+
+store_server_t *store_server_start_opts(const char *addr, int port, const store_server_opts_t *o,
+                                        err_t *e) {
     if (port < 0 || port > 65535) {
         err_set(e, ERR_INPUT, "rendezvous port %d is out of range; use 0..65535", port);
         return NULL;
     }
     struct sockaddr_storage sa;
     socklen_t sl;
-    if (resolve(addr, port, true, &sa, &sl, e) < 0) return NULL;
+    if (store_resolve_(addr, port, true, &sa, &sl, e) < 0) return NULL;
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) { err_errno(e, ERR_RUNTIME, "store: socket"); return NULL; }
     int one = 1;
@@ -338,24 +500,19 @@ store_server_t *store_server_start(const char *addr, int port, err_t *e) {
         return NULL;
     }
     if (listen(fd, 256) < 0) { err_errno(e, ERR_RUNTIME, "store: listen"); close(fd); return NULL; }
-    store_server_t *s = calloc(1, sizeof *s);
+    store_server_t *s = server_new(o);
     if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
     s->listen_fd = fd;
-    s->failed_rank = -1;
     struct sockaddr_storage got;
     socklen_t gl = sizeof got;
     getsockname(fd, (struct sockaddr *)&got, &gl);
     s->port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&got)->sin_port);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
     if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
         err_set(e, ERR_RUNTIME, "store: cannot start the server thread");
         close(fd);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return NULL;
     }
@@ -370,9 +527,11 @@ void store_server_stop(store_server_t *s) {
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    shutdown(s->listen_fd, SHUT_RDWR);
-    pthread_join(s->accept_thread, NULL);
-    close(s->listen_fd);
+    if (s->listen_fd >= 0) {
+        shutdown(s->listen_fd, SHUT_RDWR);
+        pthread_join(s->accept_thread, NULL);
+        close(s->listen_fd);
+    }
     for (int i = 0; i < s->n_clients; i++) shutdown(s->clients[i]->fd, SHUT_RDWR);
     for (int i = 0; i < s->n_clients; i++) {
         pthread_join(s->clients[i]->thread, NULL);
@@ -385,259 +544,4 @@ void store_server_stop(store_server_t *s) {
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
-}
-
-/* ---------------------------------------------------------------- client */
-
-typedef struct barrier_count {
-    char name[64];
-    int64_t count;
-} barrier_count_t;
-
-struct store {
-    int fd;
-    int rank, world;
-    double timeout_s;
-    char addr[256];
-    int port;
-    int next_id;
-    barrier_count_t barriers[32];
-    int n_barriers;
-};
-
-/* Tries one non-blocking connect bounded by `left` seconds; returns the socket or -1. */
-static int try_connect(const struct sockaddr_storage *sa, socklen_t sl, double left) {
-    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -1;
-    if (connect(fd, (const struct sockaddr *)sa, sl) < 0) {
-        if (errno != EINPROGRESS) { int k = errno; close(fd); errno = k; return -1; }
-        struct pollfd p = { fd, POLLOUT, 0 };
-        int ms = (int)(left * 1000);
-        if (ms < 1) ms = 1;
-        if (ms > 2000) ms = 2000;
-        int r = poll(&p, 1, ms);
-        int so = 0;
-        socklen_t l = sizeof so;
-        if (r <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &l);
-        if (so) { close(fd); errno = so; return -1; }
-    }
-    int fl = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-store_t *store_connect(const char *addr, int port, int rank, int world, double timeout_s,
-                       err_t *e) {
-    if (world < 1 || rank < 0 || rank >= world) {
-        err_set(e, ERR_INPUT, "store: rank %d is not within a world of %d", rank, world);
-        return NULL;
-    }
-    if (timeout_s <= 0) timeout_s = 300;
-    struct sockaddr_storage sa;
-    socklen_t sl;
-    if (resolve(addr, port, false, &sa, &sl, e) < 0) return NULL;
-    double t0 = now_s(), deadline = t0 + timeout_s;
-    int fd = -1, last = 0;
-    for (;;) {
-        fd = try_connect(&sa, sl, deadline - now_s());
-        if (fd >= 0) break;
-        last = errno;
-        if (now_s() + 0.05 >= deadline) break;
-        usleep(50000);
-    }
-    if (fd < 0) {
-        err_set(e, ERR_INPUT, "cannot reach the rendezvous store at %s:%d within %g s (%s); "
-                "check MASTER_ADDR / MASTER_PORT (parallel.master_addr / master_port), that "
-                "rank 0 is running, and that no firewall blocks the port",
-                addr, port, timeout_s, strerror(last));
-        return NULL;
-    }
-    store_t *s = calloc(1, sizeof *s);
-    if (!s) { close(fd); err_set(e, ERR_RUNTIME, "out of memory"); return NULL; }
-    s->fd = fd;
-    s->rank = rank;
-    s->world = world;
-    s->timeout_s = timeout_s;
-    snprintf(s->addr, sizeof s->addr, "%s", addr);
-    s->port = port;
-    return s;
-}
-
-void store_close(store_t *s) {
-    if (!s) return;
-    close(s->fd);
-    free(s);
-}
-
-int store_rank(const store_t *s) { return s->rank; }
-int store_world(const store_t *s) { return s->world; }
-double store_timeout(const store_t *s) { return s->timeout_s; }
-int store_next_id(store_t *s) { return s->next_id++; }
-
-/* Sends one request and reads the reply status and data (at most cap bytes kept; the
- * full length in *len). wait_s is how long the server may hold the request. */
-static int rpc(store_t *s, int op, const char *key, const void *val, size_t vlen, int64_t arg,
-               double wait_s, int *status, void *out, size_t cap, size_t *len, err_t *e) {
-    size_t klen = strlen(key);
-    if (klen >= STORE_MAX_KEY || vlen > STORE_MAX_VALUE)
-        return err_set(e, ERR_RUNTIME, "store: key '%.64s' or its value is too long", key);
-    double deadline = now_s() + wait_s + 30;
-    unsigned char o = (unsigned char)op;
-    uint16_t kl = (uint16_t)klen;
-    uint32_t vl = (uint32_t)vlen;
-    unsigned char h[5];
-    if (io_full(s->fd, &o, 1, true, deadline) < 0 || io_full(s->fd, &kl, 2, true, deadline) < 0 ||
-        io_full(s->fd, (void *)key, klen, true, deadline) < 0 ||
-        io_full(s->fd, &vl, 4, true, deadline) < 0 ||
-        (vlen && io_full(s->fd, (void *)val, vlen, true, deadline) < 0) ||
-        io_full(s->fd, &arg, 8, true, deadline) < 0 || io_full(s->fd, h, 5, false, deadline) < 0)
-        return err_errno(e, ERR_RUNTIME, "lost the connection to the rendezvous store at %s:%d "
-                         "(rank 0 exited?)", s->addr, s->port);
-    uint32_t rl;
-    memcpy(&rl, h + 1, 4);
-    *status = h[0];
-    size_t keep = 0;
-    for (size_t got = 0; got < rl;) {
-        unsigned char tmp[4096];
-        size_t n = rl - got < sizeof tmp ? rl - got : sizeof tmp;
-        if (io_full(s->fd, tmp, n, false, deadline) < 0)
-            return err_errno(e, ERR_RUNTIME, "lost the connection to the rendezvous store at "
-                             "%s:%d", s->addr, s->port);
-        if (out && keep < cap) {
-            size_t c = cap - keep < n ? cap - keep : n;
-            memcpy((char *)out + keep, tmp, c);
-            keep += c;
-        }
-        got += n;
-    }
-    if (len) *len = rl;
-    return 0;
-}
-
-/* Turns an ST_FAILED reply payload into the error message. */
-static int failed_error(const unsigned char *buf, size_t n, err_t *e) {
-    int32_t r = -1;
-    if (n >= 4) memcpy(&r, buf, 4);
-    return err_set(e, ERR_RUNTIME, "rank %d failed: %.*s", r, (int)(n > 4 ? n - 4 : 0),
-                   (const char *)buf + 4);
-}
-
-int store_set(store_t *s, const char *key, const void *val, size_t len, err_t *e) {
-    int st = -1;
-    if (rpc(s, OP_SET, key, val, len, 0, 0, &st, NULL, 0, NULL, e) < 0) return -1;
-    return st == ST_OK ? 0 : err_set(e, ERR_RUNTIME, "store: setting '%s' failed", key);
-}
-
-/* GET / WAIT with the failure-flag and timeout handling both share. */
-static int get_or_wait(store_t *s, int op, const char *key, void *buf, size_t cap, size_t *len,
-                       double timeout_s, err_t *e) {
-    if (timeout_s < 0) timeout_s = s->timeout_s;
-    unsigned char fb[1100];
-    void *dst = buf;
-    size_t dcap = cap, n = 0;
-    if (op == OP_WAIT) { dst = fb; dcap = sizeof fb; }
-    int st = -1;
-    /* ask for a slightly larger buffer only to catch a failure payload */
-    unsigned char *tmp = NULL;
-    if (op == OP_GET && cap < sizeof fb) { tmp = fb; dst = fb; dcap = sizeof fb; }
-    if (rpc(s, op, key, NULL, 0, (int64_t)(timeout_s * 1000), timeout_s, &st, dst, dcap, &n,
-            e) < 0)
-        return -1;
-    if (st == ST_FAILED) return failed_error(dst, n < dcap ? n : dcap, e);
-    if (st == ST_TIMEOUT)
-        return err_set(e, ERR_RUNTIME, "rank %d timed out after %g s waiting for '%s' in the "
-                       "rendezvous store (another rank did not arrive; raise "
-                       "parallel.timeout_s if startup is slow)", s->rank, timeout_s, key);
-    if (st != ST_OK) return err_set(e, ERR_RUNTIME, "store: reading '%s' failed", key);
-    if (tmp && buf) memcpy(buf, fb, n < cap ? n : cap);
-    if (len) *len = n;
-    return 0;
-}
-
-int store_get(store_t *s, const char *key, void *buf, size_t cap, size_t *len,
-              double timeout_s, err_t *e) {
-    return get_or_wait(s, OP_GET, key, buf, cap, len, timeout_s, e);
-}
-
-int store_wait(store_t *s, const char *key, double timeout_s, err_t *e) {
-    return get_or_wait(s, OP_WAIT, key, NULL, 0, NULL, timeout_s, e);
-}
-
-int store_check(store_t *s, const char *key, err_t *e) {
-    int st = -1;
-    if (rpc(s, OP_CHECK, key, NULL, 0, 0, 0, &st, NULL, 0, NULL, e) < 0) return -1;
-    return st == ST_OK ? 1 : 0;
-}
-
-int store_add(store_t *s, const char *key, int64_t delta, int64_t *out, err_t *e) {
-    int st = -1;
-    int64_t v = 0;
-    size_t n = 0;
-    if (rpc(s, OP_ADD, key, NULL, 0, delta, 0, &st, &v, 8, &n, e) < 0) return -1;
-    if (st != ST_OK || n != 8) return err_set(e, ERR_RUNTIME, "store: add on '%s' failed", key);
-    if (out) *out = v;
-    return 0;
-}
-
-int store_barrier(store_t *s, const char *name, err_t *e) {
-    barrier_count_t *b = NULL;
-    for (int i = 0; i < s->n_barriers; i++)
-        if (!strcmp(s->barriers[i].name, name)) b = &s->barriers[i];
-    if (!b) {
-        if (s->n_barriers == (int)(sizeof s->barriers / sizeof s->barriers[0]))
-            return err_set(e, ERR_RUNTIME, "store: too many distinct barrier names");
-        b = &s->barriers[s->n_barriers++];
-        snprintf(b->name, sizeof b->name, "%s", name);
-        b->count = 0;
-    }
-    int64_t gen = ++b->count;
-    char key[128], rk[STORE_MAX_KEY], dk[STORE_MAX_KEY];
-    snprintf(key, sizeof key, "barrier/%.64s/%lld", name, (long long)gen);
-    snprintf(rk, sizeof rk, "%s/rank%d", key, s->rank);
-    snprintf(dk, sizeof dk, "%s/done", key);
-    int64_t arrived;
-    if (store_set(s, rk, "", 0, e) < 0 || store_add(s, key, 1, &arrived, e) < 0) return -1;
-    if (arrived == s->world && store_set(s, dk, "", 0, e) < 0) return -1;
-    err_t we = {0};
-    if (store_wait(s, dk, -1, &we) == 0) return 0;
-    /* Timed out (or failed): name the ranks that never arrived. */
-    char missing[512] = "";
-    size_t used = 0;
-    for (int r = 0; r < s->world && used + 16 < sizeof missing; r++) {
-        snprintf(rk, sizeof rk, "%s/rank%d", key, r);
-        err_t ce = {0};
-        if (store_check(s, rk, &ce) == 0)
-            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
-                                     used ? ", " : "", r);
-    }
-    if (missing[0])
-        return err_set(e, ERR_RUNTIME, "barrier '%s': rank(s) %s never arrived within %g s (%s)",
-                       name, missing, s->timeout_s, we.msg);
-    *e = we;
-    return -1;
-}
-
-void store_set_failed(store_t *s, const char *msg) {
-    if (!s) return;
-    int st = -1;
-    err_t e = {0};
-    rpc(s, OP_FAIL_SET, "fail", msg, strlen(msg) < 1000 ? strlen(msg) : 1000, s->rank, 0, &st,
-        NULL, 0, NULL, &e);
-}
-
-int store_get_failed(store_t *s, int *rank, char *msg, size_t cap, err_t *e) {
-    int st = -1;
-    unsigned char buf[1100];
-    size_t n = 0;
-    if (rpc(s, OP_FAIL_GET, "fail", NULL, 0, 0, 0, &st, buf, sizeof buf, &n, e) < 0) return -1;
-    if (st != ST_FAILED) return 0;
-    if (n > sizeof buf) n = sizeof buf;
-    int32_t r = -1;
-    if (n >= 4) memcpy(&r, buf, 4);
-    if (rank) *rank = r;
-    if (msg && cap) snprintf(msg, cap, "%.*s", (int)(n > 4 ? n - 4 : 0), (const char *)buf + 4);
-    return 1;
 }

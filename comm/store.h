@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "util/err.h"
 
@@ -37,16 +38,31 @@
 extern "C" {
 #endif
 
-enum { STORE_MAX_KEY = 256, STORE_MAX_VALUE = 1 << 20 };
+/* Bounds on what a peer can make the server hold or do (see store.c): key length, value
+ * length, keys, bytes held, connections, and the longest wait a GET/WAIT may ask for. */
+enum { STORE_MAX_KEY = 256, STORE_MAX_VALUE = 1 << 20, STORE_MAX_KEYS = 65536,
+       STORE_MAX_BYTES = 256 << 20, STORE_MAX_CONNS = 1024, STORE_MAX_WAIT_MS = 7 * 86400 * 1000 };
 
 typedef struct store_server store_server_t;
 typedef struct store store_t;
+
+/* What the server checks in each connection's handshake. */
+typedef struct store_server_opts {
+    uint64_t job_id;     /* only clients with this id join (store_job_id); 0 for both sides
+                            of the plain store_server_start / store_connect */
+    int world;           /* > 0: a client must say this world size and a rank in it */
+    double timeout_s;    /* handshake and rest-of-message deadline, longest wait a
+                            GET/WAIT may ask for; <= 0: 300 */
+    FILE *log;           /* one line per refused connection; NULL: silent */
+} store_server_opts_t;
 
 /* Starts the server: binds addr:port (port 0 picks a free port; see store_server_port),
  * listens, and serves every client on its own thread until store_server_stop. addr is a
  * numeric IPv4 address or a host name ("0.0.0.0" listens everywhere). A port in use is
  * ERR_INPUT naming it. Returns NULL with e set on failure. */
 store_server_t *store_server_start(const char *addr, int port, err_t *e);
+store_server_t *store_server_start_opts(const char *addr, int port, const store_server_opts_t *o,
+                                        err_t *e);
 /* The TCP port the server listens on. */
 int store_server_port(const store_server_t *s);
 /* Stops the server, closes every connection and frees it. NULL is a no-op. */
@@ -57,6 +73,14 @@ void store_server_stop(store_server_t *s);
  * wait of this client unless a call takes its own timeout. */
 store_t *store_connect(const char *addr, int port, int rank, int world, double timeout_s,
                        err_t *e);
+/* store_connect for a job: the server refuses a client of another job id (ERR_INPUT with
+ * its reason: a second job on the same port) or of another world size. */
+store_t *store_connect_job(const char *addr, int port, int rank, int world, double timeout_s,
+                           uint64_t job_id, err_t *e);
+/* A job id from what the launchers give every rank of one job alike: the run directory
+ * (this runner's launcher), TORCHELASTIC_RUN_ID, SLURM_JOB_ID + SLURM_STEP_ID,
+ * OMPI_MCA_ess_base_jobid, mixed with salt (the experiment's hash); never 0. */
+uint64_t store_job_id(const char *run_dir, uint64_t salt);
 void store_close(store_t *s);   /* NULL is a no-op */
 int store_rank(const store_t *s);
 int store_world(const store_t *s);
@@ -90,6 +114,13 @@ int store_get_failed(store_t *s, int *rank, char *msg, size_t cap, err_t *e);
 /* A small per-client counter that every rank advances in the same order, so objects
  * created in the same order on every rank (communicators) get the same key prefix. */
 int store_next_id(store_t *s);
+
+/* For tests and the fuzz harness: a server without a socket, serving one connection fd
+ * in the calling thread until it ends (stop it with store_server_stop); and a client over
+ * an already connected fd (owned by the client). */
+store_server_t *store_server_create_(const store_server_opts_t *o);
+void store_server_serve_fd_(store_server_t *s, int fd);
+store_t *store_connect_fd_(int fd, int rank, int world, double timeout_s, uint64_t job_id, err_t *e);
 
 #ifdef __cplusplus
 }

@@ -15,9 +15,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/dataset_impl.h"
+#include "data/dataset_mem.h"
 
 #define CIFAR_IMG 3072
+/* The most records one split may hold (checked before allocating): 20x the official 50000
+ * train images, 3.1 GB of pixels. */
+#define CIFAR_MAX_RECORDS 1000000
+
+static const char *split_name(const dataset_t *d) {
+    return d->split == DATA_SPLIT_TRAIN ? "train" : "val";
+}
 
 static const char *const cifar10_train[] = {"data_batch_1.bin", "data_batch_2.bin",
     "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin", NULL};
@@ -59,8 +66,55 @@ static int scan_files(const dataset_t *d, int variant, const char *const *files,
                            (long long)st.st_size, rec, d->name, variant == 10 ? 1 : 2,
                            variant == 10 ? "" : "s");
         *total += (int64_t)((size_t)st.st_size / rec);
+        if (*total > CIFAR_MAX_RECORDS)
+            return err_set(e, ERR_INPUT, "%s: the %s files under %s hold more than %d records "
+                           "(CIFAR_MAX_RECORDS; the official train split has 50000): is this "
+                           "the right directory?", d->name, split_name(d), d->root,
+                           CIFAR_MAX_RECORDS);
     }
     return 0;
+}
+
+/* Decodes nrec records of buf into images [first + *n, ...) of d, advancing *n; label
+ * ranges checked, messages name path and the record. */
+static int decode_records(dataset_t *d, int variant, const char *p, const uint8_t *buf,
+                          size_t nrec, int64_t first, int64_t *np, err_t *e) {
+    size_t rec = CIFAR_IMG + (variant == 10 ? 1 : 2);
+    int64_t n = *np;
+    int rc = 0;
+    for (size_t r = 0; r < nrec; r++, n++) {
+        const uint8_t *s = buf + r * rec;
+        int label = variant == 10 ? s[0] : s[1];
+        if (variant == 100 && s[0] >= 20) {
+            rc = err_set(e, ERR_INPUT, "%s: %s record %lld (byte offset %lld): coarse "
+                         "label %d is outside 0..19; the file is corrupt: download it "
+                         "again", d->name, p, (long long)n, (long long)(n * (int64_t)rec),
+                         s[0]);
+            break;
+        }
+        if (label >= d->classes) {
+            rc = err_set(e, ERR_INPUT, "%s: %s record %lld (byte offset %lld): label %d "
+                         "is outside 0..%d; the file is corrupt or from the other CIFAR: "
+                         "download it again", d->name, p, (long long)n,
+                         (long long)(n * (int64_t)rec + (variant == 10 ? 0 : 1)), label,
+                         d->classes - 1);
+            break;
+        }
+        if (first + n >= d->n) {
+            rc = err_set(e, ERR_INPUT, "%s: %s grew while being read", d->name, p);
+            break;
+        }
+        const uint8_t *planes = s + (variant == 10 ? 1 : 2);
+        uint8_t *dst = d->pixels + (size_t)(first + n) * CIFAR_IMG;
+        for (int px = 0; px < 1024; px++) {
+            dst[3 * px + 0] = planes[px];
+            dst[3 * px + 1] = planes[1024 + px];
+            dst[3 * px + 2] = planes[2048 + px];
+        }
+        d->labels[first + n] = label;
+    }
+    *np = n;
+    return rc;
 }
 
 /* Reads one file's records into images [first, first + count) of d. */
@@ -84,37 +138,7 @@ static int read_file(dataset_t *d, int variant, const char *file, int64_t first,
                          (long long)(n + (int64_t)(got / rec)));
             break;
         }
-        for (size_t r = 0; r < got / rec; r++, n++) {
-            const uint8_t *s = buf + r * rec;
-            int label = variant == 10 ? s[0] : s[1];
-            if (variant == 100 && s[0] >= 20) {
-                rc = err_set(e, ERR_INPUT, "%s: %s record %lld (byte offset %lld): coarse "
-                             "label %d is outside 0..19; the file is corrupt: download it "
-                             "again", d->name, p, (long long)n, (long long)(n * (int64_t)rec),
-                             s[0]);
-                break;
-            }
-            if (label >= d->classes) {
-                rc = err_set(e, ERR_INPUT, "%s: %s record %lld (byte offset %lld): label %d "
-                             "is outside 0..%d; the file is corrupt or from the other CIFAR: "
-                             "download it again", d->name, p, (long long)n,
-                             (long long)(n * (int64_t)rec + (variant == 10 ? 0 : 1)), label,
-                             d->classes - 1);
-                break;
-            }
-            if (first + n >= d->n) {
-                rc = err_set(e, ERR_INPUT, "%s: %s grew while being read", d->name, p);
-                break;
-            }
-            const uint8_t *planes = s + (variant == 10 ? 1 : 2);
-            uint8_t *dst = d->pixels + (size_t)(first + n) * CIFAR_IMG;
-            for (int px = 0; px < 1024; px++) {
-                dst[3 * px + 0] = planes[px];
-                dst[3 * px + 1] = planes[1024 + px];
-                dst[3 * px + 2] = planes[2048 + px];
-            }
-            d->labels[first + n] = label;
-        }
+        rc = decode_records(d, variant, p, buf, got / rec, first, &n, e);
         if (rc || got < rec * CHUNK) break;
     }
     if (!rc && ferror(f)) rc = err_errno(e, ERR_INPUT, "%s: error reading %s", d->name, p);
@@ -122,6 +146,20 @@ static int read_file(dataset_t *d, int variant, const char *file, int64_t first,
     fclose(f);
     *count = n;
     return rc;
+}
+
+int cifar_read_memory_(dataset_t *d, int variant, const char *label, const uint8_t *buf,
+                       size_t len, err_t *e) {
+    size_t rec = CIFAR_IMG + (variant == 10 ? 1 : 2);
+    if (len == 0 || len % rec != 0)
+        return err_set(e, ERR_INPUT, "%s: %s has %zu bytes, expected a whole number of %zu-byte "
+                       "records", d->name, label, len, rec);
+    if (len / rec > CIFAR_MAX_RECORDS)
+        return err_set(e, ERR_INPUT, "%s: %s holds more than %d records (CIFAR_MAX_RECORDS)", d->name,
+                       label, CIFAR_MAX_RECORDS);
+    if (dataset_alloc_(d, (int64_t)(len / rec), 3, 32, 32, variant, e)) return -1;
+    int64_t n = 0;
+    return decode_records(d, variant, label, buf, len / rec, 0, &n, e);
 }
 
 int cifar_read_(dataset_t *d, int variant, err_t *e) {

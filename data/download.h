@@ -46,6 +46,8 @@ int download_file(const download_opts_t *o, const char *path, err_t *e);
 /* Extracts a .tar.gz (or plain .tar) file into the existing empty directory dest, with the
  * safety rules above. On failure dest may hold partial output (callers use a temp dir). */
 int tar_extract(const char *archive, const char *dest, err_t *e);
+/* The same from an open descriptor (not closed; archive names it in messages). */
+int tar_extract_fd(int fd, const char *archive, const char *dest, err_t *e);
 
 /* MD5 (RFC 1321). */
 typedef struct md5_ctx {

@@ -14,7 +14,11 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "data/dataset_impl.h"
+#include "data/dataset_mem.h"
+
+/* The most images a split may announce (checked before allocating): 16x the official 60000
+ * train images, 750 MB of pixels. */
+#define FM_MAX_IMAGES 1000000
 
 static const char *const fm_train[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                        NULL};
@@ -107,9 +111,19 @@ int fashion_mnist_read_(dataset_t *d, err_t *e) {
     char ipath[DATA_PATH_MAX + 4], lpath[DATA_PATH_MAX + 4];
     gzFile fi = NULL, fl = NULL;
     int rc = -1;
+    if (!open_idx(d, files[0], ipath, sizeof ipath, &fi, e) &&
+        !open_idx(d, files[1], lpath, sizeof lpath, &fl, e))
+        rc = fashion_mnist_read_gz_(d, fi, ipath, fl, lpath, e);
+    if (fi) gzclose(fi);
+    if (fl) gzclose(fl);
+    return rc;
+}
+
+int fashion_mnist_read_gz_(dataset_t *d, void *images, const char *ipath, void *labels,
+                           const char *lpath, err_t *e) {
+    gzFile fi = images, fl = labels;
+    int rc = -1;
     uint8_t hi[16], hl[8];
-    if (open_idx(d, files[0], ipath, sizeof ipath, &fi, e)) goto done;
-    if (open_idx(d, files[1], lpath, sizeof lpath, &fl, e)) goto done;
     if (read_exact(fi, hi, 16, ipath, "IDX header", e)) goto done;
     if (read_exact(fl, hl, 8, lpath, "IDX header", e)) goto done;
     if (be32(hi) != 0x00000803u) {
@@ -132,6 +146,12 @@ int fashion_mnist_read_(dataset_t *d, err_t *e) {
         err_set(e, ERR_INPUT, "fashion_mnist: %s has %u images but %s has %u labels; they must "
                 "be equal and non-zero: the files are from different sets or corrupt",
                 ipath, n, lpath, nl);
+        goto done;
+    }
+    if (n > FM_MAX_IMAGES) {
+        err_set(e, ERR_INPUT, "fashion_mnist: %s announces %u images, more than the %d allowed "
+                "(FM_MAX_IMAGES; the official train split has 60000): the header is corrupt",
+                ipath, n, FM_MAX_IMAGES);
         goto done;
     }
     if (dataset_alloc_(d, n, 1, 28, 28, 10, e)) goto done;
@@ -162,7 +182,5 @@ int fashion_mnist_read_(dataset_t *d, err_t *e) {
     }
     rc = 0;
 done:
-    if (fi) gzclose(fi);
-    if (fl) gzclose(fl);
     return rc;
 }

@@ -21,6 +21,10 @@
 #include "data/download.h"
 
 #define TAR_PATH 4096
+/* Bounds of what one archive may extract (checked before writing): CIFAR-100 is 3 files and
+ * 185 MB; these allow any plausible dataset archive and stop a corrupt or hostile one. */
+#define TAR_MAX_ENTRIES 1000000
+#define TAR_MAX_BYTES ((uint64_t)64 << 30)
 
 typedef struct tar_reader {
     gzFile f;
@@ -158,6 +162,7 @@ static int read_pax(tar_reader_t *t, uint64_t size, char *path, size_t plen, int
         unsigned long len = strtoul(buf + at, &end, 10);
         if (len == 0 || at + len > size || *end != ' ') break;
         char *kv = end + 1, *rec_end = buf + at + len - 1; /* the '\n' */
+        if (rec_end < kv) break;   /* a length shorter than "<len> " itself */
         char *eq = memchr(kv, '=', (size_t)(rec_end - kv));
         if (eq) {
             size_t kl = (size_t)(eq - kv), vl = (size_t)(rec_end - eq - 1);
@@ -177,9 +182,24 @@ static int read_pax(tar_reader_t *t, uint64_t size, char *path, size_t plen, int
 }
 
 int tar_extract(const char *archive, const char *dest, err_t *e) {
-    tar_reader_t t = {gzopen(archive, "rb"), archive, e};
-    if (!t.f) return err_errno(e, ERR_INPUT, "cannot open archive %s", archive);
+    int fd = open(archive, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_errno(e, ERR_INPUT, "cannot open archive %s", archive);
+    int rc = tar_extract_fd(fd, archive, dest, e);
+    close(fd);
+    return rc;
+}
+
+int tar_extract_fd(int fd, const char *archive, const char *dest, err_t *e) {
+    /* gzdopen takes over the descriptor it is given; the caller keeps its own */
+    int own = dup(fd);
+    if (own < 0) return err_errno(e, ERR_RUNTIME, "%s: dup", archive);
+    tar_reader_t t = {gzdopen(own, "rb"), archive, e};
+    if (!t.f) {
+        close(own);
+        return err_errno(e, ERR_INPUT, "cannot open archive %s", archive);
+    }
     gzbuffer(t.f, 1 << 17);
+    uint64_t total = 0;
     char long_name[TAR_PATH] = "", pax_path[TAR_PATH] = "";
     int64_t pax_size = -1;
     int rc = -1, entries = 0;
@@ -233,6 +253,18 @@ int tar_extract(const char *archive, const char *dest, err_t *e) {
         long_name[0] = pax_path[0] = 0;
         pax_size = -1;
         entries++;
+        if (entries > TAR_MAX_ENTRIES) {
+            err_set(e, ERR_INPUT, "%s: more than %d entries (TAR_MAX_ENTRIES); not a dataset archive",
+                    archive, TAR_MAX_ENTRIES);
+            goto done;
+        }
+        if (size > TAR_MAX_BYTES || total + size > TAR_MAX_BYTES) {
+            err_set(e, ERR_INPUT, "%s: entry \"%.200s\" takes the extracted size past %llu bytes "
+                    "(TAR_MAX_BYTES); not a dataset archive", archive, name,
+                    (unsigned long long)TAR_MAX_BYTES);
+            goto done;
+        }
+        total += size;
         char rel[TAR_PATH];
         if (clean_path(&t, name, rel, sizeof rel)) goto done;
         if (type == '1' || type == '2') {

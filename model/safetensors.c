@@ -29,6 +29,8 @@ static const size_t st_dtype_size[ST_DTYPE_COUNT] = {4, 2, 2, 8, 8, 4, 1};
 
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 };
 
+static safetensors_t *parse_header(safetensors_t *st, err_t *e);
+
 void safetensors_close(safetensors_t *st) {
     if (!st) return;
     for (int i = 0; i < st->n; i++) free(st->t[i].name);
@@ -55,8 +57,8 @@ static int read_whole(safetensors_t *st, const char *path, size_t max_bytes, err
     }
     if ((uint64_t)sb.st_size > max_bytes) {
         fclose(f);
-        return err_set(e, ERR_INPUT, "%s: %lld bytes, more than the %zu allowed", path,
-                       (long long)sb.st_size, max_bytes);
+        return err_set(e, ERR_INPUT, "%s: %lld bytes, more than the %zu allowed for weight files "
+                       "(ST_MAX_FILE, or the caller's bound)", path, (long long)sb.st_size, max_bytes);
     }
     st->file_size = (size_t)sb.st_size;
     st->file = malloc(st->file_size ? st->file_size : 1);
@@ -149,22 +151,49 @@ static int check_overlaps(const safetensors_t *st, err_t *e) {
 }
 
 safetensors_t *safetensors_open(const char *path, size_t max_bytes, err_t *e) {
-    if (!max_bytes) max_bytes = (size_t)4 << 30;
+    if (!max_bytes) max_bytes = ST_MAX_FILE;
     safetensors_t *st = calloc(1, sizeof *st);
-    json_t *j = NULL;
     if (!st || !(st->path = strdup(path))) {
         free(st);
         err_set(e, ERR_RUNTIME, "out of memory");
         return NULL;
     }
-    if (read_whole(st, path, max_bytes, e) < 0) goto fail;
+    if (read_whole(st, path, max_bytes, e) < 0) {
+        safetensors_close(st);
+        return NULL;
+    }
+    return parse_header(st, e);
+}
+
+safetensors_t *safetensors_parse(const char *path, void *file, size_t size, err_t *e) {
+    safetensors_t *st = calloc(1, sizeof *st);
+    if (!st || !(st->path = strdup(path))) {
+        free(st);
+        free(file);
+        err_set(e, ERR_RUNTIME, "out of memory");
+        return NULL;
+    }
+    st->file = file;
+    st->file_size = size;
+    return parse_header(st, e);
+}
+
+/* Validates the header of the file image in st (see safetensors.h); frees st on failure. */
+static safetensors_t *parse_header(safetensors_t *st, err_t *e) {
+    const char *path = st->path;
+    json_t *j = NULL;
     if (st->file_size < 8) {
         err_set(e, ERR_INPUT, "%s: %zu bytes, too short for a safetensors header", path, st->file_size);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | st->file[i];
-    if (hlen > st->file_size - 8 || hlen > ST_MAX_HEADER || hlen < 2) {
+    if (hlen > ST_MAX_HEADER) {
+        err_set(e, ERR_INPUT, "%s: header length %llu is more than the %d bytes allowed (ST_MAX_HEADER); "
+                "not a safetensors file", path, (unsigned long long)hlen, ST_MAX_HEADER);
+        goto fail;
+    }
+    if (hlen > st->file_size - 8 || hlen < 2) {
         err_set(e, ERR_INPUT, "%s: header length %llu does not fit the file (%zu bytes); not a safetensors file",
                 path, (unsigned long long)hlen, st->file_size);
         goto fail;
@@ -196,9 +225,11 @@ safetensors_t *safetensors_open(const char *path, size_t max_bytes, err_t *e) {
                 err_set(e, ERR_INPUT, "%s: __metadata__ is not an object of strings", path);
                 goto fail;
             }
-            char **mk = realloc(st->meta_keys, (v->count + 1) * sizeof(char *));
+            /* a second __metadata__ object adds to the first (n_meta counts both) */
+            size_t want = (size_t)st->n_meta + v->count + 1;
+            char **mk = realloc(st->meta_keys, want * sizeof(char *));
             if (mk) st->meta_keys = mk;
-            char **mv = realloc(st->meta_values, (v->count + 1) * sizeof(char *));
+            char **mv = realloc(st->meta_values, want * sizeof(char *));
             if (mv) st->meta_values = mv;
             if (!mk || !mv) {
                 err_set(e, ERR_RUNTIME, "out of memory");
@@ -209,8 +240,15 @@ safetensors_t *safetensors_open(const char *path, size_t max_bytes, err_t *e) {
                     err_set(e, ERR_INPUT, "%s: __metadata__ value of %s is not a string", path, v->keys[m]);
                     goto fail;
                 }
-                st->meta_keys[st->n_meta] = strdup(v->keys[m]);
-                st->meta_values[st->n_meta] = strdup(v->items[m]->string);
+                char *mkey = strdup(v->keys[m]), *mval = strdup(v->items[m]->string);
+                if (!mkey || !mval) {
+                    free(mkey);
+                    free(mval);
+                    err_set(e, ERR_RUNTIME, "out of memory");
+                    goto fail;
+                }
+                st->meta_keys[st->n_meta] = mkey;
+                st->meta_values[st->n_meta] = mval;
                 st->n_meta++;
             }
             continue;

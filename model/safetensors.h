@@ -53,9 +53,17 @@ typedef struct safetensors {
     char **meta_keys, **meta_values;
 } safetensors_t;
 
-/* Reads and validates path (at most max_bytes; 0 = 4 GiB). NULL with ERR_INPUT naming
+/* The largest weight file read (whole, into memory): 4 GiB (ResNet-152 in F32 is 240 MB).
+ * The JSON header is at most 100 MiB (ST_MAX_HEADER in safetensors.c), a tensor has at
+ * most ST_MAX_DIMS dimensions and 2^40 elements. */
+#define ST_MAX_FILE ((size_t)4 << 30)
+
+/* Reads and validates path (at most max_bytes; 0 = ST_MAX_FILE). NULL with ERR_INPUT naming
  * the file on any problem. */
 safetensors_t *safetensors_open(const char *path, size_t max_bytes, err_t *e);
+/* The same validation of a file image already in memory (takes ownership of the malloc'd
+ * file; freed by safetensors_close or on failure); path only names it in messages. */
+safetensors_t *safetensors_parse(const char *path, void *file, size_t size, err_t *e);
 void safetensors_close(safetensors_t *st);
 const st_tensor_t *safetensors_find(const safetensors_t *st, const char *name);
 /* The metadata value for key, or NULL. */

@@ -3,13 +3,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <math.h>
 #include <zlib.h>
+
+#include "util/fs.h"
+#include "util/json.h"
 
 enum { HEADER_BYTES = 32, TOC_ENTRY_BYTES = 64, ALIGN = 64 };
 
@@ -45,20 +48,6 @@ static uint32_t crc32_big(const void *data, uint64_t size) {
 
 static uint64_t align_up(uint64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int ckpt_write(const char *path, uint64_t config_hash, const ckpt_section_t *sections, int n,
                err_t *e) {
     if (n < 0 || n > CKPT_MAX_SECTIONS)
@@ -86,38 +75,36 @@ int ckpt_write(const char *path, uint64_t config_hash, const ckpt_section_t *sec
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         free(head);
-        return err_errno(e, ERR_RUNTIME, "%s: cannot create checkpoint", tmp);
+        return err_errno(e, ERR_RUNTIME, "%s: cannot create the checkpoint's temporary file %s", path, tmp);
     }
     static const unsigned char zeros[ALIGN] = {0};
-    int rc = write_all(fd, head, meta);
+    int rc = write_all_fd(fd, head, meta);
     uint64_t pos = meta;
     for (int i = 0; i < n && rc == 0; i++) {
         uint64_t start = align_up(pos);
-        rc = write_all(fd, zeros, (size_t)(start - pos));
-        if (rc == 0) rc = write_all(fd, sections[i].data, (size_t)sections[i].size);
+        rc = write_all_fd(fd, zeros, (size_t)(start - pos));
+        if (rc == 0) rc = write_all_fd(fd, sections[i].data, (size_t)sections[i].size);
         pos = start + sections[i].size;
     }
     free(head);
-    if (rc == 0 && fsync(fd) != 0) rc = -1;
+    const char *step = "writing";
+    if (rc == 0 && fsync(fd) != 0) rc = -1, step = "syncing";
+    if (rc == 0 && close(fd) != 0) rc = -1, step = "closing", fd = -1;
     if (rc != 0) {
-        err_errno(e, ERR_RUNTIME, "%s: writing checkpoint failed (disk full?)", tmp);
-        close(fd);
+        /* the temporary file goes; the previous checkpoint at path is untouched */
+        err_errno(e, ERR_RUNTIME, "%s: cannot write the checkpoint (%s %s failed)", path, step, tmp);
+        if (fd >= 0) close(fd);
         unlink(tmp);
         return -1;
     }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        err_errno(e, ERR_RUNTIME, "%s: cannot move checkpoint into place", path);
+    if (rename(tmp, path) != 0) {
+        err_errno(e, ERR_RUNTIME, "%s: cannot move the checkpoint into place (rename of %s)", path, tmp);
         unlink(tmp);
         return -1;
     }
     /* make the rename durable */
-    char dirbuf[1100];
-    snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    if (fsync_parent_dir(path) != 0)
+        return err_errno(e, ERR_RUNTIME, "%s: cannot sync the checkpoint's directory", path);
     return 0;
 }
 
@@ -133,26 +120,21 @@ int ckpt_read_config_hash(const char *path, uint64_t *hash) {
 }
 
 ckpt_t *ckpt_read(const char *path, err_t *e) {
+    char *image;
+    size_t size;
+    if (read_file_bounded(path, CKPT_MAX_BYTES, "checkpoints (CKPT_MAX_BYTES)", ERR_INPUT, &image, &size, e))
+        return NULL;
+    return ckpt_parse(path, image, size, e);
+}
+
+ckpt_t *ckpt_parse(const char *path, void *image, size_t size, err_t *e) {
     ckpt_t *c = calloc(1, sizeof *c);
-    if (!c) { err_set(e, ERR_RUNTIME, "out of memory reading %s", path); return NULL; }
+    if (!c) { free(image); err_set(e, ERR_RUNTIME, "out of memory reading %s", path); return NULL; }
     snprintf(c->path, sizeof c->path, "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) { err_errno(e, ERR_INPUT, "%s: cannot open checkpoint", path); free(c); return NULL; }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        err_set(e, ERR_INPUT, "%s: not a regular file", path);
-        fclose(f); free(c); return NULL;
-    }
-    c->image_size = (size_t)st.st_size;
-    c->image = malloc(c->image_size ? c->image_size : 1);
-    if (!c->image) {
-        err_set(e, ERR_RUNTIME, "out of memory reading %s (%zu bytes)", path, c->image_size);
-        fclose(f); free(c); return NULL;
-    }
-    size_t got = fread(c->image, 1, c->image_size, f);
-    fclose(f);
+    c->image = image;
+    c->image_size = size;
+    size_t got = size;
     const unsigned char *img = c->image;
-    if (got != c->image_size) { err_set(e, ERR_INPUT, "%s: read error", path); goto fail; }
     if (got < HEADER_BYTES + 4 || memcmp(img, CKPT_MAGIC, 8) != 0) {
         err_set(e, ERR_INPUT, "%s: not a runner checkpoint (bad magic); point resume at a .ckpt file written by runner", path);
         goto fail;
@@ -162,7 +144,11 @@ ckpt_t *ckpt_read(const char *path, err_t *e) {
         err_set(e, ERR_INPUT, "%s: checkpoint format version %u, this runner reads version %u", path, version, CKPT_VERSION);
         goto fail;
     }
-    if (n > CKPT_MAX_SECTIONS) { err_set(e, ERR_INPUT, "%s: corrupt header (%u sections)", path, n); goto fail; }
+    if (n > CKPT_MAX_SECTIONS) {
+        err_set(e, ERR_INPUT, "%s: corrupt header (%u sections, at most %d: CKPT_MAX_SECTIONS)", path, n,
+                CKPT_MAX_SECTIONS);
+        goto fail;
+    }
     size_t meta = HEADER_BYTES + (size_t)n * TOC_ENTRY_BYTES + 4;
     if (got < meta) { err_set(e, ERR_INPUT, "%s: truncated: %zu bytes, header alone needs %zu", path, got, meta); goto fail; }
     if (crc32_big(img, meta - 4) != get_u32(img + meta - 4)) {
@@ -179,7 +165,7 @@ ckpt_t *ckpt_read(const char *path, err_t *e) {
         uint64_t off = get_u64(t + 40), size = get_u64(t + 48);
         if (off > got || size > got - off) {
             err_set(e, ERR_INPUT, "%s: truncated: section '%s' needs bytes %llu..%llu, file has %zu",
-                    path, s->name, (unsigned long long)off, (unsigned long long)(off + size), got);
+                    path, s->name, (unsigned long long)off, (unsigned long long)off + (unsigned long long)size, got);
             goto fail;
         }
         s->data = img + off;
@@ -215,5 +201,64 @@ int ckpt_get(const ckpt_t *c, const char *name, void *dst, size_t size, err_t *e
         return err_set(e, ERR_INPUT, "%s: section '%s' has %llu bytes, expected %zu (was it written for another model?)",
                        c->path, name, (unsigned long long)s->size, size);
     memcpy(dst, s->data, size);
+    return 0;
+}
+
+/* Bounds of the meta section's numbers (see checkpoint.h): the counts and sizes resume
+ * and export convert to integers, and the keys known to hold doubles. */
+typedef struct meta_bound {
+    const char *key;
+    double lo, hi;
+} meta_bound_t;
+
+#define BIG 9007199254740992.0   /* 2^53: doubles hold every integer up to here */
+static const meta_bound_t META_INTS[] = {
+    {"in_channels", 1, 4096},      {"num_classes", 1, 1 << 24},    {"in_h", 1, 8192},
+    {"in_w", 1, 8192},             {"param_count", 0, BIG},        {"buffer_count", 0, BIG},
+    {"data_world_size", 1, 1 << 20}, {"steps_per_epoch", 0, BIG},  {"step", 0, BIG},
+    {"epoch", 0, 1 << 30},         {"start_batch", 0, BIG},        {"ep_correct", 0, BIG},
+    {"ep_samples", 0, BIG},        {"best_epoch", 0, 1 << 30},     {"epochs_timed", 0, 1 << 30},
+    {"growth_tracker", 0, BIG},    {"optim_steps", 0, BIG},        {"best_value_epoch", 0, 1 << 30},
+    {"es_best_epoch", 0, 1 << 30}, {"es_wait", 0, 1 << 30},
+};
+/* numbers that are not counts: any finite value (JSON has no infinity: the writer puts
+ * null for a non-finite value and the parser refuses 1e999) */
+static const char *const META_DOUBLES[] = {
+    "ep_loss_sum", "ep_seconds", "best_val_top1", "val_top1", "epoch_seconds_sum", "loss_scale",
+    "best_value", "val_top1_ema", "best_val_top1_ema", "es_best", NULL};
+
+int ckpt_meta_check(const char *path, const json_t *m, err_t *e) {
+    if (!m || m->type != JSON_OBJECT)
+        return err_set(e, ERR_INPUT, "%s: meta is not a JSON object; the checkpoint is corrupt", path);
+    for (size_t i = 0; i < m->count; i++) {
+        const char *k = m->keys[i];
+        const json_t *v = m->items[i];
+        if (!strcmp(k, "bn_counters")) {
+            if (v->type != JSON_ARRAY || v->count > CKPT_META_MAX_COUNTERS)
+                return err_set(e, ERR_INPUT, "%s: meta: bn_counters is not an array of at most %d numbers "
+                               "(CKPT_META_MAX_COUNTERS); the checkpoint is corrupt", path, CKPT_META_MAX_COUNTERS);
+            for (size_t j = 0; j < v->count; j++) {
+                const json_t *x = v->items[j];
+                if (x->type != JSON_NUMBER || !(x->number >= 0 && x->number <= BIG) || x->number != floor(x->number))
+                    return err_set(e, ERR_INPUT, "%s: meta: bn_counters[%zu] is not a whole number in [0, 2^53]; "
+                                   "the checkpoint is corrupt", path, j);
+            }
+            continue;
+        }
+        if (v->type != JSON_NUMBER) continue;
+        bool dbl = false;
+        for (int d = 0; META_DOUBLES[d] && !dbl; d++) dbl = !strcmp(k, META_DOUBLES[d]);
+        if (dbl) continue;
+        const meta_bound_t *mb = NULL;
+        for (size_t b = 0; b < sizeof META_INTS / sizeof META_INTS[0]; b++)
+            if (!strcmp(k, META_INTS[b].key)) mb = &META_INTS[b];
+        /* a key this reader does not know (a newer writer's): a fraction is a double; a
+         * whole number must at least fit an int64 */
+        if (!mb && v->number != floor(v->number)) continue;
+        double lo = mb ? mb->lo : -BIG, hi = mb ? mb->hi : BIG;
+        if (!(v->number >= lo && v->number <= hi) || v->number != floor(v->number))
+            return err_set(e, ERR_INPUT, "%s: meta: %s is %g, not a whole number in [%.0f, %.0f]; the checkpoint "
+                           "is corrupt", path, k, v->number, lo, hi);
+    }
     return 0;
 }

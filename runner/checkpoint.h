@@ -27,6 +27,10 @@
 #define CKPT_VERSION 1u
 #define CKPT_NAME_MAX 40
 #define CKPT_MAX_SECTIONS 64
+/* The largest checkpoint read (it is read whole into memory): ResNet-152 with AdamW state
+ * is about 1 GiB, so 16 GiB leaves room for larger nets without letting a corrupt size
+ * field or a wrong file exhaust memory. */
+#define CKPT_MAX_BYTES ((size_t)16 << 30)
 
 typedef struct ckpt_section {
     char name[CKPT_NAME_MAX];
@@ -52,6 +56,19 @@ typedef struct ckpt {
 /* Reads and verifies path. A truncated or corrupt file is ERR_INPUT naming the file and
  * what failed ("section 'params' CRC mismatch", "truncated: 1048576 of 94371840 bytes"). */
 ckpt_t *ckpt_read(const char *path, err_t *e);
+/* The same checks on a file image already in memory (the fuzz harness and ckpt_read use
+ * it); takes ownership of image (malloc'd), freed with the result or on failure. path
+ * only names the file in messages. */
+ckpt_t *ckpt_parse(const char *path, void *image, size_t size, err_t *e);
+/* Checks a parsed "meta" section before anything reads it (runner/train_state.c decides
+ * what it holds): an object; every count and size a whole number within its bound (in_h /
+ * in_w at most 8192, classes 2^24, steps 2^53, ...), any other whole number within
+ * +-2^53, bn_counters at most CKPT_META_MAX_COUNTERS whole numbers. ERR_INPUT names the file
+ * and the key. So the conversions of meta numbers to integers are defined. */
+#define CKPT_META_MAX_COUNTERS 4096
+struct json;
+int ckpt_meta_check(const char *path, const struct json *m, err_t *e);
+
 void ckpt_free(ckpt_t *c);
 
 /* Reads only the config hash from path's header (magic and version checked, nothing

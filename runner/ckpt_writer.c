@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runner/rundir.h"
+#include "util/fs.h"
 
 struct ckpt_writer {
     pthread_t thread;
@@ -28,7 +29,10 @@ int ckpt_link_over(const char *src, const char *dst, err_t *e) {
     snprintf(tmp, sizeof tmp, "%s.link-%ld", dst, (long)getpid());
     unlink(tmp);
     if (link(src, tmp) == 0) {
-        if (rename(tmp, dst) == 0) return 0;
+        if (rename(tmp, dst) == 0) {   /* durable: the directory is synced */
+            if (fsync_parent_dir(dst) != 0) return err_errno(e, ERR_RUNTIME, "%s: cannot sync its directory", dst);
+            return 0;
+        }
         unlink(tmp);
     }
     return copy_file(src, dst, e);

@@ -360,7 +360,8 @@ static int load_chain(cfg_ctx_t *c, cfg_state_t *st, const char *label, int dept
     snprintf(c->stack[c->n_stack++], sizeof c->stack[0], "%s", real);
 
     yaml_document_t doc;
-    int rc = cfg_parse_file(c, src, &doc);
+    int rc = depth == 0 && c->text ? cfg_parse_buffer(c, src, c->text, c->text_len, &doc)
+                                   : cfg_parse_file(c, src, &doc);
     if (rc) {
         c->n_stack--;
         return rc;
@@ -382,7 +383,10 @@ static int load_chain(cfg_ctx_t *c, cfg_state_t *st, const char *label, int dept
         const char *b = cfg_scalar(bv);
         char resolved[CFG_PATH + 8];
         struct stat sb;
-        if (!b || cfg_is_null(bv) || !*b) {
+        if (c->text) {
+            rc = cfg_fail(c, bl, "base: is not available for an experiment given as text; "
+                          "write the file to disk");
+        } else if (!b || cfg_is_null(bv) || !*b) {
             char buf[96];
             rc = cfg_fail(c, bl, "base: expected a file path such as common.yaml, found %s",
                           cfg_describe(bv, buf, sizeof buf));
@@ -463,6 +467,10 @@ static int apply_sets(cfg_ctx_t *c, cfg_state_t *st, const char *const *sets, in
 /* Writes the absolute path of path into x->source_path. */
 static int set_source_path(cfg_ctx_t *c, experiment_t *x, const char *path) {
     char real[PATH_MAX];
+    if (c->text) { /* given as text: the label is all there is */
+        snprintf(x->source_path, sizeof x->source_path, "%s", path);
+        return 0;
+    }
     if (!realpath(path, real)) return cfg_fail(c, (cfg_loc_t){0, 0, 0}, "cannot resolve the path");
     if (strlen(real) >= sizeof x->source_path)
         return cfg_fail(c, (cfg_loc_t){0, 0, 0}, "the absolute path is longer than %d bytes",
@@ -485,12 +493,14 @@ static int begin(cfg_ctx_t **c, cfg_state_t **st, err_t *e) {
     return 0;
 }
 
-int config_load(const char *path, const char *const *sets, int n_sets, experiment_t *out,
-                err_t *e) {
-    if (!path || !out) return err_set(e, ERR_INPUT, "config_load: no experiment file given");
+/* config_load and config_load_text: text NULL reads the file path and its base: chain. */
+static int load_single(const char *path, const char *text, size_t len, const char *const *sets,
+                       int n_sets, experiment_t *out, err_t *e) {
     cfg_ctx_t *c;
     cfg_state_t *st;
     if (begin(&c, &st, e)) return -1;
+    c->text = text;
+    c->text_len = len;
     int rc = load_chain(c, st, path, 0, (cfg_loc_t){-1, 0, 0}, NULL);
     if (!rc) rc = apply_sets(c, st, sets, n_sets);
     if (!rc) rc = finalize(c, st);
@@ -499,6 +509,18 @@ int config_load(const char *path, const char *const *sets, int n_sets, experimen
     free(c);
     free(st);
     return rc;
+}
+
+int config_load(const char *path, const char *const *sets, int n_sets, experiment_t *out,
+                err_t *e) {
+    if (!path || !out) return err_set(e, ERR_INPUT, "config_load: no experiment file given");
+    return load_single(path, NULL, 0, sets, n_sets, out, e);
+}
+
+int config_load_text(const char *label, const char *text, size_t len, const char *const *sets,
+                     int n_sets, experiment_t *out, err_t *e) {
+    if (!label || !text || !out) return err_set(e, ERR_INPUT, "config_load_text: nothing given");
+    return load_single(label, text, len, sets, n_sets, out, e);
 }
 
 /* Applies matrix entry i (a mapping with `name` and dotted overrides) on a copy of the
@@ -541,8 +563,25 @@ static int load_entry(cfg_ctx_t *c, cfg_state_t *st, const cfg_state_t *base, ya
     return 0;
 }
 
+static experiment_matrix_t *load_matrix(const char *path, const char *text, size_t text_len,
+                                        const char *const *sets, int n_sets, err_t *e);
+
 experiment_matrix_t *config_load_matrix(const char *path, const char *const *sets, int n_sets,
                                         err_t *e) {
+    return load_matrix(path, NULL, 0, sets, n_sets, e);
+}
+
+experiment_matrix_t *config_load_matrix_text(const char *label, const char *text, size_t len,
+                                             const char *const *sets, int n_sets, err_t *e) {
+    if (!text) {
+        err_set(e, ERR_INPUT, "config_load_matrix_text: nothing given");
+        return NULL;
+    }
+    return load_matrix(label, text, len, sets, n_sets, e);
+}
+
+static experiment_matrix_t *load_matrix(const char *path, const char *text, size_t text_len,
+                                        const char *const *sets, int n_sets, err_t *e) {
     if (!path) {
         err_set(e, ERR_INPUT, "config_load_matrix: no matrix file given");
         return NULL;
@@ -550,6 +589,8 @@ experiment_matrix_t *config_load_matrix(const char *path, const char *const *set
     cfg_ctx_t *c;
     cfg_state_t *st;
     if (begin(&c, &st, e)) return NULL;
+    c->text = text;
+    c->text_len = text_len;
     experiment_matrix_t *mx = calloc(1, sizeof *mx);
     cfg_state_t *base = calloc(1, sizeof *base);
     yaml_document_t doc;
@@ -607,7 +648,10 @@ experiment_matrix_t *config_load_matrix(const char *path, const char *const *set
     for (int i = 0; !rc && i < n_sets; i++) {
         const char *k = sets[i];
         while (*k == ' ') k++;
-        if (!strncmp(k, "name", 4) && strspn(k + 4, " ") + k + 4 == strchr(k, '='))
+        const char *eq = strchr(k, '=');       /* the key: before '=', spaces trimmed */
+        size_t kl = eq ? (size_t)(eq - k) : 0;
+        while (kl && k[kl - 1] == ' ') kl--;
+        if (kl == 4 && !strncmp(k, "name", 4))
             rc = err_set(e, ERR_INPUT,
                          "--set %.200s: name cannot be set for a matrix, whose entries name "
                          "their runs; put the matrix's own name in the file (name: ...)",

@@ -258,6 +258,14 @@ typedef struct experiment_matrix {
 experiment_matrix_t *config_load_matrix(const char *path, const char *const *sets, int n_sets,
                                         err_t *e);
 
+/* config_load / config_load_matrix on an experiment given as text (len bytes, label names
+ * it in messages): the same checks, with the base: chain off (a base: key is an error).
+ * The fuzz harness (tests/fuzz/fuzz_config.c) loads through these. */
+int config_load_text(const char *label, const char *text, size_t len, const char *const *sets,
+                     int n_sets, experiment_t *out, err_t *e);
+experiment_matrix_t *config_load_matrix_text(const char *label, const char *text, size_t len,
+                                             const char *const *sets, int n_sets, err_t *e);
+
 /* Names of enum values, for printing and YAML output. */
 const char *device_name(device_t d);
 const char *par_mode_name(par_mode_t m);

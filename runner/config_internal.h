@@ -113,6 +113,9 @@ typedef struct cfg_ctx {
     long budget;                         /* nodes left to visit in doc */
     bool is_base;                        /* applying a base file (name: not inherited) */
     char scope[96];                      /* "matrix[2] (line 7)" while applying an entry */
+    const char *text;                    /* config_load_text: the top file's bytes (base:
+                                            is refused), NULL when loading files */
+    size_t text_len;
     int n_stack;                         /* base chain: real paths being loaded */
     char stack[CFG_MAX_BASE_DEPTH + 1][PATH_MAX];
 } cfg_ctx_t;
@@ -137,6 +140,8 @@ cfg_loc_t cfg_node_loc(const cfg_ctx_t *c, const yaml_node_t *n);
 /* Reads and checks a file (size, type, NUL, UTF-8, tabs) and parses it into doc. The
  * root must be a mapping. On success the caller owns doc (yaml_document_delete). */
 int cfg_parse_file(cfg_ctx_t *c, int src, yaml_document_t *doc);
+/* The same checks on len bytes already in memory (cfg_parse_file reads, then calls it). */
+int cfg_parse_buffer(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_document_t *doc);
 /* Parses a --set value (YAML scalar or flow collection) into doc. */
 int cfg_parse_value(cfg_ctx_t *c, int src, const char *text, yaml_document_t *doc);
 yaml_node_t *cfg_node(const cfg_ctx_t *c, int index);

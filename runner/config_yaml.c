@@ -319,9 +319,17 @@ int cfg_parse_file(cfg_ctx_t *c, int src, yaml_document_t *doc) {
         rc = cfg_fail(c, here, "cannot read it (I/O error); check the file");
     else if (len > CFG_MAX_FILE)
         rc = cfg_fail(c, here, "the file is over 1 MiB; experiment files are limited to 1 MiB");
-    if (!rc) rc = check_bytes(c, src, buf, len);
-    if (!rc) rc = load_doc(c, src, buf, len, doc);
+    if (!rc) rc = cfg_parse_buffer(c, src, buf, len, doc);
     free(buf);
+    return rc;
+}
+
+int cfg_parse_buffer(cfg_ctx_t *c, int src, const char *buf, size_t len, yaml_document_t *doc) {
+    cfg_loc_t here = {src, 0, 0};
+    if (len > CFG_MAX_FILE)
+        return cfg_fail(c, here, "the file is over 1 MiB; experiment files are limited to 1 MiB");
+    int rc = check_bytes(c, src, buf, len);
+    if (!rc) rc = load_doc(c, src, buf, len, doc);
     if (rc) return rc;
     yaml_node_t *root = yaml_document_get_root_node(doc);
     if (!root) {

@@ -75,6 +75,7 @@ int export_run(const char *run_dir, const char *which, const char *output, bool 
     const ckpt_section_t *ms = ckpt_find(c, "meta");
     if (!ms) { err_set(e, ERR_INPUT, "%s: section 'meta' missing", ck); goto out; }
     if (!(m = json_parse((const char *)ms->data, (size_t)ms->size, e))) { err_wrap(e, "%s: meta", ck); goto out; }
+    if (ckpt_meta_check(ck, m, e)) goto out;   /* sizes bounded before the net is built */
     const char *arch = json_get_string(m, "arch", "");
     int inc = (int)json_get_number(m, "in_channels", 3), classes = (int)json_get_number(m, "num_classes", 10);
     int h = (int)json_get_number(m, "in_h", 32), w = (int)json_get_number(m, "in_w", 32);

@@ -356,8 +356,13 @@ out:
 static int setup_comm(trainer_t *t, err_t *e) {
     const train_env_t *v = t->env;
     double timeout = t->e->parallel.timeout_s;
-    if (v->rank == 0 && !(t->srv = store_server_start(v->master_addr, v->master_port, e))) return -1;
-    if (!(t->store = store_connect(v->master_addr, v->master_port, v->rank, v->world_size, timeout, e)))
+    /* the job id keeps a second job started on the same port out (store.h); the run
+     * directory tells jobs apart on one host (each host of a multi-host run makes its own) */
+    const char *rd = t->p->nnodes > 1 ? NULL : getenv("RUNNER_RUN_DIR");
+    store_server_opts_t so = {store_job_id(rd, config_hash(t->e)), v->world_size, timeout, stderr};
+    if (v->rank == 0 && !(t->srv = store_server_start_opts(v->master_addr, v->master_port, &so, e))) return -1;
+    if (!(t->store = store_connect_job(v->master_addr, v->master_port, v->rank, v->world_size, timeout,
+                                       so.job_id, e)))
         return -1;
     return store_barrier(t->store, "start", e);
 }

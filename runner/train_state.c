@@ -228,6 +228,7 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     json_t *m = json_parse((const char *)ms->data, (size_t)ms->size, e);
     if (!m) return err_wrap(e, "%s: meta", c->path);
     int rc = -1;
+    if (ckpt_meta_check(c->path, m, e)) goto out;   /* every number below fits its cast */
     const char *arch = json_get_string(m, "arch", "?");
     int classes = (int)json_get_number(m, "num_classes", -1);
     int inc = (int)json_get_number(m, "in_channels", -1);

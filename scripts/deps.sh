@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages runner needs, only those missing (idempotent), with sudo
-# when not root. Usage: scripts/deps.sh [--test]   (--test adds what the test suite uses:
-# PyTorch for golden fixtures).
+# when not root. Usage: scripts/deps.sh [--test|--fuzz]   (--test adds what the test suite
+# uses: PyTorch for golden fixtures, clang + libFuzzer for the fuzz stage; --fuzz only the
+# latter).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev zlib1g-dev libcurl4-openssl-dev
       libopenblas-dev libdnnl-dev dataset-fashion-mnist python3)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3-torch python3-torchvision python3-numpy)
+fi
+# --test and --fuzz: clang with libFuzzer and the sanitizer runtimes (tests/fuzz), util-linux
+# for unshare (the full-tmpfs case of tests/fault)
+if [[ "${1:-}" == "--test" || "${1:-}" == "--fuzz" ]]; then
+  pkgs+=(clang libclang-rt-14-dev util-linux)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

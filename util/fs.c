@@ -1,4 +1,5 @@
-/* fs.c: mkdir_p, write_file_atomic and path_expand (fs.h). */
+/* fs.c: mkdir_p, write_file_atomic, fsync_parent_dir, write_all_fd, read_file_bounded and
+ * path_expand (fs.h). */
 #include "util/fs.h"
 
 #include <ctype.h>
@@ -6,6 +7,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,30 +33,100 @@ int mkdir_p(const char *path, int code, err_t *e) {
     return 0;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t n, err_t *e) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return err_errno(e, ERR_RUNTIME, "%s: cannot create", tmp);
-    const char *p = data;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
+int fsync_parent_dir(const char *path) {
+    char dir[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int k = errno;
+    close(fd);
+    errno = k;
+    return rc;
+}
+
+int write_all_fd(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            err_errno(e, ERR_RUNTIME, "%s: write failed", tmp);
-            close(fd);
-            unlink(tmp);
             return -1;
         }
+        if (w == 0) { errno = EIO; return -1; }
         p += w;
-        left -= (size_t)w;
+        n -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+    return 0;
+}
+
+int read_file_bounded(const char *path, size_t max_bytes, const char *what, int code,
+                      char **out, size_t *len, err_t *e) {
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_errno(e, code, "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(e, code, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return err_set(e, code, "%s: %lld bytes, more than the %zu bytes allowed for %s; is this "
+                       "the right file?", path, (long long)st.st_size, max_bytes, what);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return err_set(e, ERR_RUNTIME, "%s: out of memory reading %zu bytes", path, size);
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    int k = errno;
+    close(fd);
+    if (got != size) {
+        free(buf);
+        errno = k;
+        return err_set(e, code, "%s: short read (%zu of %zu bytes; the file changed or the disk "
+                       "failed)", path, got, size);
+    }
+    buf[size] = '\0';
+    *out = buf;
+    *len = size;
+    return 0;
+}
+
+/* The temporary name is per process, so two writers never share one; a writer killed
+ * half-way leaves only "<path>.tmp-<pid>", which no reader opens (runner/checkpoint.c
+ * removes stale ones of checkpoints). */
+int write_file_atomic(const char *path, const void *data, size_t n, err_t *e) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return err_set(e, ERR_RUNTIME, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return err_errno(e, ERR_RUNTIME, "%s: cannot create", tmp);
+    if (write_all_fd(fd, data, n) != 0 || fsync(fd) != 0) {
+        err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
         err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
         unlink(tmp);
         return -1;
     }
+    if (fsync_parent_dir(path) != 0) return err_errno(e, ERR_RUNTIME, "%s: cannot sync its directory", path);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* json.c: the writer and parser declared in json.h. */
 #include "util/json.h"
+#include "util/fs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,7 +111,6 @@ void jw_kbool(jw_t *w, const char *k, bool v) { jw_key(w, k); jw_bool(w, v); }
 
 /* ---------------- parser ---------------- */
 
-enum { JSON_MAX_DEPTH = 256 };
 
 typedef struct jp {
     const char *s, *end, *p;
@@ -170,9 +170,15 @@ static char *jp_string(jp_t *j) {
     j->p++;
     const char *start = j->p;
     size_t cap = 16;
-    while (j->p < j->end && *j->p != '"') { if (*j->p == '\\') j->p++; j->p++; cap++; }
+    while (j->p < j->end && *j->p != '"') {
+        if (*j->p == '\\' && j->end - j->p > 1) j->p++;
+        j->p++;
+        cap++;
+    }
     j->p = start;
-    char *out = xmalloc(cap * 2 + 8, j->e), *o = out;
+    /* an escape never produces more bytes than it takes (\uXXXX: 6 in, at most 3 out;
+     * a surrogate pair: 12 in, 4 out), so the text's length bounds the output */
+    char *out = xmalloc(cap + 8, j->e), *o = out;
     if (!out) return NULL;
     while (j->p < j->end && *j->p != '"') {
         unsigned char c = (unsigned char)*j->p;
@@ -228,6 +234,10 @@ static int jp_push(jp_t *j, json_t *n, json_t *item, char *key) {
             n->keys = keys;
         }
     }
+    if (n->count >= JSON_MAX_ITEMS) {
+        jp_fail(j, "more than " JSON_STR(JSON_MAX_ITEMS) " items in one array or object (JSON_MAX_ITEMS)");
+        return -1;
+    }
     n->items[n->count] = item;
     if (n->type == JSON_OBJECT) n->keys[n->count] = key;
     n->count++;
@@ -261,7 +271,8 @@ static json_t *jp_container(jp_t *j, int depth, bool object) {
 }
 
 static json_t *jp_value(jp_t *j, int depth) {
-    if (depth > JSON_MAX_DEPTH) return jp_fail(j, "nesting too deep");
+    if (depth > JSON_MAX_DEPTH)
+        return jp_fail(j, "nesting too deep: more than " JSON_STR(JSON_MAX_DEPTH) " levels (JSON_MAX_DEPTH)");
     jp_ws(j);
     if (j->p >= j->end) return jp_fail(j, "unexpected end of input");
     char c = *j->p;
@@ -297,6 +308,9 @@ static json_t *jp_value(jp_t *j, int depth) {
         char *endp;
         double v = strtod(buf, &endp);
         if (endp != buf + l || l == 0) return jp_fail(j, "malformed number");
+        /* 1e999 is valid JSON text but no double: refused rather than read as infinity,
+         * which no JSON writer can write back */
+        if (!isfinite(v)) return jp_fail(j, "number out of range (beyond +-1.7e308)");
         j->p += l;
         json_t *n = jp_new(j, JSON_NUMBER);
         if (n) n->number = v;
@@ -306,6 +320,11 @@ static json_t *jp_value(jp_t *j, int depth) {
 }
 
 json_t *json_parse(const char *text, size_t len, err_t *e) {
+    if (len > JSON_MAX_TEXT) {
+        err_set(e, ERR_INPUT, "%zu bytes of JSON, more than the %zu allowed (JSON_MAX_TEXT)", len,
+                (size_t)JSON_MAX_TEXT);
+        return NULL;
+    }
     jp_t j = {text, text + len, text, e};
     json_t *v = jp_value(&j, 0);
     if (!v) return NULL;
@@ -318,17 +337,9 @@ json_t *json_parse(const char *text, size_t len, err_t *e) {
 }
 
 json_t *json_parse_file(const char *path, size_t max_bytes, err_t *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { err_errno(e, ERR_INPUT, "%s: cannot open", path); return NULL; }
-    char *buf = xmalloc(max_bytes + 1, e);
-    if (!buf) { fclose(f); return NULL; }
-    size_t n = fread(buf, 1, max_bytes + 1, f);
-    fclose(f);
-    if (n > max_bytes) {
-        free(buf);
-        err_set(e, ERR_INPUT, "%s: larger than %zu bytes; is this the right file?", path, max_bytes);
-        return NULL;
-    }
+    char *buf;
+    size_t n;
+    if (read_file_bounded(path, max_bytes, "this JSON file", ERR_INPUT, &buf, &n, e)) return NULL;
     json_t *j = json_parse(buf, n, e);
     free(buf);
     if (!j) err_wrap(e, "%s", path);
@@ -357,6 +368,18 @@ const json_t *json_get(const json_t *obj, const char *key) {
 double json_get_number(const json_t *obj, const char *key, double dflt) {
     const json_t *v = json_get(obj, key);
     return v && v->type == JSON_NUMBER ? v->number : dflt;
+}
+
+int json_get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t dflt,
+                 int64_t *out) {
+    const json_t *v = json_get(obj, key);
+    if (!v || v->type == JSON_NULL) { *out = dflt; return 0; }
+    /* compare as doubles before converting: a double outside int64 converts to nothing */
+    if (v->type != JSON_NUMBER || !(v->number >= (double)lo && v->number <= (double)hi) ||
+        v->number != floor(v->number))
+        return -1;
+    *out = (int64_t)v->number;
+    return 0;
 }
 
 const char *json_get_string(const json_t *obj, const char *key, const char *dflt) {

@@ -5,7 +5,10 @@
  * balances begin/end calls. Numbers print with %.17g so doubles round-trip; non-finite
  * numbers print as null (JSON has no NaN).
  * Parser: json_parse builds a tree owned by the returned node; json_free frees it.
- * Errors give "line L, column C: what" in err_t (code ERR_INPUT). Depth is bounded.
+ * Errors give "line L, column C: what" in err_t (code ERR_INPUT). Bounds, checked before
+ * anything is allocated for them, named in the message: JSON_MAX_TEXT of text,
+ * JSON_MAX_DEPTH levels of nesting, JSON_MAX_ITEMS items in one array or object (a string
+ * is bounded by the text).
  */
 #ifndef RUNNER_UTIL_JSON_H
 #define RUNNER_UTIL_JSON_H
@@ -49,6 +52,12 @@ void jw_kbool(jw_t *w, const char *k, bool v);
 void json_write_string(FILE *f, const char *s);
 
 /* ---- parser ---- */
+#define JSON_MAX_TEXT (1024u * 1024u * 1024u)
+#define JSON_MAX_DEPTH 256
+#define JSON_MAX_ITEMS 16777216
+#define JSON_STR_(x) #x
+#define JSON_STR(x) JSON_STR_(x)
+
 typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } json_type_t;
 
 typedef struct json {
@@ -69,6 +78,10 @@ void json_free(json_t *j);
 const json_t *json_get(const json_t *obj, const char *key);  /* NULL if absent / not object */
 double json_get_number(const json_t *obj, const char *key, double dflt);
 const char *json_get_string(const json_t *obj, const char *key, const char *dflt);
+/* An integer value in [lo, hi] into *out; dflt when the key is absent or null. -1 when it
+ * is there but not a whole number in range (a double outside int64 cannot be converted). */
+int json_get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t dflt,
+                 int64_t *out);
 
 #ifdef __cplusplus
 }

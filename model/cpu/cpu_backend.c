@@ -130,7 +130,7 @@ static void round_bf16_n(float *dst, const float *src, int64_t n) {
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* fp16 rounding with the F16C conversion instructions (IEEE round-to-nearest-even, with
  * subnormals, overflow to inf and NaN as util/half.h), 8 floats at a time. */
 __attribute__((target("avx,f16c"))) static void round_f16_n_f16c(float *dst, const float *src,
@@ -146,7 +146,7 @@ __attribute__((target("avx,f16c"))) static void round_f16_n_f16c(float *dst, con
 
 /* fp16 rounding of n floats: F16C where the CPU has it, else util/half.h per element. */
 static void round_f16_n(float *dst, const float *src, int64_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) /* clang 14: no "f16c" here */
     if (__builtin_cpu_supports("f16c")) {
         round_f16_n_f16c(dst, src, n);
         return;

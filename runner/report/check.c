@@ -110,6 +110,13 @@ int check_load_baseline(const char *path, check_baseline_t *b, err_t *e) {
     memset(b, 0, sizeof *b);
     json_t *top = json_parse_file(path, CHECK_JSON_MAX, e);
     if (!top) return -1;
+    int rc = check_baseline_from_json(path, top, b, e);
+    json_free(top);
+    return rc;
+}
+
+int check_baseline_from_json(const char *path, const json_t *top, check_baseline_t *b, err_t *e) {
+    memset(b, 0, sizeof *b);
     int rc;
     if (top->type != JSON_OBJECT)
         rc = err_set(e, ERR_INPUT, "%s: the baseline is %s; expected an object: {\"metrics\": {...}} or "
@@ -118,7 +125,6 @@ int check_load_baseline(const char *path, check_baseline_t *b, err_t *e) {
         rc = load_explicit(path, top, b, e);
     else
         rc = load_from_summary(path, top, b, e);
-    json_free(top);
     return rc;
 }
 

@@ -62,6 +62,8 @@ typedef struct check_result {
  * the file and the key path ("metrics.val_top1.min") and the fix; JSON syntax errors give
  * line and column. Returns 0 / -1. */
 int check_load_baseline(const char *path, check_baseline_t *b, err_t *e);
+/* The same from a parsed file (path names it in messages); the fuzz harness uses it. */
+int check_baseline_from_json(const char *path, const json_t *top, check_baseline_t *b, err_t *e);
 
 /* Evaluates a run's summary (a JSON object) against b. Never fails. */
 void check_evaluate(const json_t *summary, const check_baseline_t *b, check_result_t *r);

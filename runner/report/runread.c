@@ -126,6 +126,12 @@ int csv_table_load(const char *path, const char *const *required, int nreq, csv_
     size_t len;
     char *buf = read_all(path, CSV_MAX_BYTES, &len, e);
     if (!buf) return -1;
+    return csv_table_parse(path, buf, required, nreq, t, e);
+}
+
+int csv_table_parse(const char *path, char *buf, const char *const *required, int nreq,
+                    csv_table_t *t, err_t *e) {
+    memset(t, 0, sizeof *t);
     char *fields[CSV_MAX_COLS + 1];
     double vals[CSV_MAX_COLS];
     size_t cap = 0;

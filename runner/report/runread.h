@@ -35,6 +35,10 @@ typedef struct csv_table {
  * ERR_INPUT naming file, line and column. Returns 0 / -1. */
 int csv_table_load(const char *path, const char *const *required, int nreq, csv_table_t *t,
                    err_t *e);
+/* The same on a file's text (NUL-terminated, malloc'd, taken over and freed); path names
+ * it in messages. The fuzz harness (tests/fuzz/fuzz_csv.c) reads through it. */
+int csv_table_parse(const char *path, char *buf, const char *const *required, int nreq,
+                    csv_table_t *t, err_t *e);
 void csv_table_free(csv_table_t *t);
 /* The column called name, or NULL when the header has no such column. */
 const double *csv_table_col(const csv_table_t *t, const char *name);

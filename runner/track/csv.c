@@ -1,10 +1,16 @@
-/* csv.c: the CSV sink (steps.csv, metrics.csv): one header line, rows flushed one by one,
- * and the resume rule: keep the rows up to the checkpoint's step, drop the rest (and a
- * half-written last line), then append.
+/* csv.c: the CSV sink (steps.csv, metrics.csv): one header line, then rows, each appended
+ * with a single write(2), and the rules that keep the files whole:
+ *   - a row that cannot be written completely (a full disk, EIO) is cut off again, so
+ *     the file ends with the last complete row and the run stops naming the file;
+ *   - on resume the rows up to the checkpoint's step are kept, the rest and a
+ *     half-written last line (a machine crash mid-write) dropped, then rows are appended;
+ *   - metrics.csv is fsynced with each row (once an epoch, before its checkpoint), so
+ *     the rows a checkpoint counts survive a machine crash with it.
  *
  * Not here: which columns exist (track.c passes the header and the cells).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,11 +18,12 @@
 #include <unistd.h>
 
 #include "runner/track/track_impl.h"
+#include "util/fs.h"
 
 /* Scans an existing file for resume: checks the header and returns in *keep the byte
  * length to keep (header + rows with step <= resume_step, complete lines only). */
-static int csv_scan(const char *path, FILE *f, const char *header, int step_col,
-                    int64_t resume_step, long *keep, err_t *e) {
+int track_csv_scan(const char *path, FILE *f, const char *header, int step_col,
+                   int64_t resume_step, long *keep, err_t *e) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -59,47 +66,70 @@ static int csv_scan(const char *path, FILE *f, const char *header, int step_col,
     return 0;
 }
 
+/* Appends len bytes as one write; on failure cuts the file back to c->len. */
+static int append(track_csv_t *c, const char *buf, size_t len, const char *what, err_t *e) {
+    /* one write(2) puts a whole row down; a short one (the disk filling up) is followed
+     * by another for the rest, which reports the error */
+    if (write_all_fd(c->fd, buf, len) == 0) {
+        c->len += (int64_t)len;
+        return 0;
+    }
+    int k = errno;
+    if (ftruncate(c->fd, (off_t)c->len) == 0) lseek(c->fd, (off_t)c->len, SEEK_SET);
+    errno = k;
+    return err_errno(e, ERR_RUNTIME, "%s: cannot write %s", c->path, what);
+}
+
 /* Opens (or on resume reopens and trims) a CSV file; see track_impl.h. */
 int track_csv_open(track_csv_t *c, const char *path, const char *header, int step_col,
                    bool resume, int64_t resume_step, err_t *e) {
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
     if (resume) {
-        FILE *f = fopen(path, "r+");
-        if (f) {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd >= 0) {
+            /* the scan reads through its own descriptor; fd keeps the file for appending */
+            FILE *f = fdopen(dup(fd), "r");
             long keep = 0;
-            if (csv_scan(path, f, header, step_col, resume_step, &keep, e) != 0) {
-                fclose(f);
+            int rc = f ? track_csv_scan(path, f, header, step_col, resume_step, &keep, e)
+                       : err_errno(e, ERR_RUNTIME, "%s: cannot read", path);
+            if (f) fclose(f);
+            if (rc != 0) {
+                close(fd);
                 return -1;
             }
             if (keep > 0) {
-                fflush(f);
-                if (ftruncate(fileno(f), keep) != 0) {
-                    fclose(f);
+                /* rows after the checkpoint's step and a half-written last line go */
+                if (ftruncate(fd, keep) != 0 || lseek(fd, keep, SEEK_SET) < 0) {
+                    close(fd);
                     return err_errno(e, ERR_RUNTIME, "%s: cannot trim rows after step %" PRId64,
                                      path, resume_step);
                 }
-                fseek(f, 0, SEEK_END);
-                c->f = f;
+                c->fd = fd;
+                c->open = true;
+                c->len = keep;
                 return 0;
             }
-            fclose(f);                            /* empty: rewrite with a header */
+            close(fd);                            /* empty: rewrite with a header */
         } else if (errno != ENOENT) {
             return err_errno(e, ERR_INPUT, "%s: cannot open to resume", path);
         }
     }
-    c->f = fopen(path, "w");
-    if (!c->f) return err_errno(e, ERR_RUNTIME, "%s: cannot create", path);
-    if (fprintf(c->f, "%s\n", header) < 0 || fflush(c->f) != 0) {
+    c->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (c->fd < 0) return err_errno(e, ERR_RUNTIME, "%s: cannot create", path);
+    c->open = true;
+    char line[1200];
+    int n = snprintf(line, sizeof line, "%s\n", header);
+    if (append(c, line, (size_t)n, "the header", e)) {
         track_csv_close(c);
-        return err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
+        return -1;
     }
     return 0;
 }
 
 /* Writes one row; NaN cells stay empty; integer cells print without a fraction. */
 int track_csv_row(track_csv_t *c, const double *cells, int n, uint32_t int_mask, err_t *e) {
-    if (!c->f) return 0;
+    if (!c->open) return 0;
     char row[1024];
     size_t len = 0;
     for (int i = 0; i < n && len < sizeof row - 40; i++) {
@@ -112,12 +142,15 @@ int track_csv_row(track_csv_t *c, const double *cells, int n, uint32_t int_mask,
         if (w > 0) len += (size_t)w;
     }
     row[len++] = '\n';
-    if (fwrite(row, 1, len, c->f) != len || fflush(c->f) != 0)
-        return err_errno(e, ERR_RUNTIME, "%s: cannot write a row", c->path);
+    return append(c, row, len, "a row", e);
+}
+
+int track_csv_sync(track_csv_t *c, err_t *e) {
+    if (c->open && fsync(c->fd) != 0) return err_errno(e, ERR_RUNTIME, "%s: cannot sync", c->path);
     return 0;
 }
 
 void track_csv_close(track_csv_t *c) {
-    if (c->f) fclose(c->f);
-    c->f = NULL;
+    if (c->open) close(c->fd);
+    c->open = false;
 }

@@ -120,11 +120,9 @@ static int choose_run_id(track_t *t, const track_opts_t *o, err_t *e) {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/wandb", t->run_dir);
     if (mkdir_p(dir, ERR_RUNTIME, e) != 0) return -1;
-    FILE *f = fopen(path, "w");
-    if (!f) return err_errno(e, ERR_RUNTIME, "%s: cannot write", path);
-    fprintf(f, "%s\n", t->run_id);
-    fclose(f);
-    return 0;
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s\n", t->run_id);
+    return write_file_atomic(path, line, (size_t)n, e);   /* a kill never leaves half an id */
 }
 
 /* Splits a comma list (WANDB_TAGS) into tags stored in buf. Returns the count. */
@@ -384,7 +382,8 @@ int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
     double cells[14] = {r->epoch, (double)r->step, r->lr, r->train_loss, r->train_top1,
                         r->val_loss, r->val_top1, r->val_top5, r->epoch_seconds,
                         r->images_per_second, mem, r->val_loss_ema, r->val_top1_ema, r->val_top5_ema};
-    if (t->csv_on && track_csv_row(&t->metrics_csv, cells, 14, 0x3 | (1u << 10), e) != 0)
+    if (t->csv_on && (track_csv_row(&t->metrics_csv, cells, 14, 0x3 | (1u << 10), e) != 0 ||
+                      track_csv_sync(&t->metrics_csv, e) != 0 || track_csv_sync(&t->steps_csv, e) != 0))
         return -1;
     track_kv_t kv[] = {
         {"epoch", r->epoch}, {"epoch/train_loss", r->train_loss},

@@ -50,7 +50,9 @@ void pb_message(tbuf_t *b, int field, const tbuf_t *m);
 
 /* ---- CSV (csv.c) ---- */
 typedef struct track_csv {
-    FILE *f;
+    int fd;                   /* valid while open */
+    bool open;
+    int64_t len;              /* bytes of complete rows in the file */
     char path[1100];
 } track_csv_t;
 
@@ -60,9 +62,18 @@ typedef struct track_csv {
 int track_csv_open(track_csv_t *c, const char *path, const char *header, int step_col,
                    bool resume, int64_t resume_step, err_t *e);
 /* Writes one row of n cells; NaN cells are empty. int_mask bit i: cell i is an integer.
- * Flushed at once. */
+ * The row goes to the file with one write(2), so a killed run leaves whole rows; when the
+ * write fails part-way (a full disk) the file is cut back to the rows before it, so it
+ * never holds a torn row, and the error names the file. */
 int track_csv_row(track_csv_t *c, const double *cells, int n, uint32_t int_mask, err_t *e);
+/* fsync: the rows so far survive a crash of the machine (track.c calls it with each
+ * metrics row, just before the epoch's checkpoint). */
+int track_csv_sync(track_csv_t *c, err_t *e);
 void track_csv_close(track_csv_t *c);
+/* The resume scan of an existing file f: checks the header and sets *keep to the bytes to
+ * keep (header + rows with step <= resume_step, complete lines only). 0 / -1 (ERR_INPUT). */
+int track_csv_scan(const char *path, FILE *f, const char *header, int step_col,
+                   int64_t resume_step, long *keep, err_t *e);
 
 /* ---- progress (progress.c) ---- */
 typedef struct track_progress_sink {
@@ -154,6 +165,20 @@ void track_wandb_output(track_wandb_t *w, const char *line);
 /* Sends what is queued, then complete/exitcode; waits at most timeout_s; frees w.
  * Returns the number of history rows that were dropped or not delivered. */
 int64_t track_wandb_finish(track_wandb_t *w, int exit_code, double timeout_s);
+
+/* Reading the service's answers (wandb_parse.c). Each returns 0, or -1 when the body is
+ * not JSON (or longer than TRACK_HTTP_MAX_BODY); fields absent or out of range leave the
+ * outputs as they were. */
+#define TRACK_HTTP_MAX_BODY (1u << 20)
+int track_wandb_parse_viewer(const char *body, size_t len, char *entity, size_t cap);
+int track_wandb_parse_resume(const char *body, size_t len, int64_t *hist_offset,
+                             int64_t *out_offset, int64_t *skip_through_step);
+int track_wandb_parse_upsert(const char *body, size_t len, char *entity, size_t cap,
+                             bool *refused);
+/* "Retry-After: N" (case-insensitive name) into seconds; -1 for any other line. */
+int track_http_retry_after(const char *line, size_t len, double *seconds);
+/* The password of host's entry (or "default") in a netrc text (wandb_auth.c). */
+int track_netrc_find(FILE *f, const char *host, char *key, size_t len);
 
 /* Looks up the API key for base_url: WANDB_API_KEY, else $NETRC or $HOME/.netrc
  * (machine = host of base_url, password field). Returns 0 and fills key, or -1. */

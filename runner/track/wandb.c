@@ -144,23 +144,15 @@ typedef struct http_resp {
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud) {
     http_resp_t *r = ud;
-    if (r->body.n < (1u << 20)) tbuf_put(&r->body, p, size * n);
+    if (r->body.n < TRACK_HTTP_MAX_BODY) tbuf_put(&r->body, p, size * n);
     return size * n;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
     http_resp_t *r = ud;
-    size_t len = size * n;
-    if (len > 12 && !strncasecmp(p, "Retry-After:", 12)) {
-        char tmp[64];
-        size_t k = len - 12 < sizeof tmp - 1 ? len - 12 : sizeof tmp - 1;
-        memcpy(tmp, p + 12, k);
-        tmp[k] = 0;
-        char *end = NULL;
-        double v = strtod(tmp, &end);
-        if (end != tmp && v >= 0) r->retry_after = v;
-    }
-    return len;
+    double v;
+    if (track_http_retry_after(p, size * n, &v) == 0) r->retry_after = v;
+    return size * n;
 }
 
 /* Aborts a transfer once finish has given up (bounded close time). */
@@ -343,15 +335,9 @@ static void vars_upsert(jw_t *j, const track_wandb_t *w) {
     free(cfg);
 }
 
-/* Follows a path of object keys in a parsed answer. */
-static const json_t *dig(const json_t *j, const char *const *path) {
-    for (; j && *path; path++) j = json_get(j, *path);
-    return j;
-}
-
-/* Runs one GraphQL request with retries; returns the parsed answer or NULL. */
-static json_t *gql(track_wandb_t *w, const char *query,
-                   void (*vars)(jw_t *, const track_wandb_t *)) {
+/* Runs one GraphQL request with retries; returns the answer's body (caller frees) or NULL. */
+static char *gql(track_wandb_t *w, const char *query, void (*vars)(jw_t *, const track_wandb_t *),
+                 size_t *len) {
     char url[600];
     snprintf(url, sizeof url, "%s/graphql", w->base);
     char *body = gql_body(query, vars, w);
@@ -360,56 +346,42 @@ static json_t *gql(track_wandb_t *w, const char *query,
     int rc = post_retry(w, url, body, &r);
     free(body);
     if (rc != 0) return NULL;
-    json_t *j = json_parse((const char *)r.body.p, r.body.n ? r.body.n - 1 : 0, NULL);
-    tbuf_free(&r.body);
-    if (!j) snprintf(w->err_reason, sizeof w->err_reason, "unreadable answer from %.200s", url);
-    return j;
+    *len = r.body.n ? r.body.n - 1 : 0;
+    return (char *)r.body.p;
 }
 
 /* Viewer (entity), resume status (offsets), UpsertBucket. Returns 0, 1 for a refusal
  * that will not change (warned), -1 when aborted. */
 static int start_run(track_wandb_t *w) {
-    json_t *j;
-    if (w->resume && !*w->entity) {
-        if (!(j = gql(w, Q_VIEWER, NULL))) return atomic_load(&w->abort_now) ? -1 : 1;
-        const char *path[] = {"data", "viewer", NULL};
-        const char *ent = json_get_string(dig(j, path), "entity", NULL);
-        if (ent) snprintf(w->entity, sizeof w->entity, "%s", ent);
-        json_free(j);
-    }
-    if (w->resume) {
-        if (!(j = gql(w, Q_RESUME, vars_resume))) return atomic_load(&w->abort_now) ? -1 : 1;
-        const char *path[] = {"data", "model", "bucket", NULL};
-        const json_t *b = dig(j, path);
-        if (b && b->type == JSON_OBJECT) {
-            w->hist_offset = (int64_t)json_get_number(b, "historyLineCount", 0);
-            w->out_offset = (int64_t)json_get_number(b, "logLineCount", 0);
-            const char *tail = json_get_string(b, "historyTail", NULL);
-            json_t *t = tail ? json_parse(tail, strlen(tail), NULL) : NULL;
-            if (t && t->type == JSON_ARRAY && t->count) {
-                const json_t *last = t->items[t->count - 1];
-                json_t *row = last->type == JSON_STRING
-                    ? json_parse(last->string, strlen(last->string), NULL) : NULL;
-                if (row) w->skip_through_step = (int64_t)json_get_number(row, "_step", -1);
-                json_free(row);
-            }
-            json_free(t);
-        }
-        json_free(j);
-    }
-    if (!(j = gql(w, Q_UPSERT, vars_upsert))) return atomic_load(&w->abort_now) ? -1 : 1;
-    const char *path[] = {"data", "upsertBucket", "bucket", "project", "entity", NULL};
-    const char *ent = json_get_string(dig(j, path), "name", NULL);
-    if (ent) snprintf(w->entity, sizeof w->entity, "%s", ent);
-    const json_t *errs = json_get(j, "errors");
+    char *a;
+    size_t n;
     int rc = 0;
-    if (errs || !*w->entity) {
-        snprintf(w->err_reason, sizeof w->err_reason, "UpsertBucket was refused%s",
-                 errs ? "" : " (no entity in the answer)");
-        rc = 1;
+    if (w->resume && !*w->entity) {
+        if (!(a = gql(w, Q_VIEWER, NULL, &n))) return atomic_load(&w->abort_now) ? -1 : 1;
+        rc = track_wandb_parse_viewer(a, n, w->entity, sizeof w->entity);
+        free(a);
     }
-    json_free(j);
-    return rc;
+    if (!rc && w->resume) {
+        if (!(a = gql(w, Q_RESUME, vars_resume, &n))) return atomic_load(&w->abort_now) ? -1 : 1;
+        rc = track_wandb_parse_resume(a, n, &w->hist_offset, &w->out_offset, &w->skip_through_step);
+        free(a);
+    }
+    bool refused = false;
+    if (!rc) {
+        if (!(a = gql(w, Q_UPSERT, vars_upsert, &n))) return atomic_load(&w->abort_now) ? -1 : 1;
+        rc = track_wandb_parse_upsert(a, n, w->entity, sizeof w->entity, &refused);
+        free(a);
+    }
+    if (rc) {
+        snprintf(w->err_reason, sizeof w->err_reason, "unreadable answer from %.200s/graphql", w->base);
+        return 1;
+    }
+    if (refused || !*w->entity) {
+        snprintf(w->err_reason, sizeof w->err_reason, "UpsertBucket was refused%s",
+                 refused ? "" : " (no entity in the answer)");
+        return 1;
+    }
+    return 0;
 }
 
 /* Writes one file_stream file entry {"offset": off, "content": [lines]}. */

@@ -37,10 +37,8 @@ static int netrc_token(FILE *f, char *tok, size_t len) {
     return 0;
 }
 
-/* Finds the password for host in the netrc file at path. */
-static int netrc_lookup(const char *path, const char *host, char *key, size_t len) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
+/* See track_impl.h: the netrc grammar (machine / default / password tokens). */
+int track_netrc_find(FILE *f, const char *host, char *key, size_t len) {
     char tok[512];
     int state = 0;            /* 0: outside a matching entry, 1: inside one */
     int found = -1;
@@ -59,6 +57,14 @@ static int netrc_lookup(const char *path, const char *host, char *key, size_t le
         }
     }
     memset(tok, 0, sizeof tok);
+    return found;
+}
+
+/* Finds the password for host in the netrc file at path. */
+static int netrc_lookup(const char *path, const char *host, char *key, size_t len) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int found = track_netrc_find(f, host, key, len);
     fclose(f);
     return found;
 }

@@ -187,29 +187,43 @@ static inline double dist_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The live (not zombie) children of ppid (from /proc/<pid>/stat), at most max. */
-static inline int dist_children_of(pid_t ppid, pid_t *out, int max) {
+/* Reads state, parent and session of pid from /proc/PID/stat. 0, or -1 when it is gone. */
+static inline int dist_proc_stat(pid_t pid, char *state, pid_t *ppid, pid_t *sid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t k = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[k] = '\0';
+    char *rp = strrchr(stat, ')');   /* comm may contain spaces */
+    int pp, pg, ss;
+    if (!rp || sscanf(rp + 1, " %c %d %d %d", state, &pp, &pg, &ss) != 4) return -1;
+    *ppid = pp;
+    *sid = ss;
+    return 0;
+}
+
+/* The live (not zombie) processes whose parent (by_session: session) is id, at most max. */
+static inline int dist_procs_of(pid_t id, bool by_session, pid_t *out, int max) {
     DIR *d = opendir("/proc");
     int n = 0;
     struct dirent *de;
     while (d && (de = readdir(d)) && n < max) {
         char *end;
         long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0) continue;
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[k] = '\0';
-        char *rp = strrchr(stat, ')');   /* comm may contain spaces */
         char state;
-        int pp;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid && state != 'Z') out[n++] = (pid_t)pid;
+        pid_t pp, sid;
+        if (*end || pid <= 0 || dist_proc_stat((pid_t)pid, &state, &pp, &sid)) continue;
+        if ((by_session ? sid : pp) == id && state != 'Z') out[n++] = (pid_t)pid;
     }
     if (d) closedir(d);
     return n;
+}
+
+/* The live (not zombie) children of ppid, at most max. */
+static inline int dist_children_of(pid_t ppid, pid_t *out, int max) {
+    return dist_procs_of(ppid, false, out, max);
 }
 
 /* Reads /proc/PID/environ and returns the value of var in buf ("" if absent). */
@@ -236,17 +250,9 @@ static inline const char *dist_proc_env(pid_t pid, const char *var, char *buf, s
 
 /* The state letter of a process from /proc/PID/stat ('?' when gone). */
 static inline char dist_proc_state(pid_t pid) {
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return '?';
-    size_t k = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[k] = '\0';
-    char *rp = strrchr(stat, ')');
     char state = '?';
-    if (rp) sscanf(rp + 1, " %c", &state);
-    return state;
+    pid_t pp, sid;
+    return dist_proc_stat(pid, &state, &pp, &sid) ? '?' : state;
 }
 
 /* Processes other than this one whose environment has RUNNER_RUN_DIR=dir (each printed);
