@@ -54,25 +54,10 @@ static inline void dist_write_exp(char *path, size_t len, const char *dir, const
     test_write_file(path, text);
 }
 
-/* Runs `runner EXP --set output.root=ROOT SETS` and returns the run directory (a static
- * buffer per call slot, NULL on failure; the output is printed then). */
+/* cli_run with the output in a buffer of its own (printed when the run fails). */
 static inline const char *dist_run(const char *exp, const char *root, const char *sets, int slot) {
-    static char dirs[8][4096];
     static char out[1 << 16];
-    char args[4096];
-    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets ? sets : "");
-    int rc = run_runner(args, out, sizeof out);
-    if (rc != 0) {
-        fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
-        return NULL;
-    }
-    const char *base = strrchr(exp, '/') ? strrchr(exp, '/') + 1 : exp;
-    char name[256];
-    snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - 5), base);   /* minus ".yaml" */
-    const char *d = only_run_dir(root, name);
-    if (!d) { fprintf(stderr, "no single run directory under %s/%s\n", root, name); return NULL; }
-    snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
-    return dirs[slot];
+    return cli_run(exp, root, sets, slot, out, sizeof out);
 }
 
 /* Compares section `name` of DIR_A/checkpoints/last.ckpt and DIR_B's as fp32 arrays:

@@ -50,18 +50,8 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
 
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
-    pid_t pid = spawn_runner_logged(exp, root, log);
-    char dir[4096] = "", steps[4300];
-    for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
-        const char *d = only_run_dir(root, name);
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 4) snprintf(dir, sizeof dir, "%s", d);   /* 3 steps done */
-        }
-        if (!dir[0]) usleep(10000);
-    }
-    kill(pid, SIGINT);
-    int rc = wait_exit_code(pid);
+    char dir[4096];
+    int rc = cli_interrupt_at(exp, root, log, name, NULL, 0, 3, SIGINT, dir, sizeof dir);   /* after 3 steps */
     CHECK_INT(rc, 130);
     CHECK(dir[0] != '\0');
     if (!dir[0] || rc != 130) return;

@@ -150,14 +150,10 @@ static void fp16_sigint_resume(void) {
     snprintf(root, sizeof root, "%s/amp", tmp);
     snprintf(log, sizeof log, "%s/amp.log", tmp);
     const char *sets[] = {"amp.enabled=true", "amp.dtype=fp16"};
-    pid_t l = cli_spawn(exp_path, root, log, sets, 2);
-    const char *d = cli_wait_steps(root, "dr", 3);
-    CHECK(d != NULL);
-    kill(l, SIGINT);
-    CHECK_INT(cli_wait(l), 130);
-    if (!d) return;
     char dir[4096], args[4400], out[1 << 15];
-    snprintf(dir, sizeof dir, "%s", d);
+    CHECK_INT(cli_interrupt_at(exp_path, root, log, "dr", sets, 2, 3, SIGINT, dir, sizeof dir), 130);
+    CHECK(dir[0] != '\0');
+    if (!dir[0]) return;
     snprintf(args, sizeof args, "resume %s", dir);
     int rc = run_runner(args, out, sizeof out);
     CHECK_INT(rc, 0);
