@@ -1,7 +1,7 @@
 /* dist_util.h: helpers shared by the distributed-training end-to-end tests (tests/dist):
  * a tiny synthetic experiment, running the binary, reading run-directory files, and
- * comparing checkpoint sections within a tolerance, the children of a launcher and their
- * environment. Builds on tests/cli/cli_util.h. */
+ * comparing two runs' checkpoint sections (within a tolerance) and CSV cells, the children
+ * of a launcher and their environment. Builds on tests/cli/cli_util.h. */
 #ifndef RUNNER_TESTS_DIST_UTIL_H
 #define RUNNER_TESTS_DIST_UTIL_H
 
@@ -101,6 +101,16 @@ static inline long dist_compare_section(const char *dir_a, const char *dir_b, co
     return dist_compare_section2(dir_a, dir_b, name, atol, rtol, max_abs, NULL);
 }
 
+/* Checks that sections names[0..n) of DIR's last.ckpt equal REF's, element for element
+ * with no tolerance (none outside |a - b| <= 0, the largest |a - b| 0). */
+static inline void dist_check_same_sections(const char *dir, const char *ref, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) {
+        double m;
+        CHECK_INT(dist_compare_section(dir, ref, names[i], 0, 0, &m), 0);
+        CHECK(m == 0);
+    }
+}
+
 /* A top-level number of the JSON object in text (n bytes, malloc'd, freed here); NAN
  * when text is NULL, not JSON or the key is missing. */
 static inline double dist_json_number_of(char *text, size_t n, const char *key) {
@@ -150,6 +160,18 @@ static inline const char *dist_csv_cell(const char *path, int row, int col, char
     }
     free(s);
     return res;
+}
+
+/* Checks that the cells of FILE in rows row0..row1 (0 = the header) and columns
+ * col0..col1 are there and the same text in both run dirs. */
+static inline void dist_check_same_cells(const char *dir_a, const char *dir_b, const char *file, int row0, int row1,
+                                         int col0, int col1) {
+    char a[4300], b[4300], ca[64], cb[64];
+    snprintf(a, sizeof a, "%s/%s", dir_a, file);
+    snprintf(b, sizeof b, "%s/%s", dir_b, file);
+    for (int row = row0; row <= row1; row++)
+        for (int col = col0; col <= col1; col++)
+            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
 }
 
 static inline int dist_count_lines(const char *path) { return test_count_lines(path); }

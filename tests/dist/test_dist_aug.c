@@ -69,23 +69,12 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
     }
     CHECK_INT(dist_json_number(dir, "summary.json", "steps"), steps_total);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);   /* bit for bit */
-        CHECK(m == 0);
-    }
-    char a[4300], b[4300], ca[64], cb[64];
-    snprintf(a, sizeof a, "%s/steps.csv", ref);
+    dist_check_same_sections(dir, ref, sections, 3);   /* bit for bit */
+    char a[4300], b[4300];
     snprintf(b, sizeof b, "%s/steps.csv", dir);
     CHECK_INT(dist_count_lines(b), steps_total + 1);
-    for (int row = 1; row <= steps_total; row++)
-        for (int col = 3; col <= 4; col++)   /* loss, top1 */
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
-    snprintf(a, sizeof a, "%s/metrics.csv", ref);
-    snprintf(b, sizeof b, "%s/metrics.csv", dir);
-    for (int row = 1; row <= 2; row++)
-        for (int col = 0; col < 8; col++)
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+    dist_check_same_cells(ref, dir, "steps.csv", 1, steps_total, 3, 4);   /* loss, top1 */
+    dist_check_same_cells(ref, dir, "metrics.csv", 1, 2, 0, 7);
     snprintf(a, sizeof a, "%s/resolved.yaml", ref);
     char *y = test_read_file(a, NULL);
     CHECK_CONTAINS(y, "  mixup:\n");

@@ -129,21 +129,14 @@ static void sigint_then_resume_is_bit_exact(void) {
     free(s);
 
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);   /* bit for bit */
-        CHECK(m == 0);
-    }
+    dist_check_same_sections(dir, ref, sections, 3);   /* bit for bit */
     /* the last epoch row, up to the timing columns: loss, accuracy, validation */
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/metrics.csv", ref);
     snprintf(b, sizeof b, "%s/metrics.csv", dir);
     CHECK_INT(dist_count_lines(a), 4);
     CHECK_INT(dist_count_lines(b), 4);
-    for (int col = 0; col < 8; col++) {
-        char ca[64], cb[64];
-        CHECK_STR(dist_csv_cell(a, 3, col, ca, sizeof ca), dist_csv_cell(b, 3, col, cb, sizeof cb));
-    }
+    dist_check_same_cells(ref, dir, "metrics.csv", 3, 3, 0, 7);
 }
 
 /* The same with the step window a GPU uses (RUNNER_STEP_WINDOW=4: steps are read back,
@@ -172,23 +165,12 @@ static void sigint_with_step_windows_is_bit_exact(void) {
     CHECK_INT(rc, 0);
     if (rc) { fprintf(stderr, "%s\n", out); return; }
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
-        CHECK(m == 0);
-    }
-    char a[4300], b[4300], ca[64], cb[64];
-    snprintf(a, sizeof a, "%s/steps.csv", ref);
+    dist_check_same_sections(dir, ref, sections, 3);
+    char b[4300];
     snprintf(b, sizeof b, "%s/steps.csv", dir);
     CHECK_INT(dist_count_lines(b), 151);
-    for (int row = 1; row <= 150; row++)
-        for (int col = 0; col <= 4; col++)   /* step, epoch, lr, loss, top1 */
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
-    snprintf(a, sizeof a, "%s/metrics.csv", ref);
-    snprintf(b, sizeof b, "%s/metrics.csv", dir);
-    for (int row = 1; row <= 3; row++)
-        for (int col = 0; col < 8; col++)
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+    dist_check_same_cells(ref, dir, "steps.csv", 1, 150, 0, 4);   /* step, epoch, lr, loss, top1 */
+    dist_check_same_cells(ref, dir, "metrics.csv", 1, 3, 0, 7);
 }
 
 static void outside_launcher_auto_resume_is_bit_exact(void) {
@@ -226,11 +208,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     CHECK(only_run_dir(root, "res") != NULL);   /* continued the same directory, made no new one */
     CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 150);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
-        CHECK(m == 0);
-    }
+    dist_check_same_sections(dir, ref, sections, 3);
 }
 
 /* Runs argv (argv[0] = the runner) with output to log, in the background. */
@@ -289,10 +267,7 @@ static void epoch_end_interrupt(const char *mode) {
     CHECK_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, refd, sections[i], 0, 0, &m), 0);
-    }
+    dist_check_same_sections(dir, refd, sections, 3);
     /* every epoch row, up to the timing columns, equals the uninterrupted run's */
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/metrics.csv", refd);
