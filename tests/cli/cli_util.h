@@ -1,13 +1,14 @@
 /* cli_util.h: helpers shared by the end-to-end tests (run the binary, write tiny
- * experiments, read checkpoint sections). */
+ * experiments, read checkpoint sections, compare two runs). Not a library: static inline
+ * functions, included by each test; the check helpers use tests/test.h's CHECKs. */
 #ifndef RUNNER_TESTS_CLI_UTIL_H
 #define RUNNER_TESTS_CLI_UTIL_H
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,29 +20,6 @@ static inline int run_runner(const char *args, char *out, size_t cap) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s", test_runner_exe(), args);
     return test_run_cmd(cmd, out, cap);
-}
-
-/* Starts `runner EXP --set output.root=ROOT` in the background with stdout and stderr
- * to log; returns its pid. */
-static inline pid_t spawn_runner_logged(const char *exp, const char *root, const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        char set[4200];
-        snprintf(set, sizeof set, "output.root=%s", root);
-        execl(test_runner_exe(), "runner", exp, "--set", set, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for pid; its exit code, or 128 + the signal that ended it. */
-static inline int wait_exit_code(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* The single run directory under root/name (NULL if none or several). */
@@ -58,6 +36,28 @@ static inline char *only_run_dir(const char *root, const char *name) {
     return path;
 }
 
+/* Runs `runner EXP --set output.root=ROOT SETS` to the end, output in out; returns its run
+ * directory root/<EXP's file name without .yaml> (a static buffer per call slot, 0..7), or
+ * NULL on failure (the output is printed then). */
+static inline const char *cli_run(const char *exp, const char *root, const char *sets, int slot, char *out,
+                                  size_t cap) {
+    static char dirs[8][4096];
+    char args[4096];
+    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets ? sets : "");
+    int rc = run_runner(args, out, cap);
+    if (rc != 0) {
+        fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
+        return NULL;
+    }
+    const char *base = strrchr(exp, '/') ? strrchr(exp, '/') + 1 : exp;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - 5), base);   /* minus ".yaml" */
+    const char *d = only_run_dir(root, name);
+    if (!d) { fprintf(stderr, "no single run directory under %s/%s\n", root, name); return NULL; }
+    snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
+    return dirs[slot];
+}
+
 /* Reads a checkpoint section into a malloc'd buffer. */
 static inline void *ckpt_section_copy(const char *path, const char *name, size_t *size) {
     err_t e = {0};
@@ -72,16 +72,6 @@ static inline void *ckpt_section_copy(const char *path, const char *name, size_t
     }
     ckpt_free(c);
     return b;
-}
-
-/* Lines (newlines) of a text file; 0 when unreadable. */
-static inline int cli_count_lines(const char *path) {
-    size_t n = 0;
-    char *s = test_read_file(path, &n);
-    int lines = 0;
-    for (size_t i = 0; s && i < n; i++) lines += s[i] == '\n';
-    free(s);
-    return lines;
 }
 
 /* Starts `runner EXP --set output.root=ROOT [--set SETS[i]]...` (at most 8) in the
@@ -121,7 +111,7 @@ static inline const char *cli_wait_steps(const char *root, const char *name, int
         const char *d = only_run_dir(root, name);
         if (d) {
             snprintf(path, sizeof path, "%s/steps.csv", d);
-            if (cli_count_lines(path) >= steps + 1) {
+            if (test_count_lines(path) >= steps + 1) {
                 snprintf(dir, sizeof dir, "%s", d);
                 return dir;
             }
@@ -129,6 +119,85 @@ static inline const char *cli_wait_steps(const char *root, const char *name, int
         usleep(10000);
     }
     return NULL;
+}
+
+/* Starts the run as cli_spawn does, sends it sig once its run directory root/name has
+ * `steps` rows in steps.csv (or after 300 s without), and waits for it. Returns its exit
+ * code; the run directory goes to dir when not NULL ("" if it never got that far). */
+static inline int cli_interrupt_at(const char *exp, const char *root, const char *log, const char *name,
+                                   const char *const *sets, int n, int steps, int sig, char *dir, size_t len) {
+    pid_t pid = cli_spawn(exp, root, log, sets, n);
+    const char *d = cli_wait_steps(root, name, steps);
+    if (dir) snprintf(dir, len, "%s", d ? d : "");
+    kill(pid, sig);
+    return cli_wait(pid);
+}
+
+/* Checks that sections names[0..n) of DIR_A/checkpoints/last.ckpt and DIR_B's are there
+ * and equal byte for byte (a differing one is named on stderr). */
+static inline void cli_check_same_sections(const char *dir_a, const char *dir_b, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) {
+        char pa[4400], pb[4400];
+        size_t na = 0, nb = 0;
+        snprintf(pa, sizeof pa, "%s/checkpoints/last.ckpt", dir_a);
+        snprintf(pb, sizeof pb, "%s/checkpoints/last.ckpt", dir_b);
+        void *x = ckpt_section_copy(pa, names[i], &na), *y = ckpt_section_copy(pb, names[i], &nb);
+        CHECK(x && y);
+        CHECK_INT(na, nb);
+        if (x && y && na == nb && memcmp(x, y, na)) {
+            fprintf(stderr, "section %s differs\n", names[i]);
+            CHECK(0);
+        }
+        free(x);
+        free(y);
+    }
+}
+
+/* Checks that FILE (a CSV) is in both run dirs with as many lines, and the same text in
+ * columns cols[0..ncols) of every line, the header included (a missing cell differs). */
+static inline void cli_check_same_csv(const char *dir_a, const char *dir_b, const char *file, const int *cols,
+                                      int ncols) {
+    char pa[4400], pb[4400];
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, file);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, file);
+    char *x = test_read_file(pa, NULL), *y = test_read_file(pb, NULL);
+    CHECK(x && y);
+    if (!x || !y) { free(x); free(y); return; }
+    CHECK_INT(test_count_lines(pa), test_count_lines(pb));
+    char *sx, *sy, *lx = strtok_r(x, "\n", &sx), *ly = strtok_r(y, "\n", &sy);
+    int row = 0, bad = 0;
+    while (lx && ly) {
+        for (int k = 0; k < ncols; k++) {
+            /* the cols[k]-th cell of each line */
+            const char *cx = lx, *cy = ly;
+            for (int c = 0; c < cols[k] && cx && cy; c++) {
+                cx = strchr(cx, ',');
+                cy = strchr(cy, ',');
+                if (cx) cx++;
+                if (cy) cy++;
+            }
+            size_t nx = cx ? strcspn(cx, ",") : 0, ny = cy ? strcspn(cy, ",") : 0;
+            if (!cx || !cy || nx != ny || strncmp(cx, cy, nx)) {
+                if (!bad++) fprintf(stderr, "%s row %d column %d: '%.*s' vs '%.*s'\n", file, row, cols[k],
+                                    (int)nx, cx ? cx : "", (int)ny, cy ? cy : "");
+            }
+        }
+        lx = strtok_r(NULL, "\n", &sx);
+        ly = strtok_r(NULL, "\n", &sy);
+        row++;
+    }
+    CHECK_INT(bad, 0);
+    free(x);
+    free(y);
+}
+
+/* Checks the training columns of two runs with train.ema on: steps.csv up to top1 and
+ * grad_norm, metrics.csv's validation columns and their _ema twins (not the timings). */
+static inline void cli_check_same_ema_csvs(const char *dir_a, const char *dir_b) {
+    static const int step_cols[] = {0, 1, 2, 3, 4, 11};                   /* ..., top1, grad_norm */
+    static const int metric_cols[] = {0, 1, 2, 3, 4, 5, 6, 7, 11, 12, 13}; /* val and val_*_ema */
+    cli_check_same_csv(dir_a, dir_b, "steps.csv", step_cols, 6);
+    cli_check_same_csv(dir_a, dir_b, "metrics.csv", metric_cols, 11);
 }
 
 #endif

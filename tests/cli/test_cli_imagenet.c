@@ -306,10 +306,6 @@ int main(void) {
     TEST_RUN(finetune_from_torchvision);
     TEST_RUN(torchvision_checks);
     int rc = test_main_end();
-    if (rc == 0) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        test_run_cmd(cmd, NULL, 0);
-    }
+    test_remove_dir_if_passed(tmp);
     return rc;
 }

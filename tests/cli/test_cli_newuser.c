@@ -131,18 +131,7 @@ static void changed_config_starts_new_run(void) {
     const char *exp = exp_path("chg.yaml", tiny);
     snprintf(root, sizeof root, "%s/chg", tmp);
     snprintf(log, sizeof log, "%s/chg.log", tmp);
-    pid_t pid = spawn_runner_logged(exp, root, log);
-    bool started = false;
-    for (int i = 0; i < 3000 && !started; i++) {
-        char *d = only_run_dir(root, "tiny");
-        if (d) {
-            snprintf(path, sizeof path, "%s/steps.csv", d);
-            started = test_count_lines(path) >= 4;
-        }
-        if (!started) usleep(100000);
-    }
-    kill(pid, SIGINT);
-    CHECK_INT(wait_exit_code(pid), 130);
+    CHECK_INT(cli_interrupt_at(exp, root, log, "tiny", NULL, 0, 3, SIGINT, NULL, 0), 130);
     const char *d = only_run_dir(root, "tiny");
     CHECK(d != NULL);
     if (!d) return;

@@ -54,85 +54,17 @@ static const char *recipe =
 
 static const char *sections[] = {"params", "buffers", "optim.momentum_buffer", "ema.params", "ema.buffers"};
 
-/* Runs `runner EXP --set output.root=ROOT SETS` to the end; returns the run dir (static
- * slot) or NULL. */
+/* Runs the experiment to the end (cli_run, output in out); its run dir (slot) or NULL. */
 static const char *run_to_end(const char *file, const char *root, const char *sets, int slot) {
-    static char dirs[8][4096];
-    char args[4096];
-    snprintf(args, sizeof args, "%s --set output.root=%s %s", file, root, sets ? sets : "");
-    int rc = run_runner(args, out, sizeof out);
-    if (rc != 0) {
-        fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
-        return NULL;
-    }
-    const char *d = only_run_dir(root, "rc");
-    if (!d) return NULL;
-    snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
-    return dirs[slot];
+    return cli_run(file, root, sets, slot, out, sizeof out);
 }
 
 /* Bit-for-bit equal checkpoint sections (last.ckpt of both). */
-static void same_sections(const char *a, const char *b, int n) {
-    for (int i = 0; i < n; i++) {
-        char pa[4400], pb[4400];
-        size_t na = 0, nb = 0;
-        snprintf(pa, sizeof pa, "%s/checkpoints/last.ckpt", a);
-        snprintf(pb, sizeof pb, "%s/checkpoints/last.ckpt", b);
-        void *x = ckpt_section_copy(pa, sections[i], &na), *y = ckpt_section_copy(pb, sections[i], &nb);
-        CHECK(x && y);
-        CHECK_INT(na, nb);
-        if (x && y && na == nb && memcmp(x, y, na)) {
-            fprintf(stderr, "section %s differs\n", sections[i]);
-            CHECK(0);
-        }
-        free(x);
-        free(y);
-    }
-}
-
-/* The same text in CSV columns cols of every row of FILE in both run dirs. */
-static void same_csv(const char *a, const char *b, const char *file, const int *cols, int ncols) {
-    char pa[4400], pb[4400];
-    snprintf(pa, sizeof pa, "%s/%s", a, file);
-    snprintf(pb, sizeof pb, "%s/%s", b, file);
-    char *x = test_read_file(pa, NULL), *y = test_read_file(pb, NULL);
-    CHECK(x && y);
-    if (!x || !y) { free(x); free(y); return; }
-    CHECK_INT(cli_count_lines(pa), cli_count_lines(pb));
-    char *sx, *sy, *lx = strtok_r(x, "\n", &sx), *ly = strtok_r(y, "\n", &sy);
-    int row = 0, bad = 0;
-    while (lx && ly) {
-        for (int k = 0; k < ncols; k++) {
-            /* the cols[k]-th cell of each line */
-            const char *cx = lx, *cy = ly;
-            for (int c = 0; c < cols[k] && cx && cy; c++) {
-                cx = strchr(cx, ',');
-                cy = strchr(cy, ',');
-                if (cx) cx++;
-                if (cy) cy++;
-            }
-            size_t nx = cx ? strcspn(cx, ",") : 0, ny = cy ? strcspn(cy, ",") : 0;
-            if (!cx || !cy || nx != ny || strncmp(cx, cy, nx)) {
-                if (!bad++) fprintf(stderr, "%s row %d column %d: '%.*s' vs '%.*s'\n", file, row, cols[k],
-                                    (int)nx, cx ? cx : "", (int)ny, cy ? cy : "");
-            }
-        }
-        lx = strtok_r(NULL, "\n", &sx);
-        ly = strtok_r(NULL, "\n", &sy);
-        row++;
-    }
-    CHECK_INT(bad, 0);
-    free(x);
-    free(y);
-}
-
-static const int step_cols[] = {0, 1, 2, 3, 4, 11};                  /* ..., top1, grad_norm */
-static const int metric_cols[] = {0, 1, 2, 3, 4, 5, 6, 7, 11, 12, 13}; /* val and val_*_ema */
+static void same_sections(const char *a, const char *b, int n) { cli_check_same_sections(a, b, sections, n); }
 
 static void same_run(const char *dir, const char *ref) {
     same_sections(dir, ref, 5);
-    same_csv(dir, ref, "steps.csv", step_cols, 6);
-    same_csv(dir, ref, "metrics.csv", metric_cols, 11);
+    cli_check_same_ema_csvs(dir, ref);
 }
 
 static char exp_path[700], ref[4096];
@@ -194,14 +126,10 @@ static void sigint_resume_is_bit_exact(void) {
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/int.log", tmp);
-    pid_t pid = cli_spawn(exp_path, root, log, NULL, 0);
-    const char *d = cli_wait_steps(root, "rc", 3);
-    CHECK(d != NULL);
-    kill(pid, SIGINT);
-    CHECK_INT(cli_wait(pid), 130);
-    if (!d) return;
     char dir[4096], args[4300], p[4400];
-    snprintf(dir, sizeof dir, "%s", d);
+    CHECK_INT(cli_interrupt_at(exp_path, root, log, "rc", NULL, 0, 3, SIGINT, dir, sizeof dir), 130);
+    CHECK(dir[0] != '\0');
+    if (!dir[0]) return;
     snprintf(p, sizeof p, "%s/summary.json", dir);
     char *s = test_read_file(p, NULL);
     CHECK_CONTAINS(s, "\"status\": \"interrupted\"");
@@ -218,14 +146,10 @@ static void preempt_and_requeue(const char *name, int sig, const char *const *se
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/%s", tmp, name);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
-    pid_t pid = cli_spawn(exp_path, root, log, sets, n);
-    const char *d = cli_wait_steps(root, "rc", 3);
-    CHECK(d != NULL);
-    kill(pid, sig);
-    CHECK_INT(cli_wait(pid), 75);
-    if (!d) return;
     char dir[4096], p[4400];
-    snprintf(dir, sizeof dir, "%s", d);
+    CHECK_INT(cli_interrupt_at(exp_path, root, log, "rc", sets, n, 3, sig, dir, sizeof dir), 75);
+    CHECK(dir[0] != '\0');
+    if (!dir[0]) return;
     snprintf(p, sizeof p, "%s/summary.json", dir);
     char *s = test_read_file(p, NULL);
     CHECK_CONTAINS(s, "\"status\": \"preempted\"");
@@ -236,8 +160,7 @@ static void preempt_and_requeue(const char *name, int sig, const char *const *se
     CHECK_CONTAINS(s, "run the same command again to continue");
     free(s);
     /* requeued: the same command */
-    pid = cli_spawn(exp_path, root, log, sets, n);
-    CHECK_INT(cli_wait(pid), 0);
+    CHECK_INT(cli_wait(cli_spawn(exp_path, root, log, sets, n)), 0);
     s = test_read_file(log, NULL);
     CHECK_CONTAINS(s, "continuing at step");
     free(s);
@@ -280,14 +203,10 @@ static void dp_sigint_resume(void) {
     snprintf(root, sizeof root, "%s/dp_int", tmp);
     snprintf(log, sizeof log, "%s/dp_int.log", tmp);
     const char *sets[] = {"parallel.mode=dp", "parallel.world_size=2"};
-    pid_t pid = cli_spawn(exp_path, root, log, sets, 2);
-    const char *d = cli_wait_steps(root, "rc", 3);
-    CHECK(d != NULL);
-    kill(pid, SIGINT);
-    CHECK_INT(cli_wait(pid), 130);
-    if (!d) return;
     char dir[4096], args[4300];
-    snprintf(dir, sizeof dir, "%s", d);
+    CHECK_INT(cli_interrupt_at(exp_path, root, log, "rc", sets, 2, 3, SIGINT, dir, sizeof dir), 130);
+    CHECK(dir[0] != '\0');
+    if (!dir[0]) return;
     snprintf(args, sizeof args, "resume %s", dir);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     same_run(dir, dpref);
@@ -483,10 +402,6 @@ int main(void) {
     TEST_RUN(early_stopping_end_to_end);
     TEST_RUN(config_errors);
     int rc = test_main_end();
-    if (rc == 0) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        test_run_cmd(cmd, NULL, 0);
-    }
+    test_remove_dir_if_passed(tmp);
     return rc;
 }

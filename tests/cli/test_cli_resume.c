@@ -49,18 +49,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     snprintf(root, sizeof root, "%s/int", tmp);
     char log[800];
     snprintf(log, sizeof log, "%s/int.log", tmp);
-    pid_t pid = spawn_runner_logged(exp, root, log);
-    char steps[4300] = "";
-    for (int i = 0; i < 3000; i++) {   /* up to 300 s on a loaded machine */
-        char *d = only_run_dir(root, "tiny");
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (test_count_lines(steps) >= 4) break;   /* header + 3 steps */
-        }
-        usleep(100000);
-    }
-    kill(pid, SIGINT);
-    rc = wait_exit_code(pid);
+    rc = cli_interrupt_at(exp, root, log, "tiny", NULL, 0, 3, SIGINT, NULL, 0);
     CHECK_INT(rc, 130);
     char *d = only_run_dir(root, "tiny");
     CHECK(d != NULL);
@@ -85,21 +74,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     CHECK_CONTAINS(out, "continuing at step");
     /* ... with weights, BN buffers and optimizer state identical to the reference */
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        char a[4400], b[4400];
-        size_t na = 0, nb = 0;
-        snprintf(a, sizeof a, "%s/checkpoints/last.ckpt", ref_dir);
-        snprintf(b, sizeof b, "%s/checkpoints/last.ckpt", run_dir);
-        void *x = ckpt_section_copy(a, sections[i], &na), *y = ckpt_section_copy(b, sections[i], &nb);
-        CHECK(x && y);
-        CHECK_INT(na, nb);
-        if (x && y && na == nb) {
-            if (memcmp(x, y, na)) fprintf(stderr, "section %s differs\n", sections[i]);
-            CHECK(memcmp(x, y, na) == 0);
-        }
-        free(x);
-        free(y);
-    }
+    cli_check_same_sections(ref_dir, run_dir, sections, 3);
     /* and the same final metrics row */
     char a[4400], b[4400];
     snprintf(a, sizeof a, "%s/metrics.csv", ref_dir);
@@ -280,10 +255,6 @@ int main(void) {
     TEST_RUN(export_loads_in_pytorch);
     TEST_RUN(export_resnet50_cifar100);
     int rc = test_main_end();
-    if (rc == 0) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        test_run_cmd(cmd, NULL, 0);
-    }
+    test_remove_dir_if_passed(tmp);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* dist_util.h: helpers shared by the distributed-training end-to-end tests (tests/dist):
  * a tiny synthetic experiment, running the binary, reading run-directory files, and
- * comparing checkpoint sections within a tolerance, the children of a launcher and their
- * environment. Builds on tests/cli/cli_util.h. */
+ * comparing two runs' checkpoint sections (within a tolerance) and CSV cells, the children
+ * of a launcher and their environment. Builds on tests/cli/cli_util.h. */
 #ifndef RUNNER_TESTS_DIST_UTIL_H
 #define RUNNER_TESTS_DIST_UTIL_H
 
@@ -54,25 +54,10 @@ static inline void dist_write_exp(char *path, size_t len, const char *dir, const
     test_write_file(path, text);
 }
 
-/* Runs `runner EXP --set output.root=ROOT SETS` and returns the run directory (a static
- * buffer per call slot, NULL on failure; the output is printed then). */
+/* cli_run with the output in a buffer of its own (printed when the run fails). */
 static inline const char *dist_run(const char *exp, const char *root, const char *sets, int slot) {
-    static char dirs[8][4096];
     static char out[1 << 16];
-    char args[4096];
-    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets ? sets : "");
-    int rc = run_runner(args, out, sizeof out);
-    if (rc != 0) {
-        fprintf(stderr, "runner %s exited %d:\n%s\n", args, rc, out);
-        return NULL;
-    }
-    const char *base = strrchr(exp, '/') ? strrchr(exp, '/') + 1 : exp;
-    char name[256];
-    snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - 5), base);   /* minus ".yaml" */
-    const char *d = only_run_dir(root, name);
-    if (!d) { fprintf(stderr, "no single run directory under %s/%s\n", root, name); return NULL; }
-    snprintf(dirs[slot], sizeof dirs[slot], "%s", d);
-    return dirs[slot];
+    return cli_run(exp, root, sets, slot, out, sizeof out);
 }
 
 /* Compares section `name` of DIR_A/checkpoints/last.ckpt and DIR_B's as fp32 arrays:
@@ -114,6 +99,16 @@ static inline long dist_compare_section2(const char *dir_a, const char *dir_b, c
 static inline long dist_compare_section(const char *dir_a, const char *dir_b, const char *name, double atol,
                                         double rtol, double *max_abs) {
     return dist_compare_section2(dir_a, dir_b, name, atol, rtol, max_abs, NULL);
+}
+
+/* Checks that sections names[0..n) of DIR's last.ckpt equal REF's, element for element
+ * with no tolerance (none outside |a - b| <= 0, the largest |a - b| 0). */
+static inline void dist_check_same_sections(const char *dir, const char *ref, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) {
+        double m;
+        CHECK_INT(dist_compare_section(dir, ref, names[i], 0, 0, &m), 0);
+        CHECK(m == 0);
+    }
 }
 
 /* A top-level number of the JSON object in text (n bytes, malloc'd, freed here); NAN
@@ -165,6 +160,18 @@ static inline const char *dist_csv_cell(const char *path, int row, int col, char
     }
     free(s);
     return res;
+}
+
+/* Checks that the cells of FILE in rows row0..row1 (0 = the header) and columns
+ * col0..col1 are there and the same text in both run dirs. */
+static inline void dist_check_same_cells(const char *dir_a, const char *dir_b, const char *file, int row0, int row1,
+                                         int col0, int col1) {
+    char a[4300], b[4300], ca[64], cb[64];
+    snprintf(a, sizeof a, "%s/%s", dir_a, file);
+    snprintf(b, sizeof b, "%s/%s", dir_b, file);
+    for (int row = row0; row <= row1; row++)
+        for (int col = col0; col <= col1; col++)
+            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
 }
 
 static inline int dist_count_lines(const char *path) { return test_count_lines(path); }

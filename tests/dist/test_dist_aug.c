@@ -50,18 +50,8 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
 
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
-    pid_t pid = spawn_runner_logged(exp, root, log);
-    char dir[4096] = "", steps[4300];
-    for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
-        const char *d = only_run_dir(root, name);
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 4) snprintf(dir, sizeof dir, "%s", d);   /* 3 steps done */
-        }
-        if (!dir[0]) usleep(10000);
-    }
-    kill(pid, SIGINT);
-    int rc = wait_exit_code(pid);
+    char dir[4096];
+    int rc = cli_interrupt_at(exp, root, log, name, NULL, 0, 3, SIGINT, dir, sizeof dir);   /* after 3 steps */
     CHECK_INT(rc, 130);
     CHECK(dir[0] != '\0');
     if (!dir[0] || rc != 130) return;
@@ -79,23 +69,12 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
     }
     CHECK_INT(dist_json_number(dir, "summary.json", "steps"), steps_total);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);   /* bit for bit */
-        CHECK(m == 0);
-    }
-    char a[4300], b[4300], ca[64], cb[64];
-    snprintf(a, sizeof a, "%s/steps.csv", ref);
+    dist_check_same_sections(dir, ref, sections, 3);   /* bit for bit */
+    char a[4300], b[4300];
     snprintf(b, sizeof b, "%s/steps.csv", dir);
     CHECK_INT(dist_count_lines(b), steps_total + 1);
-    for (int row = 1; row <= steps_total; row++)
-        for (int col = 3; col <= 4; col++)   /* loss, top1 */
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
-    snprintf(a, sizeof a, "%s/metrics.csv", ref);
-    snprintf(b, sizeof b, "%s/metrics.csv", dir);
-    for (int row = 1; row <= 2; row++)
-        for (int col = 0; col < 8; col++)
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+    dist_check_same_cells(ref, dir, "steps.csv", 1, steps_total, 3, 4);   /* loss, top1 */
+    dist_check_same_cells(ref, dir, "metrics.csv", 1, 2, 0, 7);
     snprintf(a, sizeof a, "%s/resolved.yaml", ref);
     char *y = test_read_file(a, NULL);
     CHECK_CONTAINS(y, "  mixup:\n");
@@ -158,10 +137,6 @@ int main(void) {
     TEST_RUN(ddp_mode);
     TEST_RUN(recipe_changes_training);
     int rc = test_main_end();
-    if (rc == 0) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        test_run_cmd(cmd, NULL, 0);
-    }
+    test_remove_dir_if_passed(tmp);
     return rc;
 }

@@ -54,17 +54,11 @@ static void kill_rank(int victim) {
     char root[800], log[800];
     snprintf(root, sizeof root, "%s/k%d", tmp, victim);
     snprintf(log, sizeof log, "%s/k%d.log", tmp, victim);
-    pid_t launcher = spawn_runner_logged(long_exp, root, log);
-    /* wait until training runs: steps.csv has 3 rows */
-    char run_dir[4096] = "", steps[4200];
-    for (int i = 0; i < 3000 && !run_dir[0]; i++) {   /* up to 300 s on a loaded machine */
-        const char *d = only_run_dir(root, "long");
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 4) snprintf(run_dir, sizeof run_dir, "%s", d);
-        }
-        if (!run_dir[0]) usleep(100000);
-    }
+    pid_t launcher = cli_spawn(long_exp, root, log, NULL, 0);
+    /* wait until training runs: steps.csv has 3 rows (up to 300 s on a loaded machine) */
+    char run_dir[4096];
+    const char *d = cli_wait_steps(root, "long", 3);
+    snprintf(run_dir, sizeof run_dir, "%s", d ? d : "");
     CHECK(run_dir[0] != '\0');
     pid_t kids[8];
     int nk = dist_children_of(launcher, kids, 8);

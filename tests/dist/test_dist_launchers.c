@@ -38,12 +38,6 @@ static pid_t spawn_with_env(const char *root, const char *log, const char *const
     return pid;
 }
 
-static int wait_code(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* Runs the two ranks of variant `name` (env0, env1) and checks the run against ref. */
 static void run_variant(const char *name, const char *const *env0, const char *const *env1) {
     char root[800], l0[800], l1[800];
@@ -52,7 +46,7 @@ static void run_variant(const char *name, const char *const *env0, const char *c
     snprintf(l1, sizeof l1, "%s/%s-rank1.log", tmp, name);
     pid_t r1 = spawn_with_env(root, l1, env1);   /* rank 1 first: it must wait for the store */
     pid_t r0 = spawn_with_env(root, l0, env0);
-    int rc0 = wait_code(r0), rc1 = wait_code(r1);
+    int rc0 = cli_wait(r0), rc1 = cli_wait(r1);
     CHECK_INT(rc0, 0);
     CHECK_INT(rc1, 0);
     const char *d = only_run_dir(root, "launch");

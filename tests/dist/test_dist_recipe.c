@@ -56,33 +56,13 @@ static pid_t rank_pid(pid_t launcher, int r) {
 }
 
 /* Bit-equal sections, and equal steps.csv (step..top1, grad_norm) and metrics.csv (up to
- * val_top5, and the three _ema columns) rows. */
+ * val_top5, and the three _ema columns) rows, two epochs of them. */
 static void same_run(const char *dir, const char *ref) {
-    for (int i = 0; i < 5; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
-    }
-    char a[4300], b[4300], ca[64], cb[64];
-    snprintf(a, sizeof a, "%s/steps.csv", ref);
-    snprintf(b, sizeof b, "%s/steps.csv", dir);
-    int rows = dist_count_lines(a), bad = 0;
-    CHECK_INT(dist_count_lines(b), rows);
-    const int scols[] = {0, 1, 2, 3, 4, 11};
-    for (int r = 1; r < rows; r++)
-        for (int k = 0; k < 6; k++)
-            if (strcmp(dist_csv_cell(a, r, scols[k], ca, sizeof ca) ? ca : "", dist_csv_cell(b, r, scols[k], cb, sizeof cb) ? cb : ""))
-                if (!bad++) fprintf(stderr, "steps.csv row %d col %d: %s vs %s\n", r, scols[k], cb, ca);
+    dist_check_same_sections(dir, ref, sections, 5);
+    char a[4300];
     snprintf(a, sizeof a, "%s/metrics.csv", ref);
-    snprintf(b, sizeof b, "%s/metrics.csv", dir);
-    rows = dist_count_lines(a);
-    CHECK_INT(rows, 3);
-    CHECK_INT(dist_count_lines(b), rows);
-    const int mcols[] = {0, 1, 2, 3, 4, 5, 6, 7, 11, 12, 13};
-    for (int r = 1; r < rows; r++)
-        for (int k = 0; k < 11; k++)
-            if (strcmp(dist_csv_cell(a, r, mcols[k], ca, sizeof ca) ? ca : "", dist_csv_cell(b, r, mcols[k], cb, sizeof cb) ? cb : ""))
-                if (!bad++) fprintf(stderr, "metrics.csv row %d col %d: %s vs %s\n", r, mcols[k], cb, ca);
-    CHECK_INT(bad, 0);
+    CHECK_INT(dist_count_lines(a), 3);
+    cli_check_same_ema_csvs(dir, ref);
 }
 
 static char ref[4096];
@@ -150,14 +130,10 @@ static void fp16_sigint_resume(void) {
     snprintf(root, sizeof root, "%s/amp", tmp);
     snprintf(log, sizeof log, "%s/amp.log", tmp);
     const char *sets[] = {"amp.enabled=true", "amp.dtype=fp16"};
-    pid_t l = cli_spawn(exp_path, root, log, sets, 2);
-    const char *d = cli_wait_steps(root, "dr", 3);
-    CHECK(d != NULL);
-    kill(l, SIGINT);
-    CHECK_INT(cli_wait(l), 130);
-    if (!d) return;
     char dir[4096], args[4400], out[1 << 15];
-    snprintf(dir, sizeof dir, "%s", d);
+    CHECK_INT(cli_interrupt_at(exp_path, root, log, "dr", sets, 2, 3, SIGINT, dir, sizeof dir), 130);
+    CHECK(dir[0] != '\0');
+    if (!dir[0]) return;
     snprintf(args, sizeof args, "resume %s", dir);
     int rc = run_runner(args, out, sizeof out);
     CHECK_INT(rc, 0);

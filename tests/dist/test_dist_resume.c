@@ -62,29 +62,16 @@ static pid_t spawn_runner(const char *exp, const char *root, const char *log) {
     return spawn_runner_as(exp, root, log, -1, 0, "never");
 }
 
-static int wait_code(pid_t pid) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* Interrupts a fresh 2-rank run under root after 2 steps; returns its run dir (static) or
  * NULL. */
 static const char *interrupted_run(const char *exp, const char *root, const char *log, const char *resume) {
     static char dir[4096];
     dir[0] = '\0';
     pid_t launcher = spawn_runner_as(exp, root, log, -1, 0, resume);
-    char steps[4200];
-    for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
-        const char *d = only_run_dir(root, "res");
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 3) snprintf(dir, sizeof dir, "%s", d);   /* 2 steps done */
-        }
-        if (!dir[0]) usleep(10000);
-    }
+    const char *d = cli_wait_steps(root, "res", 2);   /* 2 steps done, or NULL after 300 s */
+    snprintf(dir, sizeof dir, "%s", d ? d : "");
     kill(launcher, SIGINT);
-    int rc = wait_code(launcher);
+    int rc = cli_wait(launcher);
     CHECK_INT(rc, 130);
     return dir[0] && rc == 130 ? dir : NULL;
 }
@@ -106,20 +93,12 @@ static void sigint_then_resume_is_bit_exact(void) {
     char log[800];
     snprintf(log, sizeof log, "%s/int.log", tmp);
     pid_t launcher = spawn_runner(exp, root, log);
-    char dir[4096] = "", steps[4200];
-    for (int i = 0; i < 30000 && !dir[0]; i++) {   /* up to 300 s on a loaded machine */
-        const char *d = only_run_dir(root, "res");
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 3) snprintf(dir, sizeof dir, "%s", d);   /* 2 steps done */
-        }
-        if (!dir[0]) usleep(10000);
-    }
+    char dir[4096];
+    const char *d = cli_wait_steps(root, "res", 2);   /* 2 steps done, or NULL after 300 s */
+    snprintf(dir, sizeof dir, "%s", d ? d : "");
     CHECK(dir[0] != '\0');
     kill(launcher, SIGINT);
-    int st = 0;
-    waitpid(launcher, &st, 0);
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    int rc = cli_wait(launcher);
     CHECK_INT(rc, 130);
     if (!dir[0] || rc != 130) return;
     double stopped = dist_json_number(dir, "summary.json", "steps");
@@ -150,21 +129,14 @@ static void sigint_then_resume_is_bit_exact(void) {
     free(s);
 
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);   /* bit for bit */
-        CHECK(m == 0);
-    }
+    dist_check_same_sections(dir, ref, sections, 3);   /* bit for bit */
     /* the last epoch row, up to the timing columns: loss, accuracy, validation */
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/metrics.csv", ref);
     snprintf(b, sizeof b, "%s/metrics.csv", dir);
     CHECK_INT(dist_count_lines(a), 4);
     CHECK_INT(dist_count_lines(b), 4);
-    for (int col = 0; col < 8; col++) {
-        char ca[64], cb[64];
-        CHECK_STR(dist_csv_cell(a, 3, col, ca, sizeof ca), dist_csv_cell(b, 3, col, cb, sizeof cb));
-    }
+    dist_check_same_cells(ref, dir, "metrics.csv", 3, 3, 0, 7);
 }
 
 /* The same with the step window a GPU uses (RUNNER_STEP_WINDOW=4: steps are read back,
@@ -193,23 +165,12 @@ static void sigint_with_step_windows_is_bit_exact(void) {
     CHECK_INT(rc, 0);
     if (rc) { fprintf(stderr, "%s\n", out); return; }
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
-        CHECK(m == 0);
-    }
-    char a[4300], b[4300], ca[64], cb[64];
-    snprintf(a, sizeof a, "%s/steps.csv", ref);
+    dist_check_same_sections(dir, ref, sections, 3);
+    char b[4300];
     snprintf(b, sizeof b, "%s/steps.csv", dir);
     CHECK_INT(dist_count_lines(b), 151);
-    for (int row = 1; row <= 150; row++)
-        for (int col = 0; col <= 4; col++)   /* step, epoch, lr, loss, top1 */
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
-    snprintf(a, sizeof a, "%s/metrics.csv", ref);
-    snprintf(b, sizeof b, "%s/metrics.csv", dir);
-    for (int row = 1; row <= 3; row++)
-        for (int col = 0; col < 8; col++)
-            CHECK_STR(dist_csv_cell(a, row, col, ca, sizeof ca), dist_csv_cell(b, row, col, cb, sizeof cb));
+    dist_check_same_cells(ref, dir, "steps.csv", 1, 150, 0, 4);   /* step, epoch, lr, loss, top1 */
+    dist_check_same_cells(ref, dir, "metrics.csv", 1, 3, 0, 7);
 }
 
 static void outside_launcher_auto_resume_is_bit_exact(void) {
@@ -232,7 +193,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     snprintf(l1, sizeof l1, "%s/ext-rank1.log", tmp);
     pid_t r1 = spawn_runner_as(exp_path, root, l1, 1, port, "auto");
     pid_t r0 = spawn_runner_as(exp_path, root, l0, 0, port, "auto");
-    int rc0 = wait_code(r0), rc1 = wait_code(r1);
+    int rc0 = cli_wait(r0), rc1 = cli_wait(r1);
     CHECK_INT(rc0, 0);
     CHECK_INT(rc1, 0);
     char *o0 = test_read_file(l0, NULL), *o1 = test_read_file(l1, NULL);
@@ -247,11 +208,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     CHECK(only_run_dir(root, "res") != NULL);   /* continued the same directory, made no new one */
     CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 150);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, ref, sections[i], 0, 0, &m), 0);
-        CHECK(m == 0);
-    }
+    dist_check_same_sections(dir, ref, sections, 3);
 }
 
 /* Runs argv (argv[0] = the runner) with output to log, in the background. */
@@ -289,18 +246,12 @@ static void epoch_end_interrupt(const char *mode) {
                     "checkpoint.every_epochs=4", "--set", single ? "parallel.mode=single" : "parallel.mode=ddp",
                     "--set", single ? "parallel.world_size=1" : "parallel.world_size=2", NULL};
     pid_t pid = spawn_argv(log, argv);
-    char dir[4096] = "", steps[4200];
-    for (int i = 0; i < 30000 && !dir[0]; i++) {
-        const char *d = only_run_dir(root, "ep1");
-        if (d) {
-            snprintf(steps, sizeof steps, "%s/steps.csv", d);
-            if (dist_count_lines(steps) >= 3) snprintf(dir, sizeof dir, "%s", d);
-        }
-        if (!dir[0]) usleep(10000);
-    }
+    char dir[4096];
+    const char *d = cli_wait_steps(root, "ep1", 2);   /* 2 steps done, or NULL after 300 s */
+    snprintf(dir, sizeof dir, "%s", d ? d : "");
     CHECK(dir[0] != '\0');
     kill(pid, SIGINT);
-    int rc = wait_code(pid);
+    int rc = cli_wait(pid);
     CHECK_INT(rc, 130);
     if (!dir[0] || rc != 130) return;
     double stopped = dist_json_number(dir, "summary.json", "steps");
@@ -316,10 +267,7 @@ static void epoch_end_interrupt(const char *mode) {
     CHECK_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
-    for (int i = 0; i < 3; i++) {
-        double m;
-        CHECK_INT(dist_compare_section(dir, refd, sections[i], 0, 0, &m), 0);
-    }
+    dist_check_same_sections(dir, refd, sections, 3);
     /* every epoch row, up to the timing columns, equals the uninterrupted run's */
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/metrics.csv", refd);

@@ -9,18 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/cpu/cpu_backend.h"
 #include "model/ema.h"
-#include "model/net.h"
-#include "tests/test.h"
-
-static backend_t *cpu(int threads) {
-    err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = threads};
-    backend_t *be = cpu_backend_create(&bo, &e);
-    CHECK(be != NULL);
-    return be;
-}
+#include "tests/model/model_util.h"
 
 static void decay_schedule_matches_timm(void) {
     const int64_t steps[6] = {1, 2, 3, 10, 1000, 100000};
@@ -43,7 +33,7 @@ static const float MODEL[4][6] = {{0.5f, -1.25f, 2.0f, 0.0f, 3.5e-3f, 1000.0f},
 
 /* Four updates of the backend op from 7.0 with the decays timm would use. */
 static void lerp_updates_match_torch(void) {
-    backend_t *be = cpu(2);
+    backend_t *be = test_cpu_backend(2);
     struct { ema_opts_t o; float want[6]; } cases[2] = {
         {{0.9, false, 1.0, 2.0 / 3.0}, {0.402249992f, -0.98725003f, 2.28049994f, 0.000191000028f, 0.00321950018f,
                                         837.710022f}},
@@ -69,7 +59,7 @@ static void make_grads(float *g) {
 }
 
 static void clip_matches_torch(void) {
-    backend_t *be1 = cpu(1), *be2 = cpu(2);
+    backend_t *be1 = test_cpu_backend(1), *be2 = test_cpu_backend(2);
     float *g = malloc(NG * sizeof *g), *g2 = malloc(NG * sizeof *g2), *orig = malloc(NG * sizeof *orig);
     make_grads(g);
     memcpy(g2, g, NG * sizeof *g);
@@ -109,14 +99,9 @@ static void clip_matches_torch(void) {
 
 /* model/ema.h over a net: conv 1x1 (1 weight), bn (2 params, 2 buffers), fc (2). */
 static void ema_module_over_a_net(void) {
-    backend_t *be = cpu(1);
+    backend_t *be = test_cpu_backend(1);
     err_t e = {0};
-    net_t *n = net_create(1, &e);
-    int c = net_add_conv(n, "conv", NET_INPUT, 1, 1, 1, 0, &e);
-    int b = net_add_bn(n, "bn", NODE_BN, c, -2, false, &e);
-    int p = net_add_avgpool(n, b, &e);
-    CHECK(net_add_linear(n, "fc", p, 1, &e) >= 0);
-    CHECK_INT(net_bind(n, be, 1, 2, 2, DT_F32, &e), 0);
+    net_t *n = test_tiny_net(be);
     size_t np = net_num_params(n), nb = net_num_buffers(n);
     CHECK_INT(np, 5);
     CHECK_INT(nb, 2);

@@ -6,33 +6,18 @@
 #include <math.h>
 
 #include "model/amp.h"
-#include "model/cpu/cpu_backend.h"
-#include "model/net.h"
 #include "model/optim.h"
-#include "tests/test.h"
+#include "tests/model/model_util.h"
 
 static const float P0[5] = {0.5f, -1.25f, 2.0f, 0.0f, 3.5e-3f};
 static const float G[3][5] = {{0.1f, -0.2f, 0.3f, 1e-9f, -4.0f},
                               {-0.05f, 0.25f, 0.3f, 0.0f, 2.0f},
                               {0.02f, -0.01f, -0.6f, 1e-3f, 0.5f}};
 
-/* A net with exactly 5 parameters: conv 1x1 (1), bn (2), fc 1->1 (2). */
-static net_t *tiny_net(backend_t *be) {
-    err_t e = {0};
-    net_t *n = net_create(1, &e);
-    int c = net_add_conv(n, "conv", NET_INPUT, 1, 1, 1, 0, &e);
-    int b = net_add_bn(n, "bn", NODE_BN, c, -2, false, &e);
-    int p = net_add_avgpool(n, b, &e);
-    CHECK(net_add_linear(n, "fc", p, 1, &e) >= 0);
-    CHECK_INT(net_num_params(n), 5);
-    CHECK_INT(net_bind(n, be, 1, 2, 2, DT_F32, &e), 0);
-    return n;
-}
-
 /* Runs 3 steps with the fixed gradients and checks the result against expect. */
 static void run(backend_t *be, const optim_opts_t *oo, double lr, const float expect[5]) {
     err_t e = {0};
-    net_t *n = tiny_net(be);
+    net_t *n = test_tiny_net(be);
     CHECK_INT(net_upload_params(n, P0, &e), 0);
     optim_t *o = optim_create(n, oo, &e);
     CHECK(o != NULL);
@@ -51,16 +36,8 @@ static void run(backend_t *be, const optim_opts_t *oo, double lr, const float ex
     net_free(n);
 }
 
-static backend_t *cpu(void) {
-    err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 2};
-    backend_t *be = cpu_backend_create(&bo, &e);
-    CHECK(be != NULL);
-    return be;
-}
-
 static void test_sgd(void) {
-    backend_t *be = cpu();
+    backend_t *be = test_cpu_backend(2);
     if (!be) return;
     optim_opts_t mom = {.kind = OPTIM_SGD, .momentum = 0.9, .weight_decay = 0.01};
     run(be, &mom, 0.1, (const float[5]){0.477630377f, -1.23534453f, 1.91063356f, -0.000100000281f, 0.656160772f});
@@ -72,7 +49,7 @@ static void test_sgd(void) {
     optim_opts_t plain = {.kind = OPTIM_SGD, .weight_decay = 1e-3};
     run(be, &plain, 0.1, (const float[5]){0.492851526f, -1.25362659f, 1.99940896f, -0.000100000107f, 0.153438985f});
     err_t e = {0};
-    net_t *n = tiny_net(be);
+    net_t *n = test_tiny_net(be);
     optim_t *o = optim_create(n, &plain, &e);
     CHECK_INT(optim_num_state(o), 0);
     optim_free(o);
@@ -90,14 +67,14 @@ static void test_sgd(void) {
 }
 
 static void test_adamw(void) {
-    backend_t *be = cpu();
+    backend_t *be = test_cpu_backend(2);
     if (!be) return;
     optim_opts_t a = {.kind = OPTIM_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
     run(be, &a, 1e-2, (const float[5]){0.483445883f, -1.24082005f, 1.97777283f, -0.00773839979f, 0.0174823888f});
     optim_opts_t b = {.kind = OPTIM_ADAMW, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0};
     run(be, &b, 3e-3, (const float[5]){0.495538563f, -1.24807525f, 1.99448562f, -0.00211961707f, 0.00735195493f});
     err_t e = {0};
-    net_t *n = tiny_net(be);
+    net_t *n = test_tiny_net(be);
     optim_t *o = optim_create(n, &a, &e);
     CHECK_INT(optim_num_state(o), 2);
     CHECK_STR(optim_state_name(o, 1), "exp_avg_sq");
@@ -109,11 +86,11 @@ static void test_adamw(void) {
 /* With zero gradients and no momentum, a step only applies weight decay: p *= 1 - lr*wd
  * where decay applies, p unchanged for BN weight/bias and the fc bias. */
 static void test_no_decay_on_bn_and_bias(void) {
-    backend_t *be = cpu();
+    backend_t *be = test_cpu_backend(2);
     if (!be) return;
     err_t e = {0};
     for (int exempt = 0; exempt < 2; exempt++) {
-        net_t *n = tiny_net(be);
+        net_t *n = test_tiny_net(be);
         float p0[5] = {1, 1, 1, 1, 1}, p[5];
         CHECK_INT(net_upload_params(n, p0, &e), 0);
         CHECK_INT(net_zero_grads(n, &e), 0);
@@ -138,13 +115,13 @@ static void test_no_decay_on_bn_and_bias(void) {
  * halves; the next clean step is the first (SGD momentum buffer = gradient) and matches
  * a run that never overflowed. */
 static void test_overflow_skips_step(void) {
-    backend_t *be = cpu();
+    backend_t *be = test_cpu_backend(2);
     if (!be) return;
     err_t e = {0};
     optim_opts_t mom = {.kind = OPTIM_SGD, .momentum = 0.9, .weight_decay = 0.01};
     float want[5], got[5];
     for (int overflow = 0; overflow < 2; overflow++) {
-        net_t *n = tiny_net(be);
+        net_t *n = test_tiny_net(be);
         CHECK_INT(net_upload_params(n, P0, &e), 0);
         optim_t *o = optim_create(n, &mom, &e);
         loss_scaler_t s;
