@@ -187,12 +187,11 @@ int dataset_read(const dataset_t *d, int64_t i, data_sample_t *s, data_buf_t *bu
     return d->reader->read(d, i, s, buf, e);
 }
 
-const char *dataset_sample_path(const dataset_t *d, int64_t i) {
-    data_sample_t s = {0};
-    err_t ignore = {0};
-    /* image_folder gives the path without reading when buf is NULL */
-    if (d->pixels || i < 0 || i >= d->n || d->reader->read(d, i, &s, NULL, &ignore)) return "";
-    return s.path ? s.path : "";
+const char *dataset_sample_path(const dataset_t *d, int64_t i, char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    if (d->pixels || !d->reader->path || i < 0 || i >= d->n) return out;
+    d->reader->path(d, i, out, cap);
+    return out;
 }
 
 void dataset_class_counts(const dataset_t *d, int64_t *counts) {

@@ -74,6 +74,7 @@ typedef struct dataset_opts {
 typedef struct data_buf {
     uint8_t *p;
     size_t len, cap;
+    char path[4096];           /* the file read last */
 } data_buf_t;
 
 /* One sample as dataset_read gives it: decoded pixels held in memory (pixels != NULL,
@@ -157,8 +158,8 @@ bool dataset_in_memory(const dataset_t *d);
  * buf is reused). Thread-safe for distinct bufs. 0, or -1 (ERR_INPUT naming the file). */
 int dataset_read(const dataset_t *d, int64_t i, data_sample_t *s, data_buf_t *buf, err_t *e);
 
-/* The file of sample i ("" in memory). */
-const char *dataset_sample_path(const dataset_t *d, int64_t i);
+/* The file of sample i into out ("" in memory); returns out. */
+const char *dataset_sample_path(const dataset_t *d, int64_t i, char *out, size_t cap);
 
 /* Samples per class: counts[k] for k < dataset_num_classes. */
 void dataset_class_counts(const dataset_t *d, int64_t *counts);

@@ -33,6 +33,8 @@ typedef struct dataset_reader {
     int (*read)(const dataset_t *d, int64_t i, data_sample_t *s, data_buf_t *buf, err_t *e);
     /* Frees what open left in d->impl; NULL: nothing. */
     void (*close)(dataset_t *d);
+    /* The file of sample i into out (readers of files only; NULL otherwise). */
+    void (*path)(const dataset_t *d, int64_t i, char *out, size_t cap);
 } dataset_reader_t;
 
 extern const dataset_reader_t dataset_reader_cifar10, dataset_reader_cifar100,

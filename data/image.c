@@ -118,20 +118,18 @@ static void describe_start(const uint8_t *b, size_t len, char *out, size_t cap) 
         k += snprintf(out + k, cap - (size_t)k, " %02x", b[i]);
 }
 
-int img_probe(const uint8_t *b, size_t len, const img_limits_t *lim, img_info_t *info,
-              err_t *e) {
+/* The format from the magic bytes; -1 (message) for anything but JPEG and PNG. */
+static int identify(const uint8_t *b, size_t len, img_info_t *info, err_t *e) {
     memset(info, 0, sizeof *info);
     info->format_name = "unknown";
     if (len >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) {
         info->format = IMG_JPEG;
         info->format_name = "JPEG";
         info->supported = img_have_jpeg();
-        if (jpeg_header(b, len, info, e)) return -1;
     } else if (len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) {
         info->format = IMG_PNG;
         info->format_name = "PNG";
         info->supported = img_have_png();
-        if (png_header(b, len, info, e)) return -1;
     } else {
         info->format = IMG_OTHER;
         if (len >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6)))
@@ -156,6 +154,23 @@ int img_probe(const uint8_t *b, size_t len, const img_limits_t *lim, img_info_t 
         return err_set(e, ERR_INPUT, "this runner was built without %s support (install "
                        "%s and rebuild)", info->format_name,
                        info->format == IMG_JPEG ? "libjpeg62-turbo-dev" : "libpng-dev");
+    return 0;
+}
+
+int img_sniff(const uint8_t *b, size_t len, const img_limits_t *lim, img_info_t *info,
+              err_t *e) {
+    if (identify(b, len, info, e)) return -1;
+    if (info->format == IMG_PNG && len >= 33)
+        return png_header(b, len, info, e) || img_check_size_(info->width, info->height, lim, e)
+                   ? -1 : 0;
+    return 0;
+}
+
+int img_probe(const uint8_t *b, size_t len, const img_limits_t *lim, img_info_t *info,
+              err_t *e) {
+    if (identify(b, len, info, e)) return -1;
+    if (info->format == IMG_JPEG ? jpeg_header(b, len, info, e) : png_header(b, len, info, e))
+        return -1;
     return img_check_size_(info->width, info->height, lim, e);
 }
 

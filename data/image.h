@@ -63,6 +63,13 @@ typedef struct img_info {
 int img_probe(const uint8_t *bytes, size_t len, const img_limits_t *lim, img_info_t *info,
               err_t *e);
 
+/* The format from the first bytes alone (16 are enough; PNG dimensions from the first 33
+ * when given) without reading the rest of the header: what indexing a folder checks. A
+ * file that is not a JPEG or PNG (or one this build cannot decode, or a PNG over the
+ * limits) gives -1 with the reason. */
+int img_sniff(const uint8_t *bytes, size_t len, const img_limits_t *lim, img_info_t *info,
+              err_t *e);
+
 /* What part of the image to decode. The rectangle is in full-resolution pixels; the
  * decoder may return a larger one (JPEG crops at block boundaries; PNG decodes whole
  * rows). scale_num in 1..8 asks JPEG for a DCT-domain reduction to scale_num/8 (PNG and
