@@ -109,6 +109,7 @@ static void describe_start(const uint8_t *b, size_t len, char *out, size_t cap) 
     if (text == n) {
         char t[16];
         for (size_t i = 0; i < n; i++) t[i] = (char)(b[i] < 0x20 ? ' ' : b[i]);
+        while (n > 0 && t[n - 1] == ' ') n--;
         t[n] = 0;
         snprintf(out, cap, "it starts with the text \"%s\"", t);
         return;
