@@ -21,6 +21,7 @@ void img_buf_free(img_buf_t *b) {
 }
 
 int img_buf_reserve_(img_buf_t *b, int which, size_t n, err_t *e) {
+    n += 16; /* slack: vector code may read a few bytes past the last pixel */
     uint8_t **p = which ? &b->tmp : &b->px;
     size_t *cap = which ? &b->tmp_cap : &b->cap;
     if (n <= *cap) return 0;

@@ -115,7 +115,8 @@ bool img_have_png(void);
 
 /* ---- shared by the decoders (image.c) ---- */
 
-/* Makes buf->px (which = 0) or buf->tmp (which = 1) hold n bytes. */
+/* Makes buf->px (which = 0) or buf->tmp (which = 1) hold n bytes, plus 16 of slack that
+ * vector code may read (never write) past the last pixel. */
 int img_buf_reserve_(img_buf_t *b, int which, size_t n, err_t *e);
 
 /* Checks w x h against the limits; -1 with a message naming the bound. */

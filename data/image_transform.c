@@ -82,46 +82,56 @@ static int ksize_of(const axis_t *a) {
 }
 
 /* Pillow's bilinear coefficients for outputs out_off .. out_off + n - 1: b[2i] = first
- * source pixel (absolute), b[2i + 1] = tap count. When the crop is at least ks pixels
- * wide every output gets exactly ks taps (the window moved inside the crop, the extra taps
- * weighted 0, which changes no sum), so the passes run fixed-length loops; outputs outside
- * the resized image (centre-crop padding) get all-zero weights. */
+ * source pixel (absolute), b[2i + 1] = tap count, weights at k[i * ks]. Every output gets
+ * the same count (the most any output needs, at most ks) with its window moved inside the
+ * crop and the extra taps weighted 0, which changes no sum; outputs outside the resized
+ * image (centre-crop padding) get all-zero weights. (A crop narrower than that count keeps
+ * the exact counts.) */
 static void coeffs(const axis_t *a, int n, int ks, int *b, int32_t *k, double *scratch) {
-    int in_size = a->hi - a->lo;
-    bool fixed = in_size >= ks;
+    int in_size = a->hi - a->lo, taps = 0;
     float in0 = a->in0 - (float)a->lo, in1 = a->in1 - (float)a->lo;
     double scale = (double)(in1 - in0) / a->out_total;
     double fs = scale < 1.0 ? 1.0 : scale, support = fs, ss = 1.0 / fs;
     double pre[64];
-    for (int i = 0; i < n; i++) {
-        int xx = a->out_off + i;
-        int32_t *kk = k + (size_t)i * ks;
-        memset(kk, 0, (size_t)ks * sizeof *kk);
-        if (xx < 0 || xx >= a->out_total) {
-            b[2 * i] = a->lo;
-            b[2 * i + 1] = fixed ? ks : 0;
-            continue;
+    for (int pass = 0; pass < 2; pass++) {
+        bool fixed = pass == 1 && in_size >= taps;
+        for (int i = 0; i < n; i++) {
+            int xx = a->out_off + i;
+            int32_t *kk = k + (size_t)i * ks;
+            if (xx < 0 || xx >= a->out_total) {
+                if (pass) {
+                    memset(kk, 0, (size_t)ks * sizeof *kk);
+                    b[2 * i] = a->lo;
+                    b[2 * i + 1] = fixed ? taps : 0;
+                }
+                continue;
+            }
+            double center = in0 + (xx + 0.5) * scale, ww = 0.0;
+            int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+            if (xmin < 0) xmin = 0;
+            if (xmax > in_size) xmax = in_size;
+            xmax -= xmin;
+            if (!pass) {
+                if (xmax > taps) taps = xmax;
+                continue;
+            }
+            memset(kk, 0, (size_t)ks * sizeof *kk);
+            double *w = ks <= 64 ? pre : scratch;
+            for (int x = 0; x < xmax; x++) {
+                double t = (x + xmin - center + 0.5) * ss;
+                if (t < 0.0) t = -t;
+                w[x] = t < 1.0 ? 1.0 - t : 0.0;
+                ww += w[x];
+            }
+            int shift = fixed && xmin + taps > in_size ? xmin + taps - in_size : 0;
+            for (int x = 0; x < xmax; x++) {
+                double v = ww != 0.0 ? w[x] / ww : w[x];
+                kk[x + shift] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
+                                      : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
+            }
+            b[2 * i] = a->lo + xmin - shift;
+            b[2 * i + 1] = fixed ? taps : xmax;
         }
-        double center = in0 + (xx + 0.5) * scale, ww = 0.0;
-        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
-        if (xmin < 0) xmin = 0;
-        if (xmax > in_size) xmax = in_size;
-        xmax -= xmin;
-        double *w = ks <= 64 ? pre : scratch;
-        for (int x = 0; x < xmax; x++) {
-            double t = (x + xmin - center + 0.5) * ss;
-            if (t < 0.0) t = -t;
-            w[x] = t < 1.0 ? 1.0 - t : 0.0;
-            ww += w[x];
-        }
-        int shift = fixed && xmin + ks > in_size ? xmin + ks - in_size : 0;
-        for (int x = 0; x < xmax; x++) {
-            double v = ww != 0.0 ? w[x] / ww : w[x];
-            kk[x + shift] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
-                                  : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
-        }
-        b[2 * i] = a->lo + xmin - shift;
-        b[2 * i + 1] = fixed ? ks : xmax;
     }
 }
 
@@ -130,37 +140,45 @@ static inline uint8_t clip8(int32_t v) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* n RGB outputs with exactly KS taps each (KS a constant at the call: unrolled). */
-static inline __attribute__((always_inline)) void hpass3(const uint8_t *src, int sx0,
-        const int *b, const int32_t *k, int KS, int n, bool flip, uint8_t *dst) {
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* RGB outputs, one 4-lane vector per pixel (the 4th lane reads the next byte and is
+ * dropped: the decode buffers have slack after their last pixel). Exact: the same int32
+ * products and sums as the scalar loop. */
+__attribute__((target("sse4.1")))
+static void hpass3_sse41(const uint8_t *src, int sx0, const int *b, const int32_t *k, int ks,
+                         int n, bool flip, uint8_t *dst) {
+    const __m128i half = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
     for (int x = 0; x < n; x++) {
         const uint8_t *s = src + (size_t)(b[2 * x] - sx0) * 3;
-        const int32_t *kk = k + (size_t)x * KS;
-        int32_t a0 = 1 << (PRECISION_BITS - 1), a1 = a0, a2 = a0;
-        for (int t = 0; t < KS; t++) {
-            a0 += s[3 * t] * kk[t];
-            a1 += s[3 * t + 1] * kk[t];
-            a2 += s[3 * t + 2] * kk[t];
+        const int32_t *kk = k + (size_t)x * ks;
+        __m128i acc = half;
+        for (int t = 0; t < b[2 * x + 1]; t++) {
+            int32_t v;
+            memcpy(&v, s + 3 * t, 4);
+            __m128i p = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
+            acc = _mm_add_epi32(acc, _mm_mullo_epi32(p, _mm_set1_epi32(kk[t])));
         }
+        acc = _mm_srai_epi32(acc, PRECISION_BITS);
+        __m128i p16 = _mm_packs_epi32(acc, acc);
+        uint32_t o = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(p16, p16));
         uint8_t *d = dst + (size_t)(flip ? n - 1 - x : x) * 3;
-        d[0] = clip8(a0);
-        d[1] = clip8(a1);
-        d[2] = clip8(a2);
+        d[0] = (uint8_t)o;
+        d[1] = (uint8_t)(o >> 8);
+        d[2] = (uint8_t)(o >> 16);
     }
 }
+#endif
 
 /* One row: n output pixels from src, whose first pixel is absolute column sx0. */
 static void hpass(const uint8_t *src, int sx0, int c, const int *b, const int32_t *k, int ks,
                   int n, bool flip, uint8_t *dst) {
-    if (c == 3 && b[1] == ks) { /* fixed tap count: the common sizes unrolled */
-        switch (ks) {
-        case 3: hpass3(src, sx0, b, k, 3, n, flip, dst); return;
-        case 5: hpass3(src, sx0, b, k, 5, n, flip, dst); return;
-        case 7: hpass3(src, sx0, b, k, 7, n, flip, dst); return;
-        case 9: hpass3(src, sx0, b, k, 9, n, flip, dst); return;
-        default: hpass3(src, sx0, b, k, ks, n, flip, dst); return;
-        }
+#if defined(__x86_64__)
+    if (c == 3 && __builtin_cpu_supports("sse4.1")) {
+        hpass3_sse41(src, sx0, b, k, ks, n, flip, dst);
+        return;
     }
+#endif
     for (int x = 0; x < n; x++) {
         const uint8_t *s = src + (size_t)(b[2 * x] - sx0) * c;
         const int32_t *kk = k + (size_t)x * ks;
@@ -271,7 +289,11 @@ int img_resize_box(const uint8_t *src, int sw, int sh, int c, int bx0, int by0, 
         return err_set(e, ERR_INPUT, "img_resize_box: bad box");
     axis_t ax = {bx0, bx1, (float)bx0, (float)bx1, ow, 0}, ay = {by0, by1, (float)by0, (float)by1, oh, 0};
     if (plan_axes(&ax, &ay, ow, oh, w, e)) return -1;
-    return resample(src, 0, 0, (size_t)sw * c, c, &ax, &ay, ow, oh, false, out, w, e);
+    /* into the decoder's buffer, which has the slack the vector pass reads past the end */
+    size_t bytes = (size_t)sw * sh * c;
+    if (img_buf_reserve_(&w->dec, 0, bytes, e)) return -1;
+    memcpy(w->dec.px, src, bytes);
+    return resample(w->dec.px, 0, 0, (size_t)sw * c, c, &ax, &ay, ow, oh, false, out, w, e);
 }
 
 /* The centre crop's first output pixel in a resized side of n (negative: padding). */
