@@ -60,6 +60,10 @@ static int folder_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
     if (first_bad >= 0) {
         char p[DATA_PATH_MAX];
         entry_path(f, first_bad, p, sizeof p);
+        const char *why = ix->why + ix->why_off[first_bad];
+        if (strstr(why, "built without"))
+            return err_set(e, ERR_INPUT, "image_folder: %s: %s; image_folder cannot read %s "
+                           "without it", p, why, f->split);
         if (!fo->skip_bad)
             return err_set(e, ERR_INPUT, "image_folder: %s: %s; fix or remove the file%s, or set "
                            "data.bad_images: skip to leave such files out (%lld bad file%s in %s)",

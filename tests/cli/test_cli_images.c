@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/image.h"
 #include "tests/cli/cli_util.h"
 
 static char dir[2048];
@@ -171,6 +172,7 @@ static void test_plan_and_bad_files(void) {
 }
 
 int main(void) {
+    if (!img_have_jpeg() || !img_have_png()) test_skip("built without libjpeg or libpng");
     if (test_tmpdir(dir, sizeof dir)) return 1;
     setenv("RUNNER_CACHE_DIR", dir, 1);
     if (fixtures("fmnist", "fm", "20 5") || fixtures("photos", "ph", "8 2"))

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/image.h"
 #include "tests/cli/cli_util.h"
 
 static char dir[2048];
@@ -71,6 +72,7 @@ static void test_photos_imagenet_stem(void) {
 
 int main(void) {
     char cmd[4200], out[8192];
+    if (!img_have_jpeg() || !img_have_png()) test_skip("built without libjpeg or libpng");
     if (test_tmpdir(dir, sizeof dir)) return 1;
     setenv("RUNNER_CACHE_DIR", dir, 1);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/cli/images_fixtures.py photos %s/ph 40 10 2>&1",

@@ -400,8 +400,32 @@ static void test_rrc_params(void) {
     CHECK_INT(rh, 341);
 }
 
+/* A build without libjpeg or libpng: decoding says so (ERR_INPUT), nothing else. */
+static void test_built_without(void) {
+    static const uint8_t jpg[] = {0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 0, 0, 0xFF, 0xC0, 0, 11, 8, 0, 8, 0, 8, 1, 1, 0x11, 0};
+    static const uint8_t png[33] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D',
+                                    'R', 0, 0, 0, 8, 0, 0, 0, 8, 8, 2, 0, 0, 0, 0, 0, 0, 0};
+    img_info_t ii;
+    err_t e = {0};
+    if (!img_have_jpeg()) {
+        CHECK_INT(img_probe(jpg, sizeof jpg, NULL, &ii, &e), -1);
+        CHECK_INT(e.code, ERR_INPUT);
+        CHECK_CONTAINS(e.msg, "built without JPEG support");
+    }
+    if (!img_have_png()) {
+        CHECK_INT(img_probe(png, sizeof png, NULL, &ii, &e), -1);
+        CHECK_INT(e.code, ERR_INPUT);
+        CHECK_CONTAINS(e.msg, "built without PNG support");
+    }
+}
+
 int main(void) {
     char cmd[16384], out[8192];
+    if (!img_have_jpeg() || !img_have_png()) {
+        TEST_RUN(test_built_without);
+        if (test_main_end()) return 1;
+        test_skip("built without libjpeg or libpng: only the refusal is checked");
+    }
     if (test_tmpdir(fx, sizeof fx) == 0) {
         snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/data/image_fixtures.py %s 2>&1",
                  test_source_dir(), fx);

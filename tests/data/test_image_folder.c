@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/image.h"
 #include "data/loader.h"
 #include "tests/test.h"
 
@@ -338,6 +339,7 @@ static void test_unreadable(void) {
 
 int main(void) {
     char cmd[6000], out[4096];
+    if (!img_have_jpeg() || !img_have_png()) test_skip("built without libjpeg or libpng");
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
     snprintf(fx, sizeof fx, "%s/fx", tmp);
     snprintf(cache, sizeof cache, "%s/cache", tmp);

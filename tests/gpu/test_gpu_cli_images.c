@@ -11,6 +11,7 @@
  *     1e-3 relative L2.
  * Skipped (77) without a GPU or the fixtures; RUNNER_GPU_CLI_DRYRUN=cpu runs it on the CPU.
  */
+#include "data/image.h"
 #include "tests/gpu/gpu_cli_util.h"
 
 static const char *exp_yaml =
@@ -72,6 +73,7 @@ static void folder_gpu_vs_cpu(void) {
 
 int main(void) {
     gc_setup();
+    if (!img_have_png()) test_skip("built without libpng (the Fashion-MNIST folder is PNG)");
     char cmd[2048], out[4096];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/cli/images_fixtures.py fmnist %s/fm 20 5 2>&1",
              test_source_dir(), gc_tmp);
