@@ -4,9 +4,10 @@
  * Workers (data.workers: auto): the decode + training transform is timed on this thread
  * (CPU time, so a loaded machine does not skew it) over up to 32 training images spread
  * through the split, giving images/s per core. The device's appetite is estimated as
- * effective FLOP/s / (3 x forward FLOPs per image): on CUDA 60 TFLOP/s with AMP and 30
- * without (about what an H100 reaches on ResNet-50 training, ~5000 images/s with AMP in
- * NVIDIA's published results: an assumption until this project measures it), on the CPU
+ * effective FLOP/s / (3 x forward FLOPs per image): on CUDA 100 TFLOP/s with AMP and 50
+ * without (ResNet-50 at 224 px, 8.2 GFLOP forward: ~4000 and ~2000 images/s, the order of
+ * NVIDIA's published H100 training throughput: an assumption until this project measures
+ * it on its own GPU runs), on the CPU
  * backend 20 GFLOP/s per compute thread. workers = ceil(appetite / rate), at least 1, at
  * most the cores per local rank minus one (the rank's own thread) on CUDA, 2 on the CPU
  * (the compute threads use the cores). The plan prints the numbers it used.
@@ -160,7 +161,7 @@ int plan_images_workers(const experiment_t *e, plan_t *p, err_t *err) {
         snprintf(p->workers_why, sizeof p->workers_why, "auto: 2 for in-memory datasets");
     } else if (!(rc = measure(e, im, err))) {
         bool cuda = !strcmp(p->device, "cuda");
-        double flops = cuda ? (e->amp.enabled ? 60e12 : 30e12) : 20e9 * p->threads_per_rank;
+        double flops = cuda ? (e->amp.enabled ? 100e12 : 50e12) : 20e9 * p->threads_per_rank;
         double per_image = 3e9 * (p->forward_gflops_per_sample > 0 ? p->forward_gflops_per_sample : 1);
         im->appetite = flops / per_image;
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
