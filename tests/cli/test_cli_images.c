@@ -12,8 +12,11 @@
  * - A text file named .jpg stops the run with exit 2 and one message naming it; with
  *   data.bad_images: skip the run completes and summary.json counts it together with a
  *   truncated JPEG found while decoding.
+ * - SIGINT mid-epoch, then `runner resume`: params, BN buffers and momentum equal the
+ *   uninterrupted run's bit for bit (the decoded crops are keyed by sample, not by time).
  * Skipped (77) without python3 + PIL + numpy, Debian's Fashion-MNIST or skimage's photos.
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,17 +91,7 @@ static void test_fashion_mnist_folder_bit_identical(void) {
     free(m0);
     free(m1);
     const char *sections[] = {"params", "buffers"};
-    for (int s = 0; s < 2; s++) {
-        char c0[4400], c1[4400];
-        snprintf(c0, sizeof c0, "%s/checkpoints/last.ckpt", runs[0]);
-        snprintf(c1, sizeof c1, "%s/checkpoints/last.ckpt", runs[1]);
-        size_t n0 = 0, n1 = 0;
-        void *a = ckpt_section_copy(c0, sections[s], &n0), *b = ckpt_section_copy(c1, sections[s], &n1);
-        CHECK(a && b && n0 == n1 && n0 > 0);
-        if (a && b && n0 == n1) CHECK(!memcmp(a, b, n0));
-        free(a);
-        free(b);
-    }
+    cli_check_same_sections(runs[0], runs[1], sections, 2);
     snprintf(args, sizeof args, "%s/classes.txt", runs[1]);
     char *cls = test_read_file(args, NULL);
     CHECK_STR(cls, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
@@ -171,15 +164,41 @@ static void test_plan_and_bad_files(void) {
     }
 }
 
+static void test_sigint_resume(void) {
+    char body[4096], out[16384], root[2300], log[2300], args[6000], dir2[4096];
+    snprintf(body, sizeof body, "seed: 4\ndevice: cpu\nname: phres\nmodel: {arch: resnet20}\n"
+             "train: {epochs: 6, batch_size: 4}\nparallel: {mode: single}\nlogging: {print_every: 1}\n"
+             "checkpoint: {resume: never}\ndata: {dataset: image_folder, root: %s/phr, image_size: 32, "
+             "workers: 2}\n", dir);
+    CHECK_INT(write_exp("phres", body), 0);
+    snprintf(args, sizeof args, "%s/phres.yaml", dir);
+    snprintf(root, sizeof root, "%s/ref", dir);
+    const char *ref = cli_run(args, root, NULL, 0, out, sizeof out);
+    CHECK(ref != NULL);
+    if (!ref) return;
+    snprintf(root, sizeof root, "%s/int", dir);
+    snprintf(log, sizeof log, "%s/int.log", dir);
+    CHECK_INT(cli_interrupt_at(args, root, log, "phres", NULL, 0, 5, SIGINT, dir2, sizeof dir2), 130);
+    snprintf(args, sizeof args, "resume %s", dir2);
+    int rc = run_runner(args, out, sizeof out);
+    if (rc) fprintf(stderr, "%s\n", out);
+    CHECK_INT(rc, 0);
+    CHECK_CONTAINS(out, "continuing at step");
+    const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
+    cli_check_same_sections(ref, dir2, sections, 3);
+}
+
 int main(void) {
     if (!img_have_jpeg() || !img_have_png()) test_skip("built without libjpeg or libpng");
     if (test_tmpdir(dir, sizeof dir)) return 1;
     setenv("RUNNER_CACHE_DIR", dir, 1);
-    if (fixtures("fmnist", "fm", "20 5") || fixtures("photos", "ph", "8 2"))
+    if (fixtures("fmnist", "fm", "20 5") || fixtures("photos", "ph", "8 2") ||
+        fixtures("photos", "phr", "8 2"))
         test_skip("the fixtures need python3 with PIL and numpy, dataset-fashion-mnist and "
                   "python3-skimage (scripts/deps.sh --test)");
     TEST_RUN(test_fashion_mnist_folder_bit_identical);
     TEST_RUN(test_plan_and_bad_files);
+    TEST_RUN(test_sigint_resume);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
