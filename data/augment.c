@@ -141,6 +141,10 @@ void augment_apply(const augment_opts_t *o, const augment_params_t *p, const uin
     rotate(scratch, c, oh, ow, p->angle, dst);
 }
 
+void augment_rotate(const uint8_t *src, int c, int h, int w, double angle, uint8_t *dst) {
+    rotate(src, c, h, w, angle, dst);
+}
+
 void augment_normalize(const uint8_t *in, int64_t n, int c, const float *mean,
                        const float *std, float *out) {
     for (int64_t i = 0; i < n; i++)

@@ -55,6 +55,9 @@ augment_params_t augment_eval_params(const augment_opts_t *o, int h, int w);
 void augment_apply(const augment_opts_t *o, const augment_params_t *p, const uint8_t *src,
                    int c, int h, int w, uint8_t *dst, uint8_t *scratch);
 
+/* The rotation alone (src h x w x c -> dst, as augment_apply rotates). */
+void augment_rotate(const uint8_t *src, int c, int h, int w, double angle, uint8_t *dst);
+
 /* Normalises n pixels of c channels: out[i*c+k] = (in[i*c+k] / 255 - mean[k]) / std[k]. */
 void augment_normalize(const uint8_t *in, int64_t n, int c, const float *mean,
                        const float *std, float *out);

@@ -18,6 +18,8 @@
 #include "data/dataset_mem.h"
 
 #define CIFAR_IMG 3072
+#define CIFAR10_URL "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+#define CIFAR100_URL "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz"
 /* The most records one split may hold (checked before allocating): 20x the official 50000
  * train images, 3.1 GB of pixels. */
 #define CIFAR_MAX_RECORDS 1000000
@@ -32,15 +34,14 @@ static const char *const cifar10_val[] = {"test_batch.bin", NULL};
 static const char *const cifar100_train[] = {"train.bin", NULL};
 static const char *const cifar100_val[] = {"test.bin", NULL};
 
-const char *const *cifar_files_(int variant, data_split_t split) {
+static const char *const *cifar_files(int variant, data_split_t split) {
     if (variant == 10) return split == DATA_SPLIT_TRAIN ? cifar10_train : cifar10_val;
     return split == DATA_SPLIT_TRAIN ? cifar100_train : cifar100_val;
 }
 
 /* The message for a missing file: where it was looked for and how to get it. */
 static int missing_file(const dataset_t *d, int variant, const char *path, err_t *e) {
-    const char *url = variant == 10 ? "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
-                                    : "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz";
+    const char *url = variant == 10 ? CIFAR10_URL : CIFAR100_URL;
     return err_set(e, ERR_INPUT,
                    "%s: %s not found (looked in data.root = %s): set `data.download: true` to "
                    "fetch it, or download %s yourself and extract it so that the .bin files "
@@ -162,8 +163,8 @@ int cifar_read_memory_(dataset_t *d, int variant, const char *label, const uint8
     return decode_records(d, variant, label, buf, len / rec, 0, &n, e);
 }
 
-int cifar_read_(dataset_t *d, int variant, err_t *e) {
-    const char *const *files = cifar_files_(variant, d->split);
+static int cifar_read(dataset_t *d, int variant, err_t *e) {
+    const char *const *files = cifar_files(variant, d->split);
     int64_t total;
     if (scan_files(d, variant, files, &total, e)) return -1;
     if (dataset_alloc_(d, total, 3, 32, 32, variant, e)) return -1;
@@ -183,3 +184,32 @@ int cifar_read_(dataset_t *d, int variant, err_t *e) {
         dataset_load_class_names_(d, p);
     return 0;
 }
+
+static int cifar10_present(const char *root, data_split_t split, char *missing, size_t len) {
+    return data_files_present_(root, cifar_files(10, split), false, missing, len);
+}
+static int cifar100_present(const char *root, data_split_t split, char *missing, size_t len) {
+    return data_files_present_(root, cifar_files(100, split), false, missing, len);
+}
+static int cifar10_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
+    (void)o;
+    return cifar_read(d, 10, e);
+}
+static int cifar100_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
+    (void)o;
+    return cifar_read(d, 100, e);
+}
+
+const dataset_reader_t dataset_reader_cifar10 = {
+    {"cifar10", "data/cifar-10-batches-bin", CIFAR10_URL, "c32a1d4ab5d03f1284b67883e8d87530",
+     3, 32, 32, 10, 50000, 10000, {0.4914f, 0.4822f, 0.4465f, 0.5f},
+     {0.2470f, 0.2435f, 0.2616f, 0.25f}},
+    cifar10_present, cifar10_open, NULL, NULL, NULL,
+};
+
+const dataset_reader_t dataset_reader_cifar100 = {
+    {"cifar100", "data/cifar-100-binary", CIFAR100_URL, "03b5dce01913d631647c71ecec9e9cb8",
+     3, 32, 32, 100, 50000, 10000, {0.5071f, 0.4865f, 0.4409f, 0.5f},
+     {0.2673f, 0.2564f, 0.2762f, 0.25f}},
+    cifar100_present, cifar100_open, NULL, NULL, NULL,
+};

@@ -1,7 +1,9 @@
-/* dataset.c: the dataset interface: names, defaults, opening (with download), accessors.
+/* dataset.c: the dataset interface: the table of readers, opening (with download),
+ * accessors.
  *
- * Implements dataset.h except the file formats themselves (cifar.c, fashion_mnist.c,
- * synthetic.c) and the download (download.c).
+ * Knows the readers only through their vtables (dataset_impl.h): one table, looked up by
+ * name. The file formats are in the readers (cifar.c, fashion_mnist.c, synthetic.c,
+ * image_folder.c), the shared helpers in dataset_util.c, the download in download.c.
  */
 #include "data/dataset.h"
 
@@ -13,125 +15,39 @@
 #include "data/dataset_impl.h"
 #include "data/download.h"
 
-#define CIFAR10_URL "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
-#define CIFAR10_MD5 "c32a1d4ab5d03f1284b67883e8d87530"
-#define CIFAR100_URL "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz"
-#define CIFAR100_MD5 "03b5dce01913d631647c71ecec9e9cb8"
-
-static const dataset_info_t dataset_table[] = {
-    {"cifar10", "data/cifar-10-batches-bin", CIFAR10_URL, CIFAR10_MD5, 3, 32, 32, 10,
-     50000, 10000, {0.4914f, 0.4822f, 0.4465f, 0.5f}, {0.2470f, 0.2435f, 0.2616f, 0.25f}},
-    {"cifar100", "data/cifar-100-binary", CIFAR100_URL, CIFAR100_MD5, 3, 32, 32, 100,
-     50000, 10000, {0.5071f, 0.4865f, 0.4409f, 0.5f}, {0.2673f, 0.2564f, 0.2762f, 0.25f}},
-    {"fashion_mnist", "/usr/share/datasets/fashion-mnist", "", "", 1, 28, 28, 10,
-     60000, 10000, {0.2860f, 0.2860f, 0.2860f, 0.2860f}, {0.3530f, 0.3530f, 0.3530f, 0.3530f}},
-    {"synthetic", "", "", "", 3, 32, 32, 10,
-     1024, 256, {0.5f, 0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f, 0.25f}},
+static const dataset_reader_t *const readers[] = {
+    &dataset_reader_cifar10, &dataset_reader_cifar100, &dataset_reader_fashion_mnist,
+    &dataset_reader_synthetic, &dataset_reader_image_folder,
 };
-#define N_DATASETS (int)(sizeof dataset_table / sizeof dataset_table[0])
+#define N_READERS (int)(sizeof readers / sizeof readers[0])
 
-int dataset_info(const char *name, dataset_info_t *info, err_t *e) {
-    for (int i = 0; i < N_DATASETS; i++)
-        if (name && !strcmp(name, dataset_table[i].name)) {
-            *info = dataset_table[i];
-            return 0;
-        }
-    return err_set(e, ERR_INPUT,
-                   "unknown dataset \"%s\": expected one of cifar10, cifar100, fashion_mnist, "
-                   "synthetic (data.dataset)", name ? name : "(null)");
-}
-
-int data_join_path_(char *out, size_t len, const char *dir, const char *file) {
-    int n;
-    if (!dir || !*dir) n = snprintf(out, len, "%s", file);
-    else if (dir[strlen(dir) - 1] == '/') n = snprintf(out, len, "%s%s", dir, file);
-    else n = snprintf(out, len, "%s/%s", dir, file);
-    return (n < 0 || (size_t)n >= len) ? -1 : 0;
-}
-
-int data_file_exists_(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* The NULL-terminated list of files a split of a named dataset needs (NULL: synthetic). */
-static const char *const *files_for(const char *name, data_split_t split) {
-    if (!strcmp(name, "cifar10")) return cifar_files_(10, split);
-    if (!strcmp(name, "cifar100")) return cifar_files_(100, split);
-    if (!strcmp(name, "fashion_mnist")) return fashion_mnist_files_(split);
+static const dataset_reader_t *reader_of(const char *name) {
+    for (int i = 0; name && i < N_READERS; i++)
+        if (!strcmp(name, readers[i]->info.name)) return readers[i];
     return NULL;
 }
 
-/* 1 if file (or, for fashion_mnist, file.gz) exists under root. */
-static int present(const char *name, const char *root, const char *file) {
-    char p[DATA_PATH_MAX];
-    if (data_join_path_(p, sizeof p, root, file)) return 0;
-    if (data_file_exists_(p)) return 1;
-    if (!strcmp(name, "fashion_mnist")) {
-        char gz[DATA_PATH_MAX + 4];
-        snprintf(gz, sizeof gz, "%s.gz", p);
-        return data_file_exists_(gz);
+int dataset_info(const char *name, dataset_info_t *info, err_t *e) {
+    const dataset_reader_t *r = reader_of(name);
+    if (r) {
+        *info = r->info;
+        return 0;
     }
-    return 0;
+    char known[256] = "";
+    for (int i = 0; i < N_READERS; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 readers[i]->info.name);
+    return err_set(e, ERR_INPUT, "unknown dataset \"%s\": expected one of %s (data.dataset)",
+                   name ? name : "(null)", known);
 }
 
 int dataset_files_present(const char *name, const char *root, data_split_t split,
                           char *missing, size_t missing_len, err_t *e) {
     dataset_info_t info = {0};
     if (dataset_info(name, &info, e)) return -1;
+    const dataset_reader_t *r = reader_of(name);
     if (!root || !*root) root = info.default_root;
-    const char *const *files = files_for(info.name, split);
-    for (int i = 0; files && files[i]; i++)
-        if (!present(info.name, root, files[i])) {
-            /* name the file that is normally there: Fashion-MNIST ships as .gz */
-            char gz[DATA_PATH_MAX];
-            snprintf(gz, sizeof gz, "%s%s", files[i], strcmp(info.name, "fashion_mnist") ? "" : ".gz");
-            if (missing && missing_len) data_join_path_(missing, missing_len, root, gz);
-            return 0;
-        }
-    return 1;
-}
-
-int dataset_alloc_(dataset_t *d, int64_t n, int c, int h, int w, int classes, err_t *e) {
-    d->n = n; d->c = c; d->h = h; d->w = w; d->classes = classes;
-    size_t img = (size_t)h * w * c;
-    d->pixels = xmalloc((size_t)n * img > 0 ? (size_t)n * img : 1, e);
-    d->labels = xmalloc((size_t)n * sizeof(int32_t) > 0 ? (size_t)n * sizeof(int32_t) : 1, e);
-    d->class_names = xcalloc((size_t)classes, sizeof(char *), e);
-    if (!d->pixels || !d->labels || !d->class_names) return -1;
-    for (int k = 0; k < classes; k++) {
-        char buf[16];
-        snprintf(buf, sizeof buf, "%d", k);
-        if (!(d->class_names[k] = strdup(buf)))
-            return err_set(e, ERR_RUNTIME, "out of memory (class names)");
-    }
-    return 0;
-}
-
-void dataset_load_class_names_(dataset_t *d, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    char **names = calloc((size_t)d->classes, sizeof(char *));
-    char line[256];
-    int k = 0;
-    while (names && k < d->classes && fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
-            line[--len] = 0;
-        if (len) names[k++] = strdup(line);
-    }
-    fclose(f);
-    int ok = names && k == d->classes;
-    for (int i = 0; ok && i < k; i++) ok = names[i] != NULL;
-    if (ok) {
-        for (int i = 0; i < d->classes; i++) {
-            free(d->class_names[i]);
-            d->class_names[i] = names[i];
-        }
-    } else {
-        for (int i = 0; names && i < k; i++) free(names[i]);
-    }
-    free(names);
+    return r->present ? r->present(root, split, missing, missing_len) : 1;
 }
 
 /* Downloads the archive for a CIFAR dataset into root when files are missing. */
@@ -179,19 +95,12 @@ int dataset_open(const dataset_opts_t *o, dataset_t **out, err_t *e) {
         return err_set(e, ERR_INPUT, "data.root is too long (%zu bytes)", strlen(root));
     dataset_t *d = xcalloc(1, sizeof *d, e);
     if (!d) return -1;
+    d->reader = reader_of(info.name);
     snprintf(d->name, sizeof d->name, "%s", info.name);
     snprintf(d->root, sizeof d->root, "%s", root);
     d->split = o->split;
-    int rc;
-    if (!strcmp(info.name, "synthetic")) {
-        d->root[0] = 0;
-        rc = synthetic_generate_(d, &o->synthetic, o->seed, e);
-    } else if (!strcmp(info.name, "fashion_mnist")) {
-        rc = fashion_mnist_read_(d, e);
-    } else {
-        rc = ensure_download(o, &info, root, e);
-        if (!rc) rc = cifar_read_(d, !strcmp(info.name, "cifar10") ? 10 : 100, e);
-    }
+    int rc = info.url[0] ? ensure_download(o, &info, root, e) : 0;
+    if (!rc) rc = d->reader->open(d, o, e);
     if (rc) {
         dataset_free(d);
         return -1;
@@ -213,6 +122,7 @@ int dataset_from_memory(const char *name, const uint8_t *pixels, const int32_t *
                            "outside [0, %d)", labels[i], (long long)i, classes);
     dataset_t *d = xcalloc(1, sizeof *d, e);
     if (!d) return -1;
+    d->reader = &dataset_reader_synthetic; /* an in-memory dataset; nothing to close */
     snprintf(d->name, sizeof d->name, "%s", name ? name : "memory");
     if (dataset_alloc_(d, n, c, h, w, classes, e)) {
         dataset_free(d);
@@ -226,6 +136,7 @@ int dataset_from_memory(const char *name, const uint8_t *pixels, const int32_t *
 
 void dataset_free(dataset_t *d) {
     if (!d) return;
+    if (d->reader && d->reader->close) d->reader->close(d);
     for (int k = 0; d->class_names && k < d->classes; k++) free(d->class_names[k]);
     free(d->class_names);
     free(d->pixels);
@@ -253,5 +164,37 @@ const char *dataset_class_name(const dataset_t *d, int k) {
 
 const uint8_t *dataset_get(const dataset_t *d, int64_t i, int *label) {
     if (label) *label = d->labels[i];
-    return d->pixels + (size_t)i * d->h * d->w * d->c;
+    return d->pixels ? d->pixels + (size_t)i * d->h * d->w * d->c : NULL;
+}
+
+bool dataset_in_memory(const dataset_t *d) { return d->pixels != NULL; }
+const dataset_notes_t *dataset_notes(const dataset_t *d) { return &d->notes; }
+
+int dataset_read(const dataset_t *d, int64_t i, data_sample_t *s, data_buf_t *buf, err_t *e) {
+    memset(s, 0, sizeof *s);
+    if (i < 0 || i >= d->n)
+        return err_set(e, ERR_RUNTIME, "dataset %s: sample %lld outside 0..%lld", d->name,
+                       (long long)i, (long long)d->n - 1);
+    s->label = d->labels[i];
+    s->path = "";
+    if (d->pixels) {
+        s->pixels = d->pixels + (size_t)i * d->h * d->w * d->c;
+        s->h = d->h;
+        s->w = d->w;
+        s->c = d->c;
+        return 0;
+    }
+    return d->reader->read(d, i, s, buf, e);
+}
+
+const char *dataset_sample_path(const dataset_t *d, int64_t i, char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    if (d->pixels || !d->reader->path || i < 0 || i >= d->n) return out;
+    d->reader->path(d, i, out, cap);
+    return out;
+}
+
+void dataset_class_counts(const dataset_t *d, int64_t *counts) {
+    memset(counts, 0, (size_t)d->classes * sizeof *counts);
+    for (int64_t i = 0; i < d->n; i++) counts[d->labels[i]]++;
 }

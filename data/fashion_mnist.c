@@ -27,7 +27,7 @@ static const char *const fm_val[] = {"t10k-images-idx3-ubyte", "t10k-labels-idx1
 static const char *const fm_class_names[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
     "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
-const char *const *fashion_mnist_files_(data_split_t split) {
+static const char *const *fashion_mnist_files(data_split_t split) {
     return split == DATA_SPLIT_TRAIN ? fm_train : fm_val;
 }
 
@@ -106,8 +106,9 @@ static int expect_end(gzFile f, const char *path, size_t expected, err_t *e) {
     return 0;
 }
 
-int fashion_mnist_read_(dataset_t *d, err_t *e) {
-    const char *const *files = fashion_mnist_files_(d->split);
+static int fashion_mnist_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
+    (void)o;
+    const char *const *files = fashion_mnist_files(d->split);
     char ipath[DATA_PATH_MAX + 4], lpath[DATA_PATH_MAX + 4];
     gzFile fi = NULL, fl = NULL;
     int rc = -1;
@@ -173,14 +174,21 @@ int fashion_mnist_read_gz_(dataset_t *d, void *images, const char *ipath, void *
         d->labels[i] = lab[i];
     }
     free(lab);
-    for (int k = 0; k < 10; k++) {
-        char *s = strdup(fm_class_names[k]);
-        if (s) {
-            free(d->class_names[k]);
-            d->class_names[k] = s;
-        }
-    }
+    for (int k = 0; k < 10; k++)
+        if (dataset_set_class_name_(d, k, fm_class_names[k], e)) goto done;
     rc = 0;
 done:
     return rc;
 }
+
+/* The plain name or name.gz. */
+static int fashion_mnist_present(const char *root, data_split_t split, char *missing,
+                                 size_t len) {
+    return data_files_present_(root, fashion_mnist_files(split), true, missing, len);
+}
+
+const dataset_reader_t dataset_reader_fashion_mnist = {
+    {"fashion_mnist", "/usr/share/datasets/fashion-mnist", "", "", 1, 28, 28, 10, 60000, 10000,
+     {0.2860f, 0.2860f, 0.2860f, 0.2860f}, {0.3530f, 0.3530f, 0.3530f, 0.3530f}},
+    fashion_mnist_present, fashion_mnist_open, NULL, NULL, NULL,
+};

@@ -6,11 +6,14 @@
  * and mark them ready. loader_next gives back the previous batch and waits for the next
  * one in order, so the consumer sees batches in order whatever the workers' timing. A
  * generation counter lets loader_start_epoch abandon in-flight work: it waits until no
- * worker is filling, then resets the ring. Not here: the per-sample maths (augment.c).
+ * worker is filling, then resets the ring. A filler that fails (a bad image file) marks
+ * its slot failed with the error, which loader_next returns in batch order. Not here: the
+ * per-sample maths (augment.c, image_transform.c).
  */
 #include "data/loader.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,14 +28,19 @@ typedef struct slot {
     int64_t *ids;
     float *f32;            /* mixup: the batch in fp32 (== b.images for float dtypes) */
     int state;
+    int failed;
+    err_t err;
 } slot_t;
 
 /* Per-filler scratch: the augmented uint8 image and the rotation's intermediate; with
- * erasing or mixup the normalised fp32 sample and the batch's mixing. */
+ * erasing or mixup the normalised fp32 sample and the batch's mixing; for datasets not in
+ * memory the file's bytes and the decoder's memory. */
 typedef struct scratch {
     uint8_t *img, *tmp;
     float *f32;
     mix_sample_t *mix;
+    data_buf_t file;
+    img_work_t work;
 } scratch_t;
 
 typedef struct worker_arg {
@@ -65,6 +73,10 @@ struct loader {
     uint64_t generation;
     int active, shutdown, in_flight;
     int64_t next_claim, released, next_consume, end_batch, held;
+    /* datasets not in memory */
+    bool files;
+    uint8_t *bad;              /* per sample: failed to decode (skip_bad); atomic bytes */
+    int64_t bad_count;         /* distinct, atomic */
 };
 
 static void *default_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
@@ -98,23 +110,73 @@ static void fill_f32(const loader_t *l, int64_t epoch, int64_t idx, const uint8_
     if (!l->mix) store_f32(l, f, s->b.images, off, l->img_elems);
 }
 
+/* One sample of a dataset not in memory into sc->img (oh x ow x c): read, decode and
+ * transform; rotation last. With skip_bad, a sample whose file fails is replaced by the
+ * next one that decodes, drawn with idx's random numbers. */
+static int image_sample(loader_t *l, int64_t epoch, int64_t idx, scratch_t *sc, int *label,
+                        err_t *e) {
+    int64_t n = dataset_size(l->ds), src = idx;
+    for (int64_t tries = 0; tries < n; tries++, src = (src + 1) % n) {
+        if (l->bad && __atomic_load_n(&l->bad[src], __ATOMIC_RELAXED)) continue;
+        rng_t r = rng_make(l->o.seed, RNG_STREAM_AUGMENT, (uint64_t)epoch, (uint64_t)idx);
+        data_sample_t s;
+        err_t fe = {0};
+        int rc = dataset_read(l->ds, src, &s, &sc->file, &fe);
+        if (!rc && img_transform(&l->o.image, s.bytes, s.len, !l->o.eval, &r, sc->img,
+                                 &sc->work, NULL, &fe)) {
+            err_t wrapped = {0};
+            err_set(&wrapped, fe.code ? fe.code : ERR_INPUT, "image_folder: %s: %s", s.path, fe.msg);
+            fe = wrapped;
+            rc = -1;
+        }
+        if (!rc) {
+            *label = s.label;
+            if (!l->o.eval && l->o.augment.rotation != 0.0) {
+                double a = -l->o.augment.rotation + 2.0 * l->o.augment.rotation * rng_uniform_f64(&r);
+                augment_rotate(sc->img, l->c, l->oh, l->ow, a, sc->tmp);
+                memcpy(sc->img, sc->tmp, l->img_elems);
+            }
+            return 0;
+        }
+        if (!l->bad || fe.code != ERR_INPUT) {
+            if (fe.code == ERR_INPUT)
+                snprintf(fe.msg + strlen(fe.msg), sizeof fe.msg - strlen(fe.msg), "; fix or "
+                         "remove the file, or set data.bad_images: skip to leave such files out");
+            *e = fe;
+            return -1;
+        }
+        if (!__atomic_exchange_n(&l->bad[src], 1, __ATOMIC_RELAXED))
+            __atomic_fetch_add(&l->bad_count, 1, __ATOMIC_RELAXED);
+    }
+    return err_set(e, ERR_INPUT, "image_folder: none of the %lld images of %s can be decoded",
+                   (long long)n, dataset_root(l->ds));
+}
+
 /* Fills slot s with batch b of the current epoch. Reads only immutable state (dataset,
  * sampler indices, options), so it runs without the lock. */
-static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch_t *sc) {
+static int fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch_t *sc) {
     int64_t start = b * l->o.batch_size;
     int64_t n = l->sampler.num_samples - start;
     if (n > l->o.batch_size) n = l->o.batch_size;
     s->b.index = b;
     s->b.n = (int)n;
+    s->failed = 0;
     augment_params_t eval_p = augment_eval_params(&l->o.augment, l->h, l->w);
     size_t px = (size_t)l->oh * l->ow;
     for (int64_t j = 0; j < n; j++) {
         int64_t idx = l->sampler.indices[start + j];
         int label;
-        const uint8_t *src = dataset_get(l->ds, idx, &label);
-        augment_params_t p = l->o.eval ? eval_p
-            : augment_draw(&l->o.augment, l->h, l->w, l->o.seed, epoch, idx);
-        augment_apply(&l->o.augment, &p, src, l->c, l->h, l->w, sc->img, sc->tmp);
+        if (l->files) {
+            if (image_sample(l, epoch, idx, sc, &label, &s->err)) {
+                s->failed = 1;
+                return -1;
+            }
+        } else {
+            const uint8_t *src = dataset_get(l->ds, idx, &label);
+            augment_params_t p = l->o.eval ? eval_p
+                : augment_draw(&l->o.augment, l->h, l->w, l->o.seed, epoch, idx);
+            augment_apply(&l->o.augment, &p, src, l->c, l->h, l->w, sc->img, sc->tmp);
+        }
         if (l->aa)
             autoaug_apply(&l->o.autoaug, l->aa, l->o.seed, epoch, idx, sc->img, sc->tmp, l->c, l->oh, l->ow);
         s->ids[j] = idx;
@@ -164,6 +226,7 @@ static void fill_batch(loader_t *l, int64_t epoch, int64_t b, slot_t *s, scratch
         mixup_targets(sc->mix, (int)n, s->b.labels, l->o.mixup.classes, l->mix_on, l->mix_off, s->b.targets);
         store_f32(l, s->f32, s->b.images, 0, (size_t)n * l->img_elems);
     }
+    return 0;
 }
 
 /* A worker thread: claims the next fillable batch, fills it, marks it ready. */
@@ -180,7 +243,7 @@ static void *worker_main(void *arg) {
             s->state = SLOT_FILLING;
             l->in_flight++;
             pthread_mutex_unlock(&l->mu);
-            fill_batch(l, epoch, b, s, &l->scratch[a->id]);
+            (void)fill_batch(l, epoch, b, s, &l->scratch[a->id]); /* failure: s->failed */
             pthread_mutex_lock(&l->mu);
             l->in_flight--;
             if (gen == l->generation) s->state = SLOT_READY;
@@ -236,7 +299,21 @@ static int check_opts(loader_t *l, const loader_opts_t *o, err_t *e) {
                        o->workers);
     if (o->prefetch < 0)
         return err_set(e, ERR_INPUT, "loader: prefetch %d < 0", o->prefetch);
-    if (a->random_crop && (a->crop_padding < 0 || a->crop_size < 1 ||
+    if (l->files) {
+        const img_tf_opts_t *im = &o->image;
+        if (a->random_crop)
+            return err_set(e, ERR_INPUT, "data.augment.random_crop does not apply to %s; use "
+                           "data.augment.random_resized_crop", dataset_name(l->ds));
+        if (im->size < 1 || im->size > 8192 || im->resize < 1 || im->resize > 65535)
+            return err_set(e, ERR_INPUT, "loader: image size %d / resize %d, expected 1..8192 "
+                           "and 1..65535", im->size, im->resize);
+        if (im->rrc && !(im->scale[0] > 0 && im->scale[0] <= im->scale[1] && im->scale[1] <= 1 &&
+                         im->ratio[0] > 0 && im->ratio[0] <= im->ratio[1]))
+            return err_set(e, ERR_INPUT, "data.augment.random_resized_crop: scale [%g, %g] and "
+                           "ratio [%g, %g] must satisfy 0 < scale[0] <= scale[1] <= 1 and 0 < "
+                           "ratio[0] <= ratio[1]", im->scale[0], im->scale[1], im->ratio[0],
+                           im->ratio[1]);
+    } else if (a->random_crop && (a->crop_padding < 0 || a->crop_size < 1 ||
                            a->crop_size > l->h + 2 * a->crop_padding ||
                            a->crop_size > l->w + 2 * a->crop_padding))
         return err_set(e, ERR_INPUT, "data.augment.random_crop: size %d with padding %d does "
@@ -264,6 +341,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     l->ds = ds;
     l->o = *o;
     dataset_shape(ds, &l->c, &l->h, &l->w);
+    l->files = !dataset_in_memory(ds);
     if (o->eval) l->o.augment.horizontal_flip = false, l->o.augment.rotation = 0;
     if (check_opts(l, o, e)) { free(l); return -1; }
     if (o->eval) {
@@ -275,11 +353,19 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     if (l->o.erasing.count == 0) l->o.erasing.count = 1;   /* zero-initialised options: one box */
     l->mix = mixup_enabled(&l->o.mixup);
     if (l->mix) mixup_on_off(l->o.mixup.smoothing, l->o.mixup.classes, &l->mix_on, &l->mix_off);
+    if (l->files) {
+        l->o.image.channels = l->c;
+        if (o->skip_bad && !(l->bad = calloc((size_t)dataset_size(ds) + 1, 1))) {
+            free(l);
+            return err_set(e, ERR_RUNTIME, "out of memory (loader)");
+        }
+    }
     l->alloc = o->allocator ? *o->allocator
                             : (loader_allocator_t){default_alloc, default_free, NULL};
-    augment_out_shape(&l->o.augment, l->h, l->w, &l->oh, &l->ow);
+    if (l->files) l->oh = l->ow = o->image.size;
+    else augment_out_shape(&l->o.augment, l->h, l->w, &l->oh, &l->ow);
     if (l->o.autoaug.kind != AUTOAUG_NONE) {
-        if (!(l->aa = xmalloc(AA_TABLE_SIZE * sizeof(aa_entry_t), e))) { free(l); return -1; }
+        if (!(l->aa = xmalloc(AA_TABLE_SIZE * sizeof(aa_entry_t), e))) { free(l->bad); free(l); return -1; }
         autoaug_build_table(l->o.autoaug.kind, l->oh, l->ow, l->aa);
     }
     l->img_elems = (size_t)l->oh * l->ow * l->c;
@@ -294,7 +380,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     }
     sampler_opts_t so = {dataset_size(ds), o->world_size ? o->world_size : 1, o->rank,
                          o->shuffle, o->drop_last, o->eval, o->seed};
-    if (sampler_init(&l->sampler, &so, e)) { free(l->aa); free(l); return -1; }
+    if (sampler_init(&l->sampler, &so, e)) { free(l->aa); free(l->bad); free(l); return -1; }
     l->num_batches = o->drop_last_batch ? l->sampler.num_samples / o->batch_size
         : (l->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     if (l->num_batches < 1) {
@@ -303,6 +389,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
                 o->batch_size);
         sampler_deinit(&l->sampler);
         free(l->aa);
+        free(l->bad);
         free(l);
         return -1;
     }
@@ -371,6 +458,9 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
 }
 
 int64_t loader_num_batches(const loader_t *l) { return l->num_batches; }
+int64_t loader_bad_images(const loader_t *l) {
+    return __atomic_load_n(&l->bad_count, __ATOMIC_RELAXED);
+}
 int64_t loader_num_samples(const loader_t *l) { return l->sampler.num_samples; }
 const sampler_t *loader_sampler(const loader_t *l) { return &l->sampler; }
 
@@ -425,7 +515,7 @@ int loader_next(loader_t *l, loader_batch_t **out, err_t *e) {
     slot_t *s = &l->slots[b % l->nslots];
     if (l->nthreads == 0) {
         pthread_mutex_unlock(&l->mu);
-        fill_batch(l, l->epoch, b, s, &l->scratch[0]);
+        (void)fill_batch(l, l->epoch, b, s, &l->scratch[0]);
         pthread_mutex_lock(&l->mu);
     } else {
         while (!(s->state == SLOT_READY && s->b.index == b))
@@ -433,6 +523,10 @@ int loader_next(loader_t *l, loader_batch_t **out, err_t *e) {
     }
     l->held = b;
     pthread_mutex_unlock(&l->mu);
+    if (s->failed) {
+        *e = s->err;
+        return -1;
+    }
     s->b.data_wait_s = now_s() - t0;
     *out = &s->b;
     return 1;
@@ -460,8 +554,11 @@ void loader_free(loader_t *l) {
         free(l->scratch[i].tmp);
         free(l->scratch[i].f32);
         free(l->scratch[i].mix);
+        data_buf_free(&l->scratch[i].file);
+        img_work_free(&l->scratch[i].work);
     }
     free(l->aa);
+    free(l->bad);
     free(l->slots);
     free(l->scratch);
     free(l->threads);

@@ -17,7 +17,14 @@
  * carries soft targets; the mixing of batch b is keyed (seed, epoch, b, rank) (mixup.h).
  *
  * Training loaders (eval = false) augment; evaluation loaders do not and split the data
- * without padding (sampler.h). Host buffers come from the caller's allocator (pinned memory
+ * without padding (sampler.h). A dataset not held in memory (image_folder) is decoded per
+ * sample by the transform stage (image_transform.h, options in `image`): training
+ * RandomResizedCrop + flip, evaluation Resize + CenterCrop, then rotation when set; its
+ * output is image.size x image.size. A file that fails to read or decode makes
+ * loader_next fail with ERR_INPUT naming it; with skip_bad the sample is replaced by the
+ * next sample (in dataset order) that decodes, drawn with the original sample's random
+ * numbers, and loader_bad_images counts the distinct failed files: deterministic, since a
+ * file that fails always fails. Host buffers come from the caller's allocator (pinned memory
  * for the CUDA backend) or malloc.
  *
  * Lifecycle: loader_create -> { loader_start_epoch(epoch, start_batch) -> loader_next ... }
@@ -36,6 +43,7 @@
 #include "data/dataset.h"
 #include "data/erasing.h"
 #include "data/mixup.h"
+#include "data/image_transform.h"
 #include "data/sampler.h"
 #include "util/err.h"
 
@@ -78,6 +86,8 @@ typedef struct loader_opts {
     float mean[DATA_MAX_CHANNELS], std[DATA_MAX_CHANNELS];
     loader_dtype_t dtype;
     const loader_allocator_t *allocator; /* NULL = malloc/free */
+    img_tf_opts_t image;   /* datasets not in memory: decode + transform */
+    bool skip_bad;         /* data.bad_images: skip (else a bad file fails the batch) */
 } loader_opts_t;
 
 /* One batch; valid until the next loader_next, loader_start_epoch or loader_free. */
@@ -116,6 +126,9 @@ int loader_start_epoch(loader_t *l, int64_t epoch, int64_t start_batch, err_t *e
 /* The next batch of the epoch: returns 1 and sets *out, 0 at the end of the epoch, -1 on
  * error. The previous batch's buffer is recycled by this call. */
 int loader_next(loader_t *l, loader_batch_t **out, err_t *e);
+
+/* Files that failed to decode and were replaced (skip_bad), distinct, so far. */
+int64_t loader_bad_images(const loader_t *l);
 
 /* The sampler of the current epoch (indices of this rank). */
 const sampler_t *loader_sampler(const loader_t *l);

@@ -17,8 +17,10 @@
 #include "data/dataset_impl.h"
 #include "util/rng.h"
 
-int synthetic_generate_(dataset_t *d, const data_synthetic_opts_t *o, uint64_t seed,
-                        err_t *e) {
+static int synthetic_open(dataset_t *d, const dataset_opts_t *opts, err_t *e) {
+    const data_synthetic_opts_t *o = &opts->synthetic;
+    uint64_t seed = opts->seed;
+    d->root[0] = 0;
     int64_t n = d->split == DATA_SPLIT_TRAIN ? o->train_size : o->val_size;
     int c = o->channels, h = o->height, w = o->width, classes = o->classes;
     if (n < 1 || n > (1LL << 31))
@@ -67,3 +69,9 @@ int synthetic_generate_(dataset_t *d, const data_synthetic_opts_t *o, uint64_t s
     free(patterns);
     return 0;
 }
+
+const dataset_reader_t dataset_reader_synthetic = {
+    {"synthetic", "", "", "", 3, 32, 32, 10, 1024, 256, {0.5f, 0.5f, 0.5f, 0.5f},
+     {0.25f, 0.25f, 0.25f, 0.25f}},
+    NULL, synthetic_open, NULL, NULL, NULL,
+};

@@ -34,6 +34,14 @@ void config_defaults(experiment_t *e) {
     e->data.augment.erase_count = 1;
     e->data.mixup.prob = 1.0;
     e->data.mixup.switch_prob = 0.5;
+    e->data.augment.rrc_scale[0] = 0.08;
+    e->data.augment.rrc_scale[1] = 1.0;
+    e->data.augment.rrc_ratio[0] = 0.75;
+    e->data.augment.rrc_ratio[1] = 1.3333;
+    snprintf(e->data.train_dir, sizeof e->data.train_dir, "train");
+    snprintf(e->data.val_dir, sizeof e->data.val_dir, "val");
+    e->data.image_size = 224;
+    e->data.jpeg_dct_scaling = true;
     e->data.synthetic.train_size = 1024;
     e->data.synthetic.val_size = 256;
     e->data.synthetic.image[0] = 3;
@@ -108,6 +116,8 @@ static const dataset_info_t DATASET_INFO[] = {
      {0.2673, 0.2564, 0.2762}},
     {"fashion_mnist", "/usr/share/datasets/fashion-mnist", 10, 1, 28, 1, {0.2860}, {0.3530}},
     {"synthetic", "", 0, 0, 0, 0, {0}, {0}},
+    /* classes come from the folders (the plan); normalisation: ImageNet's (torchvision) */
+    {"image_folder", "data/images", 0, 3, 0, 3, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}},
 };
 
 static int row_of(const char *key) {
@@ -177,6 +187,7 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     int classes = synthetic ? x->data.synthetic.classes : ds->classes;
     int chans = synthetic ? x->data.synthetic.image[0] : ds->c;
     int side = synthetic ? x->data.synthetic.image[1] : ds->h;
+    if (cfg_finalize_images(c, st, &chans, &side)) return -1;
 
     if (!st->set[row_of("data.root")])
         snprintf(x->data.root, sizeof x->data.root, "%s", ds->root);
@@ -237,6 +248,11 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
         for (int i = 0; i < ds->n_norm; i++) {
             x->data.mean[i] = ds->mean[i];
             x->data.std[i] = ds->std[i];
+        }
+        if (chans == 1 && ds->n_norm == 3) { /* grayscale images: timm's mean of the three */
+            x->data.n_norm = 1;
+            x->data.mean[0] = (ds->mean[0] + ds->mean[1] + ds->mean[2]) / 3;
+            x->data.std[0] = (ds->std[0] + ds->std[1] + ds->std[2]) / 3;
         }
         x->data.norm_set = false;
     }

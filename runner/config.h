@@ -47,7 +47,8 @@ typedef struct experiment {
     device_t device;              /* auto */
 
     struct {
-        char dataset[32];         /* cifar10 | cifar100 | fashion_mnist | synthetic (required) */
+        char dataset[32];         /* cifar10 | cifar100 | fashion_mnist | synthetic |
+                                     image_folder (required) */
         char root[CFG_PATH];      /* default depends on dataset; relative paths resolve
                                      against the current directory, as users expect.
                                      config_load fills the dataset's default in. */
@@ -56,7 +57,8 @@ typedef struct experiment {
         char download_url[CFG_PATH]; /* "" = the dataset's official URL */
         char download_md5[64];    /* "" = the official md5 */
         bool shuffle;             /* true */
-        int workers;              /* 2, [0, 64] */
+        int workers;              /* 2, [0, 64]; -1 = auto (the plan decides; the default for
+                                     image_folder) */
         struct {
             bool random_crop;     /* true */
             int crop_size;        /* 32; config_load sets the image side (28 for
@@ -71,6 +73,10 @@ typedef struct experiment {
             double erase_prob;    /* data.augment.random_erasing.prob: 0 = off */
             int erase_mode;       /* .mode: 0 const, 1 rand, 2 pixel (default pixel) */
             int erase_count;      /* .count: 1 */
+            /* issue 16: image_folder's RandomResizedCrop (rotation: 0 for image_folder) */
+            bool random_resized_crop; /* image_folder: true; others: false (refused) */
+            double rrc_scale[2];  /* 0.08, 1.0 */
+            double rrc_ratio[2];  /* 0.75, 1.3333 */
         } augment;
         struct {                  /* issue 17: timm Mixup / CutMix (off while both alphas are 0) */
             double alpha;         /* 0 */
@@ -79,6 +85,15 @@ typedef struct experiment {
             double switch_prob;   /* 0.5 */
             int mode;             /* 0 batch, 1 pair, 2 elem */
         } mixup;
+        /* image_folder (issue 16) */
+        char train_dir[CFG_PATH]; /* "train", relative to root */
+        char val_dir[CFG_PATH];   /* "val" */
+        int image_size;           /* 224: training and evaluation crop side */
+        int resize;               /* evaluation shorter side; config_load fills
+                                     round(image_size / 0.875) when not given */
+        int image_mode;           /* 0 rgb (convert("RGB")), 1 grayscale (convert("L")) */
+        int bad_images;           /* 0 error, 1 skip */
+        bool jpeg_dct_scaling;    /* true (project key) */
         int n_norm;               /* entries in mean/std; 0 = no normalisation */
         double mean[4], std[4];   /* default: the dataset's (config_load fills them in:
                                      n_norm 3 for CIFAR, 1 for fashion_mnist, 0 synthetic) */

@@ -317,6 +317,10 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
     double d;
     switch (r->kind) {
     case K_INT:
+        if ((r->flags & F_AUTO) && cfg_scalar(val) && !strcasecmp(cfg_scalar(val), "auto")) {
+            *(int *)f = -1;
+            return 0;
+        }
         if (get_int64(c, loc, key, r, val, &v)) return -1;
         *(int *)f = (int)v;
         return 0;
@@ -373,7 +377,9 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return apply_list(c, st, ri, key, loc, val, depth);
     case K_SWITCH: {
         bool on;
-        const char *example = r->off >= 0 ? "{size: 32, padding: 4}" : "{mean: [0.5], std: [0.25]}";
+        const char *example = r->off < 0 ? "{mean: [0.5], std: [0.25]}"
+                              : strstr(r->key, "resized") ? "{scale: [0.08, 1.0], ratio: [0.75, 1.3333]}"
+                                                          : "{size: 32, padding: 4}";
         if (cfg_is_null(val)) {
             on = false;
         } else if (val->type == YAML_MAPPING_NODE) {

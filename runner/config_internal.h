@@ -19,7 +19,7 @@
 #include "runner/config.h"
 
 enum {
-    CFG_MAX_ROWS = 128,          /* rows in the schema table (checked at start-up of tests) */
+    CFG_MAX_ROWS = 160,          /* rows in the schema table (checked at compile time) */
     CFG_MAX_SOURCES = 96,        /* base chain files + --set items (+ 1 for the file) */
     CFG_MAX_BASE_DEPTH = 16,     /* base: chain length */
     CFG_MAX_DEPTH = 64,          /* YAML nesting depth */
@@ -61,9 +61,12 @@ enum {
     F_CHILD = 1 << 10,    /* child of a K_SWITCH row: written inline by its parent */
     F_QUOTE = 1 << 11,    /* string written quoted */
     F_PATH = 1 << 12,     /* a path: leading ~ / ~user and $VAR expanded (util/fs.h) */
-    F_HASH_SET = 1 << 13  /* with F_HASH: in config_hash only when not the default, so a key
+    F_HASH_SET = 1 << 13, /* with F_HASH: in config_hash only when not the default, so a key
                              added later leaves the hash of every run that does not use it
                              unchanged */
+    F_AUTO = 1 << 14,     /* int: `auto` accepted, stored as -1 (data.workers) */
+    F_IMAGES = 1 << 15    /* with F_HASH: hashed only for data.dataset image_folder, the only
+                             dataset they change (other runs keep their hash) */
 };
 
 typedef struct cfg_row {
@@ -160,6 +163,11 @@ int cfg_apply_map(cfg_ctx_t *c, cfg_state_t *st, const char *prefix, yaml_node_t
 /* Applies one value to the dotted key full (a row, a section, or an unknown key). */
 int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t *key,
                     yaml_node_t *val, int depth, bool weak);
+
+/* ---- config_images.c ---- */
+/* image_folder's defaults and checks (and the refusal of its augmentation elsewhere);
+ * sets *chans and *side to the network input's channels and side for image_folder. */
+int cfg_finalize_images(cfg_ctx_t *c, cfg_state_t *st, int *chans, int *side);
 
 /* ---- config_write.c ---- */
 /* Formats row r of x as YAML flow text (the value part of "key: value"). */

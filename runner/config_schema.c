@@ -21,7 +21,10 @@
 #define INF HUGE_VAL
 
 static const char *const DEVICES[] = {"auto", "cpu", "cuda"};
-static const char *const DATASETS[] = {"cifar10", "cifar100", "fashion_mnist", "synthetic"};
+static const char *const DATASETS[] = {"cifar10", "cifar100", "fashion_mnist", "synthetic",
+                                       "image_folder"};
+static const char *const IMAGE_MODES[] = {"rgb", "grayscale"};
+static const char *const BAD_IMAGES[] = {"error", "skip"};
 static const char *const ARCHS[] = {"resnet18", "resnet34", "resnet50", "resnet101",
                                     "resnet152", "resnet20", "resnet32", "resnet44",
                                     "resnet56", "resnet110"};
@@ -62,7 +65,7 @@ const cfg_row_t cfg_rows[] = {
     ROW_ENUM("device", device, DEVICES, F_HASH, "auto | cpu | cuda"),
 
     ROW_NAME("data.dataset", data.dataset, DATASETS, F_HASH,
-             "cifar10 | cifar100 | fashion_mnist | synthetic"),
+             "cifar10 | cifar100 | fashion_mnist | synthetic | image_folder"),
     ROW_STR("data.root", data.root, F_PATH, "where the dataset files are"),
     ROW_BOOL("data.download", data.download, 0, "fetch, verify and extract missing files"),
     ROW_STR("data.download_url", data.download_url, F_NULLABLE | F_URL,
@@ -70,7 +73,8 @@ const cfg_row_t cfg_rows[] = {
     ROW_STR("data.download_md5", data.download_md5, F_NULLABLE | F_MD5,
             "null: the official tarball's md5"),
     ROW_BOOL("data.shuffle", data.shuffle, F_HASH, "reshuffle the training set every epoch"),
-    ROW_INT("data.workers", data.workers, 0, 64, 0, "loader threads per rank"),
+    ROW_INT("data.workers", data.workers, 0, 64, F_AUTO,
+            "loader threads per rank; auto: planned from the decode rate (image_folder)"),
     ROW_BOOL("data.on_device", data.on_device, 0,
              "project key: CUDA keeps a training split that fits on the GPU and augments there; "
              "false: the CPU loader with pinned buffers and a copy stream"),
@@ -96,6 +100,12 @@ const cfg_row_t cfg_rows[] = {
              "const (zeros) | rand (normal per channel) | pixel (normal per element)"),
     ROW_INT("data.augment.random_erasing.count", data.augment.erase_count, 1, 8, HASH_NEW,
             "most boxes per image (--recount)"),
+    {"data.augment.random_resized_crop", K_SWITCH, OFF(data.augment.random_resized_crop), 0, 0, 0,
+     F_HASH | F_IMAGES, 0, 0, -1, NULL, 0, "image_folder: false | {scale, ratio}: torchvision's RandomResizedCrop"},
+    {"data.augment.random_resized_crop.scale", K_FLOATS, OFF(data.augment.rrc_scale), 0, 0, 1,
+     F_CHILD | F_LO_OPEN, 2, 2, -1, NULL, 0, "area fraction range"},
+    {"data.augment.random_resized_crop.ratio", K_FLOATS, OFF(data.augment.rrc_ratio), 0, 0, 100,
+     F_CHILD | F_LO_OPEN, 2, 2, -1, NULL, 0, "aspect ratio range"},
     {"data.normalize", K_SWITCH, -1, 0, 0, 0, F_HASH, 0, 0, -1, NULL, 0,
      "false | {mean: [..], std: [..]} per channel (default: the dataset's)"},
     {"data.normalize.mean", K_FLOATS, OFF(data.mean), 0, -INF, INF, F_CHILD, 1, 4, -1, NULL, 0,
@@ -119,6 +129,19 @@ const cfg_row_t cfg_rows[] = {
      NULL, 0, "[channels, height, width]"},
     ROW_INT("data.synthetic.classes", data.synthetic.classes, 2, 100000, F_HASH,
             "synthetic label count"),
+    /* image_folder (issue 16) */
+    ROW_STR("data.train_dir", data.train_dir, F_NONEMPTY, "image_folder: training split, under data.root"),
+    ROW_STR("data.val_dir", data.val_dir, F_NONEMPTY, "image_folder: validation split, under data.root"),
+    ROW_INT("data.image_size", data.image_size, 1, 8192, F_HASH | F_IMAGES,
+            "image_folder: training and evaluation crop side"),
+    ROW_INT("data.resize", data.resize, 1, 65535, F_HASH | F_IMAGES,
+            "image_folder: evaluation shorter side before the centre crop (default image_size / 0.875)"),
+    ROW_ENUM("data.image_mode", data.image_mode, IMAGE_MODES, F_HASH | F_IMAGES,
+             "image_folder: rgb (PIL convert(\"RGB\")) | grayscale (convert(\"L\"))"),
+    ROW_ENUM("data.bad_images", data.bad_images, BAD_IMAGES, F_HASH | F_IMAGES,
+             "image_folder: error (stop, naming the file) | skip (leave out, count)"),
+    ROW_BOOL("data.jpeg_dct_scaling", data.jpeg_dct_scaling, F_HASH | F_IMAGES,
+             "project key: decode JPEGs at 1/2, 1/4, 1/8 size when the crop allows"),
 
     ROW_NAME("model.arch", model.arch, ARCHS, F_HASH,
              "resnet18|34|50|101|152 | resnet20|32|44|56|110 (CIFAR stem only)"),

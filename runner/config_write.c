@@ -105,7 +105,8 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
     const char *f = CFIELD(x, r);
     switch (r->kind) {
     case K_INT:
-        snprintf(out, cap, "%d", *(const int *)f);
+        if ((r->flags & F_AUTO) && *(const int *)f < 0) snprintf(out, cap, "auto");
+        else snprintf(out, cap, "%d", *(const int *)f);
         return;
     case K_INT64:
         if (*(const int64_t *)f < 0 && (r->flags & F_NULLABLE))
@@ -147,13 +148,19 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
         return;
     case K_SWITCH: {
         char a[256], b[256];
-        if (r->off >= 0) { /* random_crop */
+        if (r->off >= 0) { /* random_crop, random_resized_crop: {child: value, ...} */
             if (!*(const bool *)f) {
                 snprintf(out, cap, "false");
                 return;
             }
-            snprintf(out, cap, "{size: %d, padding: %d}", x->data.augment.crop_size,
-                     x->data.augment.crop_padding);
+            size_t o = (size_t)snprintf(out, cap, "{");
+            for (int i = (int)(r - cfg_rows) + 1;
+                 i < cfg_n_rows && (cfg_rows[i].flags & F_CHILD) && o < cap; i++) {
+                cfg_format_value(&cfg_rows[i], x, a, sizeof a);
+                o += (size_t)snprintf(out + o, cap - o, "%s%s: %s", o > 1 ? ", " : "",
+                                      strrchr(cfg_rows[i].key, '.') + 1, a);
+            }
+            if (o < cap) snprintf(out + o, cap - o, "}");
             return;
         }
         if (!x->data.n_norm) {
@@ -242,6 +249,7 @@ uint64_t config_hash(const experiment_t *e) {
     for (int i = 0; i < cfg_n_rows; i++) {
         const cfg_row_t *r = &cfg_rows[i];
         if (!(r->flags & F_HASH)) continue;
+        if ((r->flags & F_IMAGES) && strcmp(e->data.dataset, "image_folder")) continue;
         cfg_format_value(r, e, val, sizeof val);
         if (r->flags & F_HASH_SET) {
             cfg_format_value(r, &defaults, dval, sizeof dval);

@@ -291,6 +291,7 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     env.config_text_path = exp_path;
     train_install_signal_handlers();
     int rc = train_run(&x, &p, &env, e);
+    plan_free(&p);
     return rc < 0 ? worker_fail(le, e) : rc;
 }
 
@@ -366,8 +367,10 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
         if (code == ERR_PREEMPTED) fprintf(stderr, "runner: %s\n", e->msg);
         if (code != 0 && code != ERR_INTERRUPT && code != ERR_PREEMPTED) {
             ensure_failed_summary(&x, &p, code, e);
+            plan_free(&p);
             return fail(e);
         }
+        plan_free(&p);
         return code;
     }
     train_env_t env = {0};
@@ -377,6 +380,7 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
     env.config_text_path = exp_path;
     train_install_signal_handlers();
     int rc = train_run(&x, &p, &env, e);
+    plan_free(&p);
     return rc < 0 ? fail(e) : rc;
 }
 
@@ -389,6 +393,7 @@ static int verb_plan(cli_t *c, err_t *e) {
     if (plan_build(&x, NULL, &p, e)) return fail(e);
     if (c->json) plan_write_json(&p, stdout);
     else plan_print(&p, &x, stdout);
+    plan_free(&p);
     return 0;
 }
 

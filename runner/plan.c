@@ -166,7 +166,11 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
     int c = info.channels, h = info.height, w = info.width, classes = info.num_classes;
     p->train_size = info.train_size;
     p->val_size = info.val_size;
-    if (!strcmp(info.name, "synthetic")) {
+    if (!strcmp(info.name, "image_folder")) {
+        if (plan_images_data(e, p, &classes, err)) return -1;
+        c = p->channels;
+        h = w = e->data.image_size;
+    } else if (!strcmp(info.name, "synthetic")) {
         c = e->data.synthetic.image[0];
         h = e->data.synthetic.image[1];
         w = e->data.synthetic.image[2];
@@ -190,7 +194,7 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
                          .crop_size = e->data.augment.crop_size,
                          .crop_padding = e->data.augment.crop_padding};
     int oh = h, ow = w;
-    augment_out_shape(&ao, h, w, &oh, &ow);
+    if (!p->images) augment_out_shape(&ao, h, w, &oh, &ow);
     p->channels = c;
     p->height = oh;
     p->width = ow;
@@ -394,11 +398,19 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
     snprintf(p->precision, sizeof p->precision, "%s",
              !e->amp.enabled ? "fp32" : e->amp.dtype == PREC_BF16 ? "bf16" : "fp16");
     if (plan_devices(e, p, err) || plan_data(e, p, err) || plan_steps(e, p, err) ||
-        plan_model(e, p, err))
+        plan_model(e, p, err) || plan_images_workers(e, p, err)) {
+        plan_free(p);
         return -1;
+    }
     if (req && req->for_worker) return 0;
-    return plan_rundir(e, req, p, err) || plan_init_from(e, p, err) ? -1 : 0;
+    if (plan_rundir(e, req, p, err) || plan_init_from(e, p, err)) {
+        plan_free(p);
+        return -1;
+    }
+    return 0;
 }
+
+void plan_free(plan_t *p) { plan_images_free(p); }
 
 static void human_bytes(double b, char *out, size_t len) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -447,6 +459,7 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
         fprintf(f, ", %g from step %lld (epoch %d)", p->lr_after_milestone[i],
                 (long long)p->milestone_steps[i], e->schedule.milestones[i]);
     fprintf(f, ", last step %g\n", p->lr_final);
+    plan_images_print(p, e, f);
     human_bytes((double)p->activation_bytes, a, sizeof a);
     human_bytes((double)p->state_bytes, s, sizeof s);
     fprintf(f, "model        %s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch,
@@ -491,6 +504,7 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_int(&w, p->channels); jw_int(&w, p->height); jw_int(&w, p->width);
     jw_arr_end(&w);
     jw_kint(&w, "num_classes", p->num_classes);
+    plan_images_json(p, &w);
     jw_kint(&w, "global_batch", p->global_batch);
     jw_kint(&w, "grad_accum", p->grad_accum);
     jw_kint(&w, "micro_batch", p->micro_batch);

@@ -16,8 +16,11 @@
 #include <stdio.h>
 
 #include "model/resnet.h"
+#include "data/dataset.h"
+#include "data/image_transform.h"
 #include "runner/config.h"
 #include "util/err.h"
+#include "util/json.h"
 
 enum { PLAN_MAX_MILESTONES = CFG_MAX_LIST };
 
@@ -81,6 +84,11 @@ typedef struct plan {
     char changed_from[CFG_PATH];
     char changes[1024];
     char change_sets[1024];
+    /* loader (plan_images.c) */
+    int loader_workers;        /* data.workers, auto resolved */
+    char workers_why[512];     /* how it was chosen */
+    struct plan_images *images;/* image_folder: classes, counts, notes; NULL otherwise.
+                                  Copies of a plan share it; plan_free frees it once. */
 } plan_t;
 
 /* How the CLI asks for the plan. */
@@ -109,5 +117,21 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f);
 
 /* plan.json (`runner plan --json`, and in the run directory). */
 void plan_write_json(const plan_t *p, FILE *f);
+
+/* Releases what plan_build allocated (the image_folder details). */
+void plan_free(plan_t *p);
+
+/* ---- plan_images.c (image_folder) ---- */
+/* The dataset options / transform the run uses for an image_folder split. */
+void plan_folder_opts(const experiment_t *x, dataset_opts_t *o, data_split_t split,
+                      const char *root);
+void plan_image_tf(const experiment_t *x, img_tf_opts_t *tf);
+int plan_images_data(const experiment_t *e, plan_t *p, int *classes, err_t *err);
+int plan_images_workers(const experiment_t *e, plan_t *p, err_t *err);
+void plan_images_print(const plan_t *p, const experiment_t *e, FILE *f);
+void plan_images_json(const plan_t *p, jw_t *w);
+void plan_images_free(plan_t *p);
+/* classes.txt: one class name per line in label order (image_folder; else nothing). */
+int plan_images_write_classes(const plan_t *p, const char *path, err_t *e);
 
 #endif

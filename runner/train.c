@@ -79,7 +79,7 @@ static void fill_norm(const experiment_t *x, const dataset_t *d, loader_opts_t *
     err_t ignore = {0};
     int c, h, w;
     dataset_shape(d, &c, &h, &w);
-    if (x->data.norm_set && x->data.n_norm > 0) {
+    if ((x->data.norm_set || !dataset_in_memory(d)) && x->data.n_norm > 0) {
         lo->n_norm = c;
         for (int k = 0; k < c && k < DATA_MAX_CHANNELS; k++) {
             int src = x->data.n_norm == 1 ? 0 : k;
@@ -98,6 +98,10 @@ static void fill_norm(const experiment_t *x, const dataset_t *d, loader_opts_t *
 static int open_split(trainer_t *t, data_split_t split, dataset_t **out, err_t *e) {
     const experiment_t *x = t->e;
     dataset_opts_t o = {0};
+    if (t->p->images) { /* image_folder: the options the plan used (its index is cached) */
+        plan_folder_opts(x, &o, split, t->p->data_root);
+        return dataset_open(&o, out, e);
+    }
     o.name = x->data.dataset;
     o.root = t->p->data_root;
     o.split = split;
@@ -133,6 +137,7 @@ static const loader_allocator_t pinned_allocator = {pinned_alloc, pinned_free, N
 /* Uploads the train split to the device when it fits comfortably (CIFAR: 150 MB,
  * Fashion-MNIST: 47 MB); larger datasets stay on the CPU loader with pinned buffers. */
 static int setup_gpu_data(trainer_t *t, err_t *e) {
+    if (!dataset_in_memory(t->train_ds)) return 0; /* decoded per batch by the CPU loader */
     int c, h, w;
     dataset_shape(t->train_ds, &c, &h, &w);
     int64_t n = dataset_size(t->train_ds);
@@ -167,7 +172,7 @@ static int setup_data(trainer_t *t, err_t *e) {
 
     loader_opts_t lo = {0};
     lo.batch_size = t->p->micro_batch;
-    lo.workers = x->data.workers;
+    lo.workers = t->p->loader_workers;
     lo.shuffle = x->data.shuffle;
     lo.world_size = t->ddp_mode ? t->env->world_size : 1;
     lo.rank = t->ddp_mode ? t->env->rank : 0;
@@ -179,6 +184,8 @@ static int setup_data(trainer_t *t, err_t *e) {
     lo.augment.rotation = x->data.augment.rotation;
     trainer_aug_opts(x, t->p->num_classes, &lo);
     lo.dtype = LOADER_F32;
+    plan_image_tf(x, &lo.image);
+    lo.skip_bad = x->data.bad_images == 1;
 #ifdef RUNNER_HAVE_CUDA
     if (!strcmp(t->p->device, "cuda")) lo.allocator = &pinned_allocator;
 #endif
@@ -189,7 +196,8 @@ static int setup_data(trainer_t *t, err_t *e) {
     vo.eval = true;
     vo.shuffle = false;
     vo.batch_size = t->p->per_device_batch;
-    vo.workers = x->data.workers > 1 ? 1 : x->data.workers;
+    vo.workers = t->p->images ? t->p->loader_workers /* decoding: as many as training */
+               : x->data.workers > 1 ? 1 : x->data.workers;
     fill_norm(x, t->val_ds, &vo);
     if (loader_create(t->val_ds, &vo, &t->val_ld, e)) return -1;
 #ifdef RUNNER_HAVE_CUDA
@@ -475,6 +483,15 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     if (!t->track) return -1;
     if (t->rank0) snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", track_wandb_run_id(t->track));
     return 0;
+}
+
+int64_t trainer_bad_images(const trainer_t *t) {
+    int64_t n = 0;
+    if (t->train_ds) n += dataset_notes(t->train_ds)->skipped;
+    if (t->val_ds) n += dataset_notes(t->val_ds)->skipped;
+    if (t->train_ld) n += loader_bad_images(t->train_ld);
+    if (t->val_ld) n += loader_bad_images(t->val_ld);
+    return n;
 }
 
 /* Rank 0's background checkpoint writer; its snapshot buffer is page-locked on CUDA, so

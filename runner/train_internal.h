@@ -189,4 +189,7 @@ int trainer_loop(trainer_t *t, err_t *e);
 /* A line in a non-zero rank's log (rank 0 has the console). */
 void trainer_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* image_folder files left out or replaced so far, as this rank saw them (train.c). */
+int64_t trainer_bad_images(const trainer_t *t);
+
 #endif

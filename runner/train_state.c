@@ -387,6 +387,8 @@ int trainer_write_run_files(trainer_t *t, err_t *e) {
     rc = write_file_atomic(path, buf, len, e);
     free(buf);
     if (rc) return -1;
+    snprintf(path, sizeof path, "%s/classes.txt", t->run_dir);
+    if (plan_images_write_classes(t->p, path, e)) return -1;
     return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
 }
 
@@ -495,6 +497,7 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_kstr(&w, "device", t->p->device);
     jw_kstr(&w, "arch", t->e->model.arch);
     jw_kstr(&w, "dataset", t->e->data.dataset);
+    if (t->p->images) jw_kint(&w, "bad_images_skipped", trainer_bad_images(t));
     jw_knum(&w, "wall_seconds", now_s() - t->wall_start);
     jw_obj_end(&w);
     fputc('\n', f);

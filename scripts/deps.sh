@@ -5,9 +5,11 @@
 # latter).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev zlib1g-dev libcurl4-openssl-dev
-      libopenblas-dev libdnnl-dev dataset-fashion-mnist python3)
+      libopenblas-dev libdnnl-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist python3)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3-torch python3-torchvision python3-numpy)
+  # python3-pil: the JPEG/PNG decoders are checked against PIL; python3-skimage: its
+  # photographs are the real-image test folder and the JPEG loader benchmark's source
+  pkgs+=(python3-torch python3-torchvision python3-numpy python3-pil python3-skimage)
 fi
 # --test and --fuzz: clang with libFuzzer and the sanitizer runtimes (tests/fuzz), util-linux
 # for unshare (the full-tmpfs case of tests/fault)

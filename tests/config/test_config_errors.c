@@ -179,14 +179,14 @@ static void test_ranges(void) {
               "exp.yaml:3:9: device: 'gpu' is not one of auto, cpu, cuda; did you mean cuda?");
     CHECK_STR(fail("data: {dataset: Fashion-MNIST}\nmodel: {arch: resnet20}\n"),
               "exp.yaml:1:17: data.dataset: 'Fashion-MNIST' is not one of cifar10, cifar100, "
-              "fashion_mnist, synthetic; did you mean fashion_mnist?");
+              "fashion_mnist, synthetic, image_folder; did you mean fashion_mnist?");
     CHECK_STR(fail(MIN "amp: {dtype: fp32}\n"),
               "exp.yaml:3:14: amp.dtype: 'fp32' is not one of fp16, bf16");
     CHECK_STR(fail(MIN "parallel: {grad_compression: int8}\n"),
               "exp.yaml:3:30: parallel.grad_compression: 'int8' is not one of none, fp16, bf16");
     CHECK_STR(fail("data: {dataset: cifar1000}\nmodel: {arch: resnet18}\n"),
               "exp.yaml:1:17: data.dataset: 'cifar1000' is not one of cifar10, cifar100, "
-              "fashion_mnist, synthetic; did you mean cifar100?");
+              "fashion_mnist, synthetic, image_folder; did you mean cifar100?");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet51}\n"),
               "exp.yaml:2:15: model.arch: 'resnet51' is not one of resnet18, resnet34, "
               "resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, "
