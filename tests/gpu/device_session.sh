@@ -11,7 +11,7 @@
 #   bash tests/gpu/device_session.sh allreduce
 #
 # Stages:
-#   build      unpack .deps (../shared/device/pack-deps.sh made it here; carry .deps) when
+#   build      unpack .deps (tests/gpu/pack-gpu-deps.sh made it here; carry .deps) when
 #              present, configure build-gpu (Release, CUDA sm_90, tests on), build everything
 #   test       ctest -L gpu (then the unit label, as a check of the build on that machine)
 #   sanitize   compute-sanitizer memcheck over the op-level GPU tests
