@@ -349,17 +349,27 @@ typedef struct group_outcome {
     char fail_log[PATH_MAX];
 } group_outcome_t;
 
+/* The checkpoint a restarted group resumes from: what restart_checkpoint finds in
+ * restart_resume when set, else restart_resume itself when readable. 1 and the path in
+ * out, or 0 (none yet). */
+static int restart_checkpoint(const launch_opts_t *o, char *out, size_t len) {
+    if (!o->restart_resume) return 0;
+    if (o->restart_checkpoint) return o->restart_checkpoint(o->restart_resume, out, len);
+    snprintf(out, len, "%s", o->restart_resume);
+    return access(out, R_OK) == 0;
+}
+
 /* Builds each rank's environment for attempt `attempt`: the options' extra variables,
  * with RUNNER_RESTARTS and (when restart_resume names a readable checkpoint)
  * RUNNER_RESUME_FROM replaced for a restart. */
 static char **attempt_env(const launch_opts_t *o, int local, int port, int global, bool tty, int attempt) {
     if (attempt == 0) return build_env(o, local, port, global, tty);
     const char *over[3] = {NULL, NULL, NULL};
-    char restarts[64], resume[PATH_MAX + 32];
+    char restarts[64], ck[PATH_MAX], resume[PATH_MAX + 32];
     snprintf(restarts, sizeof restarts, "RUNNER_RESTARTS=%d", attempt);
     over[0] = restarts;
-    if (o->restart_resume && access(o->restart_resume, R_OK) == 0) {
-        snprintf(resume, sizeof resume, "RUNNER_RESUME_FROM=%s", o->restart_resume);
+    if (restart_checkpoint(o, ck, sizeof ck)) {
+        snprintf(resume, sizeof resume, "RUNNER_RESUME_FROM=%s", ck);
         over[1] = resume;
     }
     size_t n_extra = 0;
@@ -564,10 +574,11 @@ done:
 
 /* Appends one line about restart k to <run_dir>/restarts.jsonl and says it on the console. */
 static void record_restart(const launch_opts_t *o, int k, const group_outcome_t *g, const char *cause) {
-    bool resumes = o->restart_resume && access(o->restart_resume, R_OK) == 0;
+    char ck[PATH_MAX];
+    bool resumes = restart_checkpoint(o, ck, sizeof ck);
     FILE *tee = o->tee ? o->tee : stdout;
     fprintf(tee, "runner: %s; restart %d of %d: every rank starts again from %s\n", cause, k, o->max_restarts,
-            resumes ? o->restart_resume : "the beginning (no checkpoint yet)");
+            resumes ? ck : "the beginning (no checkpoint yet)");
     fflush(tee);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%.4000s/restarts.jsonl", o->run_dir);
@@ -589,7 +600,7 @@ static void record_restart(const launch_opts_t *o, int k, const group_outcome_t 
     if (WIFSIGNALED(g->fail_status)) jw_kint(&w, "signal", WTERMSIG(g->fail_status));
     else jw_knum(&w, "signal", NAN);
     jw_kstr(&w, "cause", cause);
-    if (resumes) jw_kstr(&w, "resume_from", o->restart_resume);
+    if (resumes) jw_kstr(&w, "resume_from", ck);
     else jw_knum(&w, "resume_from", NAN);
     jw_obj_end(&w);
     fputc('\n', m);

@@ -28,8 +28,10 @@
  *
  * Restarts: with max_restarts N > 0 a failed group (a rank killed, out of memory, failed
  * after a hung peer's timeout) is started again up to N times, as torchrun --max-restarts
- * does: every rank gets RUNNER_RESTARTS=<k> and, when restart_resume is readable,
- * RUNNER_RESUME_FROM=<restart_resume>; <run_dir>/restarts.jsonl gets one JSON line per
+ * does: every rank gets RUNNER_RESTARTS=<k> and, when there is a checkpoint to resume
+ * (restart_resume: a checkpoint file, or with restart_checkpoint a run directory whose newest
+ * checkpoint counts),
+ * RUNNER_RESUME_FROM=<that checkpoint>; <run_dir>/restarts.jsonl gets one JSON line per
  * restart (restart, rank, pid, exit_status, signal, cause, resume_from, unix_time). A rank
  * that exits 2 (bad input) or a stop that was asked for is never restarted.
  *
@@ -71,7 +73,10 @@ typedef struct launch_opts {
     FILE *tee;               /* where rank 0's output is copied; NULL = stdout */
     pid_t *pids_out;         /* optional: receives the worker pids (nproc_per_node) */
     int max_restarts;        /* restarts of the group after a failure; 0 = none */
-    const char *restart_resume; /* checkpoint a restarted group resumes from (if readable) */
+    const char *restart_resume; /* a checkpoint file or run directory a restarted group resumes from */
+    /* optional: finds the checkpoint to resume in restart_resume at restart time (1 and the
+     * path, or 0 for none yet); NULL: restart_resume is the checkpoint file */
+    int (*restart_checkpoint)(const char *where, char *out, size_t len);
 } launch_opts_t;
 
 /* Starts the workers with argv (argv[0] is passed through as the program name; the

@@ -195,8 +195,7 @@ static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err
     if (!strcmp(c->verb, "_member")) {
         snprintf(p->run_dir, sizeof p->run_dir, "%s", c->positional[0]);
         char ck[CFG_PATH + 128];
-        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
-        p->resumes = access(ck, R_OK) == 0;
+        p->resumes = rundir_resume_checkpoint(p->run_dir, ck, sizeof ck);
         snprintf(p->resume_from, sizeof p->resume_from, "%s", p->resumes ? ck : "");
         snprintf(ck, sizeof ck, "%s/logs", p->run_dir);
         if (mkdir_p(ck, ERR_INPUT, e)) return -1;
@@ -359,10 +358,9 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
         snprintf(env_res, sizeof env_res, "RUNNER_RESUME_FROM=%s", p.resume_from);
         const char *extra[] = {env_dir, env_res, NULL};
         lo.extra_env = extra;
-        char restart_ck[CFG_PATH + 64];   /* parallel.max_restarts: a restart resumes here */
-        snprintf(restart_ck, sizeof restart_ck, "%s/checkpoints/last.ckpt", p.run_dir);
         lo.max_restarts = x.parallel.max_restarts;
-        lo.restart_resume = restart_ck;
+        lo.restart_resume = p.run_dir;   /* parallel.max_restarts: a restart resumes its newest checkpoint */
+        lo.restart_checkpoint = rundir_resume_checkpoint;
         int code = launch_run(&lo, argv, e);
         if (code == ERR_PREEMPTED) fprintf(stderr, "runner: %s\n", e->msg);
         if (code != 0 && code != ERR_INTERRUPT && code != ERR_PREEMPTED) {

@@ -347,8 +347,7 @@ static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t 
     char ck[CFG_PATH + 128];
     if (req && req->resume_dir) {
         snprintf(p->run_dir, sizeof p->run_dir, "%s", req->resume_dir);
-        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", req->resume_dir);
-        if (access(ck, R_OK) != 0)
+        if (!rundir_resume_checkpoint(req->resume_dir, ck, sizeof ck))
             return err_set(err, ERR_INPUT, "%s: no checkpoint to resume from (checkpoints/last.ckpt is "
                            "missing); the run stopped before its first checkpoint: start it again with "
                            "runner %s", req->resume_dir, e->source_path);
@@ -363,7 +362,7 @@ static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t 
         if (rundir_find_resumable(e->output.root, e->name, config_hash(e), p->run_dir, sizeof p->run_dir,
                                   other, sizeof other)) {
             p->resumes = true;
-            snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", p->run_dir);
+            rundir_resume_checkpoint(p->run_dir, ck, sizeof ck);
             snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
             return 0;
         }
@@ -375,7 +374,7 @@ static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t 
                            ".ckpt file, auto or never", e->source_path, r);
         if (S_ISDIR(st.st_mode)) {
             snprintf(p->run_dir, sizeof p->run_dir, "%s", r);
-            snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", r);
+            rundir_resume_checkpoint(r, ck, sizeof ck);
         } else {
             char tmp[CFG_PATH];
             snprintf(tmp, sizeof tmp, "%s", r);

@@ -15,6 +15,7 @@
 
 #include "model/backend.h"
 #include "runner/checkpoint.h"
+#include "runner/ckpt_writer.h"
 #include "runner/config.h"
 #include "util/json.h"
 
@@ -91,6 +92,31 @@ static bool run_completed(const char *dir) {
     return done;
 }
 
+int rundir_resume_checkpoint(const char *run, char *out, size_t len) {
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/checkpoints", run);
+    snprintf(out, len, "%s/last.ckpt", dir);
+    if (access(out, R_OK) == 0) return 1;
+    /* killed after a numbered checkpoint was renamed into place but before last.ckpt was
+     * linked to it: that file is the newest state (written last) */
+    static const char *const prefixes[] = {"epoch_", "step_"};
+    time_t newest = 0;
+    int found = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t nums[1];
+        if (ckpt_list_numbered(dir, prefixes[k], nums, 1) < 1) continue;
+        char path[4500];
+        snprintf(path, sizeof path, "%s/%s%lld.ckpt", dir, prefixes[k], (long long)nums[0]);
+        struct stat st;
+        if (stat(path, &st) != 0 || access(path, R_OK) != 0 || (found && st.st_mtime < newest)) continue;
+        newest = st.st_mtime;
+        found = 1;
+        snprintf(out, len, "%s", path);
+    }
+    if (!found) snprintf(out, len, "%s/last.ckpt", dir);
+    return found;
+}
+
 int rundir_find_resumable(const char *root, const char *name, uint64_t hash, char *out, size_t len,
                           char *other, size_t other_len) {
     char parent[4096];
@@ -104,8 +130,7 @@ int rundir_find_resumable(const char *root, const char *name, uint64_t hash, cha
         if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best) continue;
         char run[4400], ck[4500];
         snprintf(run, sizeof run, "%s/%s", parent, de->d_name);
-        snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", run);
-        if (access(ck, R_OK) != 0 || run_completed(run)) continue;
+        if (!rundir_resume_checkpoint(run, ck, sizeof ck) || run_completed(run)) continue;
         /* a checkpoint whose header cannot be read counts as this run's: resume then
          * reports it and falls back to an older checkpoint */
         uint64_t h;

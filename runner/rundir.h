@@ -22,8 +22,14 @@ int rundir_create(const char *root, const char *name, char *out, size_t len, err
  * nothing is created). */
 void rundir_propose(const char *root, const char *name, char *out, size_t len);
 
+/* The checkpoint a resume of run starts from: checkpoints/last.ckpt when it is readable,
+ * else the newest epoch_<N>.ckpt / step_<S>.ckpt (a run killed between writing its first
+ * numbered checkpoint and linking last.ckpt to it). Returns 1 and writes the path to out,
+ * or 0 (out then names last.ckpt) when the run has no checkpoint. */
+int rundir_resume_checkpoint(const char *run, char *out, size_t len);
+
 /* Finds the newest run under <root>/<name>/ that is unfinished (no summary.json with
- * "status": "completed") and has a checkpoints/last.ckpt written by the configuration
+ * "status": "completed") and has a checkpoint (rundir_resume_checkpoint) written by the configuration
  * with config_hash `hash` (or whose header cannot be read). Returns 1 and writes its path
  * to out, or 0 when there is none. other (may be NULL) gets the newest unfinished run
  * whose checkpoint has another hash, "" if none: the run a changed experiment does not

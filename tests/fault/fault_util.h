@@ -191,27 +191,6 @@ static inline const char *fault_completed_run(const char *root, const char *name
     return found;
 }
 
-/* The run directory `checkpoint.resume: auto` resumes under root/name, by the runner's
- * rule (rundir.c): the greatest name among those with checkpoints/last.ckpt that did not
- * complete. NULL if none. */
-static inline const char *fault_resumable_run(const char *root, const char *name) {
-    static char out[4200];
-    char parent[4200], best[256] = "";
-    snprintf(parent, sizeof parent, "%s/%s", root, name);
-    DIR *d = opendir(parent);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best || strcmp(de->d_name, best) <= 0) continue;
-        snprintf(out, sizeof out, "%s/%s", parent, de->d_name);
-        if (fault_count_files(out, "last.ckpt") > 0 && !fault_completed(out))
-            snprintf(best, sizeof best, "%s", de->d_name);
-    }
-    if (d) closedir(d);
-    if (!best[0]) return NULL;
-    snprintf(out, sizeof out, "%s/%s", parent, best);
-    return out;
-}
-
 /* Every run directory under root/name has only loadable checkpoints: their count, or -1. */
 static inline int fault_all_checkpoints_loadable(const char *root, const char *name) {
     char parent[4200];

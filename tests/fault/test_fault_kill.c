@@ -12,7 +12,8 @@
  *
  * After every kill every .ckpt file of the run loads (ckpt_read: CRCs, sizes), and every
  * restart either resumes (no fallback to an older checkpoint needed) or, before the first
- * checkpoint, starts afresh. The finished run's weights, buffers and optimizer state equal
+ * checkpoint file exists, starts afresh: a run directory with any finished checkpoint
+ * (even one killed before last.ckpt was linked to it) is always the one continued. The finished run's weights, buffers and optimizer state equal
  * an uninterrupted run's bit for bit, and its metrics.csv / steps.csv hold the same rows
  * (timing columns aside): no torn or duplicated row survives.
  * Seeds: FAULT_KILL_SEED overrides (the seed is printed, so a failure can be replayed). */
@@ -32,6 +33,34 @@ static double rnd01(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 static long file_size(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* How many run directories under root/name hold a finished checkpoint file (a name
+ * ending in .ckpt: last.ckpt, epoch_<N>.ckpt, step_<S>.ckpt; temporaries do not count).
+ * A restart over any of them must continue that run: a second one would mean a restart
+ * started afresh and lost the progress its checkpoint held. */
+static int runs_with_checkpoints(const char *root, const char *name) {
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s/%s", root, name);
+    DIR *d = opendir(parent);
+    int runs = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char dir[4500];
+        snprintf(dir, sizeof dir, "%s/%s/checkpoints", parent, de->d_name);
+        DIR *c = opendir(dir);
+        bool any = false;
+        struct dirent *ce;
+        while (c && !any && (ce = readdir(c))) {
+            size_t n = strlen(ce->d_name);
+            any = n > 5 && !strcmp(ce->d_name + n - 5, ".ckpt");
+        }
+        if (c) closedir(c);
+        runs += any;
+    }
+    if (d) closedir(d);
+    return runs;
 }
 
 /* One lineage: reference, then kill/restart until complete; compares the result. */
@@ -65,7 +94,7 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
     while (!done && attempts < 200) {
         attempts++;
         snprintf(log, sizeof log, "%s/%s_kill_%d.log", tmp, name, attempts);
-        bool had_ckpt = fault_resumable_run(root, name) != NULL;
+        bool had_ckpt = runs_with_checkpoints(root, name) > 0;
         /* past twice the kills asked for (a slow, loaded machine progresses little per
          * attempt), the run is left to finish: the test's time stays bounded */
         bool finish = kills >= 2 * want_kills;
@@ -137,6 +166,12 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
         if (had_ckpt && s && strstr(s, "runner: resuming")) resumed++;
         if (s) CHECK(!strstr(s, "trying the previous checkpoint"));
         free(s);
+        /* never a second run directory with checkpoints: every restart over one continued it */
+        if (runs_with_checkpoints(root, name) > 1) {
+            fprintf(stderr, "after attempt %d: a restart started a new run instead of continuing\n", attempts);
+            CHECK(false);
+            return;
+        }
         done = fault_completed_run(root, name);
     }
     fprintf(stderr, "%s: uninterrupted %.2f s; %d attempts, %d kills (%d timed, %d inside checkpoint writes, %d "
@@ -152,6 +187,48 @@ static void kill_loop(const char *name, const char *mode, int epochs, int want_k
     fault_check_same_run(ref, run);
 }
 
+/* The narrowest window, on purpose: killed right after the first checkpoint file
+ * (step_3.ckpt) was renamed into place, before last.ckpt was linked to it. The restart
+ * must continue that run from step_3.ckpt, not start a new one, and end equal to the
+ * uninterrupted run. */
+static void killed_before_last_link(void) {
+    char exp[700], root[700], set[760], log[800];
+    fault_write_exp(exp, sizeof exp, tmp, "gap", 2, "single, world_size: 1");
+    snprintf(root, sizeof root, "%s/gap_ref", tmp);
+    snprintf(set, sizeof set, "output.root=%s", root);
+    snprintf(log, sizeof log, "%s/gap_ref.log", tmp);
+    const char *args[] = {exp, "--set", set, NULL};
+    CHECK_INT(fault_wait(fault_spawn(args, NULL, log)), 0);
+    const char *r = fault_completed_run(root, "gap");
+    CHECK(r != NULL);
+    if (!r) return;
+    char ref[4200];
+    snprintf(ref, sizeof ref, "%s", r);
+    snprintf(root, sizeof root, "%s/gap_kill", tmp);
+    snprintf(set, sizeof set, "output.root=%s", root);
+    snprintf(log, sizeof log, "%s/gap_kill_1.log", tmp);
+    /* renames: step_3.ckpt's temporary file, then last.ckpt's link (the second, after 1) */
+    const char *env[] = {"LD_PRELOAD=" FAULTFS_SO, "FAULTFS_PATH=.ckpt", "FAULTFS_OP=rename", "FAULTFS_AFTER=1",
+                         "FAULTFS_KILL=1", NULL};
+    pid_t pid = fault_spawn(args, env, log);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    fault_kill_session(pid);
+    fault_reap();
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    CHECK_INT(runs_with_checkpoints(root, "gap"), 1);
+    snprintf(log, sizeof log, "%s/gap_kill_2.log", tmp);
+    CHECK_INT(fault_wait(fault_spawn(args, NULL, log)), 0);
+    char *out = test_read_file(log, NULL);
+    CHECK_CONTAINS(out, "runner: resuming");
+    CHECK_CONTAINS(out, "continuing at step 3");
+    free(out);
+    CHECK_INT(runs_with_checkpoints(root, "gap"), 1);
+    const char *done = fault_completed_run(root, "gap");
+    CHECK(done != NULL);
+    if (done) fault_check_same_run(ref, done);
+}
+
 static void single_process_kills(void) { kill_loop("kill1", "single, world_size: 1", 50, 30, 0.35); }
 static void ddp_two_rank_kills(void) { kill_loop("killddp", "ddp, world_size: 2", 40, 10, 0.6); }
 
@@ -161,6 +238,7 @@ int main(void) {
     const char *seed = getenv("FAULT_KILL_SEED");
     rng_state = seed ? strtoull(seed, NULL, 0) : 18;
     fprintf(stderr, "FAULT_KILL_SEED=%llu\n", (unsigned long long)rng_state);
+    TEST_RUN(killed_before_last_link);
     TEST_RUN(single_process_kills);
     TEST_RUN(ddp_two_rank_kills);
     return test_main_end();
