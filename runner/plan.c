@@ -121,6 +121,17 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
+/* "; a relative data.root is looked up in ..." for a relative root, "" otherwise: a
+ * relative data.root is resolved against the current directory (unlike base:, which is
+ * relative to the file), which messages about missing data must say. */
+static void relative_root_note(const char *root, char *out, size_t cap) {
+    char cwd[CFG_PATH] = "";
+    out[0] = '\0';
+    if (root[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(out, cap, "; a relative data.root is looked up in the current directory %s, not next to the "
+                 "experiment file", cwd);
+}
+
 int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err) {
     dataset_info_t info;
     if (dataset_info(e->data.dataset, &info, err)) return -1;
@@ -136,10 +147,8 @@ int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present
     if (*present) return 0;
     /* say where a relative root was looked for, and never promise a download that cannot
      * happen (Fashion-MNIST has no official archive the runner can fetch) */
-    char where[CFG_PATH + 160] = "", cwd[CFG_PATH] = "";
-    if (root[0] != '/' && getcwd(cwd, sizeof cwd))
-        snprintf(where, sizeof where, "; a relative data.root is looked up in the current directory "
-                 "%s, not next to the experiment file", cwd);
+    char where[CFG_PATH + 160];
+    relative_root_note(root, where, sizeof where);
     bool fetchable = info.url[0] || e->data.download_url[0];
     if (!fetchable)
         return err_set(err, ERR_INPUT, "%s: data.dataset %s: %s is missing (data.root: %s)%s; %s cannot be "
@@ -167,7 +176,15 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
     p->train_size = info.train_size;
     p->val_size = info.val_size;
     if (!strcmp(info.name, "image_folder")) {
-        if (plan_images_data(e, p, &classes, err)) return -1;
+        if (plan_images_data(e, p, &classes, err)) {
+            char where[CFG_PATH + 160];
+            relative_root_note(p->data_root, where, sizeof where);
+            if (err && err->code == ERR_INPUT && where[0]) {
+                size_t n = strlen(err->msg);
+                snprintf(err->msg + n, sizeof err->msg - n, "%s", where);
+            }
+            return err_wrap(err, "%s", e->source_path);
+        }
         c = p->channels;
         h = w = e->data.image_size;
     } else if (!strcmp(info.name, "synthetic")) {

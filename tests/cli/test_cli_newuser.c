@@ -277,6 +277,14 @@ static void data_root_messages(void) {
     CHECK_INT(test_run_cmd(cmd, out, sizeof out), 0);
     snprintf(args, sizeof args, "data         cifar10 from fmdata (in %s) (will download)", tmp);
     CHECK_CONTAINS(out, args);
+    /* an image folder that is not there: the same note, with the folder the runner looked in */
+    snprintf(cmd, sizeof cmd, "cd %s && %s plan %s --set data.dataset=image_folder --set data.root=photos",
+             tmp, test_runner_exe(), fm);
+    CHECK_INT(test_run_cmd(cmd, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "photos/train is not a directory");
+    snprintf(args, sizeof args, "a relative data.root is looked up in the current directory %s, not next to "
+             "the experiment file", tmp);
+    CHECK_CONTAINS(out, args);
 }
 
 /* 9. Export after a max_steps run; metadata; the printed PyTorch code. */
