@@ -7,7 +7,9 @@
  * on synthetic data already in backend memory, and prints
  *   runner: <images/s> img/s (median of N steps, <ms> ms/step)
  * --profile wraps the backend's op table with timers (no globals: the wrapper table
- * carries its own counters) and prints where the time goes, per op.
+ * carries its own counters) and prints where the time goes, per op, the math libraries
+ * with the ISA level they run at, and every distinct convolution with the engine and
+ * oneDNN kernel it ran on (backend conv_engine op).
  * What it does not do: data loading, augmentation, evaluation.
  */
 #include <stdio.h>
@@ -32,13 +34,44 @@ static const char *const P_NAMES[P_N] = {"conv2d_fwd", "conv2d_bwd_data", "conv2
     "avgpool", "linear", "softmax_xent", "sgd_step", "zero", "copy"};
 _Static_assert(P_N == 15, "P_NAMES must list every profiled op");
 
+/* One distinct convolution (shape, direction) seen while profiling, with the kernel the
+ * backend ran it on. */
+typedef struct prof_conv {
+    conv_shape_t s;
+    int which;                   /* 0 fwd, 1 bwd data, 2 bwd filter */
+    char engine[64];
+    double t;
+    long calls;
+} prof_conv_t;
+
+#define PROF_CONVS 256
+
 typedef struct prof {
     backend_ops_t ops;           /* first: be->ops points here */
     const backend_ops_t *orig;
     double t[P_N];
     double conv1x1[3], conv3x3[3]; /* fwd, bwd_data, bwd_filter split by kernel size */
     long calls[P_N];
+    prof_conv_t conv[PROF_CONVS];
+    int nconv;
 } prof_t;
+
+/* Adds d seconds to the row of (s, which), naming its kernel on first sight. */
+static void prof_conv_add(prof_t *p, backend_t *be, const conv_shape_t *s, int which, double d) {
+    int i = 0;
+    while (i < p->nconv && !(p->conv[i].which == which && !memcmp(&p->conv[i].s, s, sizeof *s))) i++;
+    if (i == p->nconv) {
+        if (i == PROF_CONVS) return;
+        prof_conv_t *c = &p->conv[p->nconv++];
+        memset(c, 0, sizeof *c);
+        c->s = *s;
+        c->which = which;
+        if (!p->orig->conv_engine || p->orig->conv_engine(be, s, which, c->engine, sizeof c->engine))
+            snprintf(c->engine, sizeof c->engine, "?");
+    }
+    p->conv[i].t += d;
+    p->conv[i].calls++;
+}
 
 #define PROF(be) ((prof_t *)(void *)(be)->ops)
 #define TIMED(slot, call)                                   \
@@ -59,6 +92,7 @@ static int w_conv_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const vo
     p->t[P_CONV_FWD] += d;
     p->calls[P_CONV_FWD]++;
     (s->r == 1 ? p->conv1x1 : p->conv3x3)[0] += d;
+    prof_conv_add(p, be, s, 0, d);
     return rc;
 }
 static int w_conv_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w, void *dx) {
@@ -69,6 +103,7 @@ static int w_conv_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, con
     p->t[P_CONV_BWD_DATA] += d;
     p->calls[P_CONV_BWD_DATA]++;
     (s->r == 1 ? p->conv1x1 : p->conv3x3)[1] += d;
+    prof_conv_add(p, be, s, 1, d);
     return rc;
 }
 static int w_conv_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *dy, float *dw) {
@@ -79,6 +114,7 @@ static int w_conv_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, c
     p->t[P_CONV_BWD_FILTER] += d;
     p->calls[P_CONV_BWD_FILTER]++;
     (s->r == 1 ? p->conv1x1 : p->conv3x3)[2] += d;
+    prof_conv_add(p, be, s, 2, d);
     return rc;
 }
 static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var) {
@@ -172,6 +208,14 @@ static void prof_report(const prof_t *p, double total, int steps) {
     printf("  conv 1x1 fwd/bwd_data/bwd_filter: %.2f / %.2f / %.2f ms/step\n", 1e3 * p->conv1x1[0] / steps,
            1e3 * p->conv1x1[1] / steps, 1e3 * p->conv1x1[2] / steps);
     printf("  outside ops: %.2f ms/step\n", 1e3 * (total - sum) / steps);
+    static const char *const dir[3] = {"fwd", "bwd_data", "bwd_filter"};
+    printf("  conv kernels (shape n hxw c->k kernel/stride: direction, engine and kernel, time):\n");
+    for (int i = 0; i < p->nconv; i++) {
+        const prof_conv_t *c = &p->conv[i];
+        printf("    n%d %dx%d %d->%d k%d s%d  %-10s %-28s %7.2f ms/step (%ld calls/step)\n", c->s.n,
+               c->s.h, c->s.w, c->s.c, c->s.k, c->s.r, c->s.stride, dir[c->which], c->engine,
+               1e3 * c->t / steps, c->calls / steps);
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -249,6 +293,11 @@ int main(int argc, char **argv) {
     double med = times[steps / 2];
     printf("runner: %.1f img/s (median of %d steps, %.1f ms/step; %s batch %d %dx%dx%d, %d threads)\n",
            batch / med, steps, 1e3 * med, model, batch, channels, size, size, be->threads);
+    if (profile && be->ops->libraries) {
+        char libs[512];
+        be->ops->libraries(be, libs, sizeof libs);
+        printf("libraries: %s\n", libs);
+    }
     if (profile) {
         prof_report(&prof, prof_total, steps);
         be->ops = prof.orig;

@@ -85,6 +85,8 @@ typedef struct backend_opts {
     int threads;         /* cpu: worker threads (0: all cores); cuda: ignored */
     bool deterministic;  /* cuda: deterministic algorithms only; cpu is always deterministic */
     bool allow_tf32;     /* cuda: TF32 tensor cores for fp32 convs/GEMMs */
+    bool cpu_winograd;   /* cpu: Winograd for 3x3 filter gradients where oneDNN has it
+                          * (faster, ~10x less precise; train.cpu_winograd) */
 } backend_opts_t;
 
 /* The op table. One line per slot; slots marked (optional) may be NULL. */
@@ -216,6 +218,12 @@ typedef struct backend_ops {
     int (*graph_capture_end)(backend_t *be, void **graph);        /* *graph NULL on failure */
     int (*graph_launch)(backend_t *be, void *graph);
     void (*graph_free)(backend_t *be, void *graph);
+    /* Introspection (optional; env.json and benchmarks say what ran). conv_engine: the
+     * kernel a convolution of shape s runs on in direction which (0 fwd, 1 bwd data,
+     * 2 bwd filter), e.g. "dnnl jit:avx2" or "gemm"; it is the one later calls use.
+     * libraries: the math libraries and the instruction-set level they run at. */
+    int (*conv_engine)(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
+    void (*libraries)(backend_t *be, char *buf, size_t len);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

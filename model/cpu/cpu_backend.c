@@ -192,8 +192,21 @@ static void cpu_destroy(backend_t *be) {
 #ifdef RUNNER_HAVE_DNNL
     cpu_dnnl_free(c->dnnl);
 #endif
+    free(c->choices);
     free(c->scratch);
     free(c);
+}
+
+/* "oneDNN 2.6.3 (isa avx2), OpenBLAS 0.3.21 ... (core Haswell)": what the CPU kernels run
+ * on, after ONEDNN_MAX_CPU_ISA / OPENBLAS_CORETYPE. */
+static void cpu_libraries(backend_t *be, char *buf, size_t len) {
+    (void)be;
+    char dnnl[96] = "no oneDNN";
+#ifdef RUNNER_HAVE_DNNL
+    snprintf(dnnl, sizeof dnnl, "oneDNN %s (isa %s)", cpu_dnnl_version(), cpu_dnnl_isa_name());
+#endif
+    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+    snprintf(buf, len, "%s, %s (core %s)", dnnl, cfg ? cfg : "OpenBLAS", core ? core : "?");
 }
 
 static const backend_ops_t cpu_ops = {
@@ -234,6 +247,8 @@ static const backend_ops_t cpu_ops = {
     .cast = cpu_cast,
     .unscale_check_finite = cpu_unscale_check_finite,
     .scale = cpu_scale,
+    .conv_engine = cpu_backend_conv_describe,
+    .libraries = cpu_libraries,
 };
 
 backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
@@ -256,6 +271,7 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
     c->base.kind = BACKEND_CPU;
     c->base.device = 0;
     c->base.threads = threads;
+    c->winograd = o && o->cpu_winograd;
     if (cpu_pool_init(&c->pool, threads, e) != 0) {
         free(c);
         return NULL;
@@ -275,5 +291,7 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
 }
 
 void cpu_backend_set_conv_engine(backend_t *be, int engine) {
-    cpu_of(be)->conv_engine = engine;
+    cpu_backend_t *c = cpu_of(be);
+    c->conv_engine = engine;
+    c->nchoices = 0;   /* decisions were made for the previous setting */
 }

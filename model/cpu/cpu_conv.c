@@ -1,14 +1,18 @@
 /* cpu_conv.c: 2-D convolution for the CPU backend (forward, backward data, backward
  * filter) on NHWC activations and KRSC weights.
  *
- * Two engines: oneDNN (cpu_dnnl.c, when built with it) and im2col + OpenBLAS SGEMM, where
- * a 1x1 stride-1 convolution is one plain GEMM on the activation matrix. The engine is
- * chosen per shape and direction (see choose_engine_for). AMP (DT_F16/DT_BF16) is emulated here for both
+ * Two engines: oneDNN (cpu_dnnl.c, when built with it: direct convolution on NHWC or on
+ * its blocked layout, Winograd on request) and im2col + OpenBLAS SGEMM, where a 1x1
+ * stride-1 convolution is one plain GEMM on the activation matrix. The engine is chosen
+ * once per shape and direction by asking oneDNN which of the preferred variants it
+ * implements at this ISA, falling back Winograd -> direct -> GEMM (see
+ * engine_candidates and choose). AMP (DT_F16/DT_BF16) is emulated here for both
  * engines: inputs and weights are rounded to half before use, the fp32 result is rounded
  * after. Backward data is a gather (col2im written per input pixel), so every output
  * element is summed in a fixed order by one thread: results are deterministic.
  * Not here: bias (ResNets have none), groups, dilation.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -212,41 +216,93 @@ static int check_shape(backend_t *be, const conv_shape_t *s, const char *op) {
     return 0;
 }
 
-/* Whether oneDNN's Winograd kernels take this shape (3x3, stride 1). */
+/* Whether a shape is one Winograd F(m, 3) can compute (3x3, stride 1, pad 1); oneDNN
+ * decides whether it has the kernel (AVX-512 and up in oneDNN 2.x). */
 static bool winograd_ok(const conv_shape_t *s) {
     return s->r == 3 && s->s == 3 && s->stride == 1 && s->pad == 1;
 }
 
-/* The engine for a shape and direction (which: 0 fwd, 1 bwd data, 2 bwd filter). A fixed
- * rule, never a timing taken at run time, so that the same shape always runs the same
- * code and gives the same bits. Measured on the ResNet layers (bench/results/cpu_ops.md):
- * oneDNN beats im2col + OpenBLAS on every layer, so it is used whenever it is built in.
- * Winograd beats direct convolution on 3x3 stride-1 layers with >= 64 channels but is
- * ~10x less precise (relative error ~1e-6 instead of ~1e-7); errors in the forward or
- * backward-data pass flow through every later ReLU mask, and the golden test's 3-step
- * SGD trajectory (tests/golden) then drifts 1e-3 from PyTorch's, while an error in the
- * filter gradient stays in that one gradient. So Winograd computes the filter gradient
- * only. For layers with small input maps (h*w <= 64) and many channels, reordering the
- * activations into oneDNN's blocked layout and back is cheaper than the NHWC kernels'
- * inefficiency there; everything else runs oneDNN's NHWC kernels on our tensors. */
-static int choose_engine_for(cpu_backend_t *c, const conv_shape_t *s, int which) {
-    if (!c->dnnl || c->conv_engine == CPU_CONV_GEMM) return CPU_CONV_GEMM;
-    if (c->conv_engine == CPU_CONV_DNNL_WINOGRAD)
-        return winograd_ok(s) ? CPU_CONV_DNNL_WINOGRAD : CPU_CONV_DNNL_BLOCKED;
-    if (c->conv_engine != CPU_CONV_AUTO) return c->conv_engine;
-    if (which == 2 && winograd_ok(s) && s->c >= 64 && s->k >= 64) return CPU_CONV_DNNL_WINOGRAD;
-    if (s->h * s->w <= 64 && s->c >= 128 && s->k >= 128 && s->r > 1)
-        return CPU_CONV_DNNL_BLOCKED;
-    return CPU_CONV_DNNL;
+/* The engines to try for a shape and direction (which: 0 fwd, 1 bwd data, 2 bwd filter),
+ * best first; the first one oneDNN implements on this CPU is used, GEMM (OpenBLAS) always
+ * works. Measured on the ResNet layers (bench/results/cpu_ops.md): oneDNN beats im2col +
+ * OpenBLAS on every layer. For layers with small input maps (h*w <= 64) and many
+ * channels, reordering the activations into oneDNN's blocked layout and back is cheaper
+ * than the NHWC kernels' inefficiency there; everything else prefers oneDNN's NHWC
+ * kernels on our tensors, and takes the blocked ones where the NHWC ones are missing (at
+ * SSE4.1 oneDNN has few NHWC kernels).
+ * Winograd: ~10x less precise than direct convolution (relative error ~1e-6 instead of
+ * ~1e-7), outside the bound the CPU backend keeps by default (within 10x of PyTorch's own
+ * fp32 error against fp64 on every tensor, tests/golden), so it is used only when the run
+ * asks for it (train.cpu_winograd: backend_opts_t.cpu_winograd) and then for the filter
+ * gradient of 3x3 stride-1 layers with >= 64 channels, where it is fastest and where an
+ * error stays in that one gradient (in the forward or backward-data pass it would flow
+ * through every later ReLU mask). Forced engines (tests, benchmarks) fall back the same
+ * way. */
+static int engine_candidates(const cpu_backend_t *c, const conv_shape_t *s, int which,
+                             int out[4]) {
+    int n = 0, forced = c->conv_engine;
+    if (c->dnnl && forced != CPU_CONV_GEMM) {
+        bool wino = forced == CPU_CONV_DNNL_WINOGRAD
+            ? winograd_ok(s)
+            : forced == CPU_CONV_AUTO && c->winograd && which == 2 && winograd_ok(s) &&
+              s->c >= 64 && s->k >= 64;
+        bool blocked_first = forced == CPU_CONV_DNNL_BLOCKED || forced == CPU_CONV_DNNL_WINOGRAD ||
+            (forced == CPU_CONV_AUTO && s->h * s->w <= 64 && s->c >= 128 && s->k >= 128 &&
+             s->r > 1);
+        if (wino) out[n++] = CPU_CONV_DNNL_WINOGRAD;
+        out[n++] = blocked_first ? CPU_CONV_DNNL_BLOCKED : CPU_CONV_DNNL;
+        out[n++] = blocked_first ? CPU_CONV_DNNL : CPU_CONV_DNNL_BLOCKED;
+    }
+    out[n++] = CPU_CONV_GEMM;
+    return n;
 }
 
-/* The engine of the forward pass (what benchmarks and tests report). */
-static int choose_engine(cpu_backend_t *c, const conv_shape_t *s) {
-    return choose_engine_for(c, s, 0);
+/* The oneDNN variant of an engine. */
+static int variant_of(int engine) {
+    return engine == CPU_CONV_DNNL_WINOGRAD ? CPU_DNNL_WINOGRAD
+         : engine == CPU_CONV_DNNL_BLOCKED ? CPU_DNNL_BLOCKED : CPU_DNNL_NHWC;
 }
 
-const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s) {
-    switch (choose_engine(cpu_of(be), s)) {
+/* The engine decision for (s, which): looked up, or made once by asking oneDNN for each
+ * candidate in turn. A fixed function of the shape, the direction, the forced engine and
+ * what oneDNN implements at this ISA (never a timing), so the same shape always runs the
+ * same code and gives the same bits. NULL with be->err set on failure. */
+static const cpu_conv_choice_t *choose(cpu_backend_t *c, const conv_shape_t *s, int which) {
+    for (int i = 0; i < c->nchoices; i++) {
+        const cpu_conv_choice_t *ch = &c->choices[i];
+        if (ch->which == which && !memcmp(&ch->s, s, sizeof *s)) return ch;
+    }
+    if (c->nchoices == c->choices_cap) {
+        int cap = c->choices_cap ? 2 * c->choices_cap : 32;
+        cpu_conv_choice_t *nc = realloc(c->choices, (size_t)cap * sizeof *nc);
+        if (!nc) {
+            err_set(&c->base.err, ERR_RUNTIME, "cpu backend: out of memory for engine choices");
+            return NULL;
+        }
+        c->choices = nc;
+        c->choices_cap = cap;
+    }
+    cpu_conv_choice_t ch = {.s = *s, .which = which, .engine = CPU_CONV_GEMM, .impl = NULL};
+    int cand[4], nc = engine_candidates(c, s, which, cand);
+    for (int i = 0; i < nc; i++) {
+        if (cand[i] == CPU_CONV_GEMM) break;
+#ifdef RUNNER_HAVE_DNNL
+        const char *impl = NULL;
+        int r = cpu_dnnl_query(c->dnnl, s, which, variant_of(cand[i]), &impl, &c->base.err);
+        if (r < 0) return NULL;
+        if (r == 1) {
+            ch.engine = cand[i];
+            ch.impl = impl;
+            break;
+        }
+#endif
+    }
+    c->choices[c->nchoices] = ch;
+    return &c->choices[c->nchoices++];
+}
+
+static const char *engine_name(int engine) {
+    switch (engine) {
     case CPU_CONV_DNNL: return "dnnl";
     case CPU_CONV_DNNL_BLOCKED: return "dnnl_blk";
     case CPU_CONV_DNNL_WINOGRAD: return "dnnl_wino";
@@ -254,10 +310,22 @@ const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s) {
     }
 }
 
-/* The oneDNN variant of an engine. */
-static int variant_of(int engine) {
-    return engine == CPU_CONV_DNNL_WINOGRAD ? CPU_DNNL_WINOGRAD
-         : engine == CPU_CONV_DNNL_BLOCKED ? CPU_DNNL_BLOCKED : CPU_DNNL_NHWC;
+const char *cpu_backend_conv_engine_for(backend_t *be, const conv_shape_t *s, int which) {
+    const cpu_conv_choice_t *ch = choose(cpu_of(be), s, which);
+    return ch ? engine_name(ch->engine) : "error";
+}
+
+const char *cpu_backend_conv_engine(backend_t *be, const conv_shape_t *s) {
+    return cpu_backend_conv_engine_for(be, s, 0);
+}
+
+int cpu_backend_conv_describe(backend_t *be, const conv_shape_t *s, int which, char *buf,
+                              size_t len) {
+    const cpu_conv_choice_t *ch = choose(cpu_of(be), s, which);
+    if (!ch) return -1;
+    if (ch->impl) snprintf(buf, len, "%s %s", engine_name(ch->engine), ch->impl);
+    else snprintf(buf, len, "%s", engine_name(ch->engine));
+    return 0;
 }
 
 /* Runs one oneDNN convolution with AMP emulation: a and b are rounded copies when dt is
@@ -287,9 +355,10 @@ int cpu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void 
     if (check_shape(be, s, "conv2d_fwd") != 0) return -1;
     int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
-    int eng = choose_engine(c, s);
-    if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 0, s, variant_of(eng), dt, x, nx, w, nw, y, ny);
+    const cpu_conv_choice_t *ch = choose(c, s, 0);
+    if (!ch) return -1;
+    if (ch->engine != CPU_CONV_GEMM)
+        return dnnl_amp(c, 0, s, variant_of(ch->engine), dt, x, nx, w, nw, y, ny);
     if (gemm_fwd(c, s, dt, x, w, y) != 0) return -1;
     cpu_round_array(c, dt, y, ny);
     return 0;
@@ -301,9 +370,10 @@ int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const 
     if (check_shape(be, s, "conv2d_bwd_data") != 0) return -1;
     int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
-    int eng = choose_engine(c, s);
-    if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 1, s, variant_of(eng), dt, dy, ny, w, nw, dx, nx);
+    const cpu_conv_choice_t *ch = choose(c, s, 1);
+    if (!ch) return -1;
+    if (ch->engine != CPU_CONV_GEMM)
+        return dnnl_amp(c, 1, s, variant_of(ch->engine), dt, dy, ny, w, nw, dx, nx);
     return gemm_bwd_data(c, s, dt, dy, w, dx);  /* col2im rounds */
 }
 
@@ -313,8 +383,9 @@ int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, cons
     if (check_shape(be, s, "conv2d_bwd_filter") != 0) return -1;
     int64_t nx = (int64_t)s->n * s->h * s->w * s->c;
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
-    int eng = choose_engine_for(c, s, 2);
-    if (eng != CPU_CONV_GEMM)
-        return dnnl_amp(c, 2, s, variant_of(eng), dt, x, nx, dy, ny, dw, 0);
+    const cpu_conv_choice_t *ch = choose(c, s, 2);
+    if (!ch) return -1;
+    if (ch->engine != CPU_CONV_GEMM)
+        return dnnl_amp(c, 2, s, variant_of(ch->engine), dt, x, nx, dy, ny, dw, 0);
     return gemm_bwd_filter(c, s, dt, x, dy, dw);
 }

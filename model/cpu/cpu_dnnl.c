@@ -14,6 +14,7 @@
  */
 #ifdef RUNNER_HAVE_DNNL
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,8 @@ typedef struct dnnl_entry {
     conv_shape_t s;
     int which;                    /* 0 fwd, 1 bwd data, 2 bwd filter */
     int variant;                  /* CPU_DNNL_* */
+    bool ok;                      /* false: oneDNN has no (non-reference) kernel for it */
+    char impl[48];                /* oneDNN's implementation name ("jit:avx2", ...) */
     dnnl_primitive_t conv;
     dnnl_slot_t slot[3];          /* the two inputs, then the output */
 } dnnl_entry_t;
@@ -127,7 +130,16 @@ static int slot_build(cpu_dnnl_t *d, dnnl_slot_t *sl, int arg, bool output, bool
     return 0;
 }
 
-/* Creates the primitive and its three slots for (s, which, variant) into en. */
+/* Whether oneDNN's implementation name is one of its reference (plain C loop) kernels:
+ * correct but 10-100x slower than im2col + OpenBLAS, so such a shape falls back. */
+static bool is_reference_impl(const char *impl) {
+    return !strncmp(impl, "ref", 3) || strstr(impl, ":ref") != NULL;
+}
+
+/* Creates the primitive and its three slots for (s, which, variant) into en. When oneDNN
+ * implements it only with a reference kernel or not at all (Winograd below AVX-512, some
+ * directions at SSE4.1, ...), en->ok stays false and 0 is returned: the caller falls
+ * back to another variant or engine. */
 static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
                        dnnl_entry_t *en, err_t *e) {
     memset(en, 0, sizeof *en);
@@ -152,15 +164,15 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
     dnnl_dims_t pr = {(s->p - 1) * s->stride + s->r - s->h - s->pad,
                       (s->q - 1) * s->stride + s->s - s->w - s->pad};
     dnnl_convolution_desc_t fwd_desc, desc;
-    DNNL_OK(dnnl_convolution_forward_desc_init(&fwd_desc, dnnl_forward_training,
-                                               alg, &xa, &wa, NULL, &ya,
-                                               strides, pl, pr), e);
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
-    DNNL_OK(dnnl_primitive_desc_create(&fwd_pd, &fwd_desc, NULL, d->engine, NULL), e);
-    if (which == 0) {
+    dnnl_status_t st = dnnl_convolution_forward_desc_init(&fwd_desc, dnnl_forward_training, alg,
+                                                          &xa, &wa, NULL, &ya, strides, pl, pr);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(&fwd_pd, &fwd_desc, NULL, d->engine, NULL);
+    if (st == dnnl_success && which == 0) {
         pd = fwd_pd;
-    } else {
-        dnnl_status_t st = which == 1
+    } else if (st == dnnl_success) {
+        st = which == 1
             ? dnnl_convolution_backward_data_desc_init(&desc, alg, &xa, &wa,
                                                        &ya, strides, pl, pr)
             : dnnl_convolution_backward_weights_desc_init(&desc, alg, &xa,
@@ -168,9 +180,20 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
         if (st == dnnl_success)
             st = dnnl_primitive_desc_create(&pd, &desc, NULL, d->engine, fwd_pd);
         dnnl_primitive_desc_destroy(fwd_pd);
-        if (st != dnnl_success)
-            return err_set(e, ERR_RUNTIME, "oneDNN: cannot create conv %s primitive (status %d)",
-                           which == 1 ? "backward-data" : "backward-weights", (int)st);
+    }
+    if (st == dnnl_unimplemented) return 0;
+    if (st != dnnl_success)
+        return err_set(e, ERR_RUNTIME, "oneDNN: cannot create the conv %s primitive descriptor "
+                       "(status %d)", which == 0 ? "forward" : which == 1 ? "backward-data"
+                       : "backward-weights", (int)st);
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl)
+        impl = "?";
+    snprintf(en->impl, sizeof en->impl, "%s", impl);
+    if (is_reference_impl(en->impl)) {
+        dnnl_primitive_desc_destroy(pd);
+        return 0;
     }
     const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(
         pd, which == 1 ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
@@ -179,7 +202,7 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
     const dnnl_memory_desc_t *wts = dnnl_primitive_desc_query_md(
         pd, which == 2 ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
     dnnl_memory_desc_t srcm = *src, dstm = *dst, wtsm = *wts;
-    dnnl_status_t st = dnnl_primitive_create(&en->conv, pd);
+    st = dnnl_primitive_create(&en->conv, pd);
     dnnl_primitive_desc_destroy(pd);
     DNNL_OK(st, e);
     int rc = 0;
@@ -196,7 +219,9 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
         rc |= slot_build(d, &en->slot[1], DNNL_ARG_DIFF_DST, false, false, &yu, &dstm, e);
         rc |= slot_build(d, &en->slot[2], DNNL_ARG_DIFF_WEIGHTS, true, true, &wu, &wtsm, e);
     }
-    return rc ? -1 : 0;
+    if (rc) return -1;
+    en->ok = true;
+    return 0;
 }
 
 /* The cached entry for (s, which, variant), building it on first use. */
@@ -256,6 +281,10 @@ int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int varian
     if (d->omp_set_num_threads) d->omp_set_num_threads(d->threads);
     dnnl_entry_t *en = entry_get(d, s, which, variant, e);
     if (!en) return -1;
+    if (!en->ok)
+        return err_set(e, ERR_RUNTIME, "oneDNN: no kernel for this conv %s (variant %d); the "
+                       "engine choice should have fallen back", which == 0 ? "forward"
+                       : which == 1 ? "backward-data" : "backward-weights", variant);
     void *ptr[3] = {(void *)a, (void *)b, out};
     dnnl_exec_arg_t args[3];
     for (int i = 0; i < 3; i++) {
@@ -280,6 +309,36 @@ int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int varian
         if (exec(d, o->reorder, 2, r, e) != 0) return -1;
     }
     return 0;
+}
+int cpu_dnnl_query(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
+                   const char **impl, err_t *e) {
+    dnnl_entry_t *en = entry_get(d, s, which, variant, e);
+    if (!en) return -1;
+    if (impl) *impl = en->impl;
+    return en->ok ? 1 : 0;
+}
+
+const char *cpu_dnnl_isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "all";   /* no x86 ISA restriction reported (other architectures) */
+    }
+}
+const char *cpu_dnnl_version(void) {
+#define DNNL_STR_(x) #x
+#define DNNL_STR(x) DNNL_STR_(x)
+    /* the headers' version; the library loaded at run time is the same package's */
+    return DNNL_STR(DNNL_VERSION_MAJOR) "." DNNL_STR(DNNL_VERSION_MINOR) "."
+           DNNL_STR(DNNL_VERSION_PATCH);
 }
 #else
 typedef int cpu_dnnl_unused_t;   /* keeps the translation unit non-empty without oneDNN */

@@ -51,12 +51,23 @@ enum { CPU_DNNL_NHWC = 0, CPU_DNNL_BLOCKED = 1, CPU_DNNL_WINOGRAD = 2 };
 
 typedef struct cpu_dnnl cpu_dnnl_t;   /* oneDNN engine, stream and primitive cache */
 
+/* One engine decision: the engine (CPU_CONV_*) for a shape and direction, made once. */
+typedef struct cpu_conv_choice {
+    conv_shape_t s;
+    int which;                    /* 0 fwd, 1 bwd data, 2 bwd filter */
+    int engine;
+    const char *impl;             /* oneDNN's kernel name (owned by its cache), or NULL */
+} cpu_conv_choice_t;
+
 /* The backend context. */
 typedef struct cpu_backend {
     backend_t base;               /* must be first */
     cpu_pool_t pool;
     size_t live_bytes, peak_bytes;
-    int conv_engine;              /* CPU_CONV_* */
+    int conv_engine;              /* CPU_CONV_*: forced engine, or AUTO */
+    bool winograd;                /* AUTO may use Winograd (backend_opts_t.cpu_winograd) */
+    cpu_conv_choice_t *choices;   /* engine decisions so far (cpu_conv.c) */
+    int nchoices, choices_cap;
     float *scratch;               /* grow-only workspace for im2col and AMP rounding */
     size_t scratch_floats;
     cpu_dnnl_t *dnnl;             /* NULL without oneDNN */
@@ -95,6 +106,15 @@ void cpu_dnnl_free(cpu_dnnl_t *d);
  * b dy, out dw accumulated). variant: CPU_DNNL_*. */
 int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int variant,
                   const float *a, const float *b, float *out);
+/* Whether oneDNN implements (s, which, variant) with a real (non-reference) kernel on this
+ * CPU and ISA limit: 1 yes (*impl: its name, e.g. "jit:avx2"), 0 no, -1 error. Builds and
+ * caches the primitive, so asking costs nothing later. */
+int cpu_dnnl_query(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
+                   const char **impl, err_t *e);
+/* The ISA oneDNN dispatches to (after ONEDNN_MAX_CPU_ISA): "avx2", "avx512_core", ...;
+ * and its version ("2.6.3"). */
+const char *cpu_dnnl_isa_name(void);
+const char *cpu_dnnl_version(void);
 
 /* cpu_norm.c */
 int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
