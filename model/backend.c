@@ -70,6 +70,15 @@ int backend_cuda_device_name(int i, char *buf, size_t len) {
 #endif
 }
 
+size_t backend_cuda_device_memory(int i) {
+#ifdef RUNNER_HAVE_CUDA
+    return cuda_device_memory(i);
+#else
+    (void)i;
+    return 0;
+#endif
+}
+
 void backend_cuda_versions(char *buf, size_t len) {
     if (!buf || !len) return;
 #ifdef RUNNER_HAVE_CUDA

@@ -250,6 +250,9 @@ size_t backend_elem_size(const backend_t *be, dtype_t dt);
 int backend_cuda_device_count(void);
 /* Fills a short description of GPU i ("NVIDIA H100 80GB HBM3, 81559 MiB, cc 9.0"). */
 int backend_cuda_device_name(int i, char *buf, size_t len);
+/* Total memory of GPU i in bytes (cudaDeviceProp.totalGlobalMem); 0 without CUDA or when
+ * i is not a visible device. */
+size_t backend_cuda_device_memory(int i);
 /* Versions "driver 13.0, runtime 13.0, cuDNN 9.x, NCCL 2.28.x" or "" without CUDA. */
 void backend_cuda_versions(char *buf, size_t len);
 

@@ -143,6 +143,9 @@ int net_add_linear(net_t *n, const char *prefix, int input, int out_features, er
 /* ---- introspection (valid right after building) ---- */
 int net_num_nodes(const net_t *n);
 node_kind_t net_node_kind(const net_t *n, int i);
+/* Bound nets: the geometry of conv node i at `batch` rows and its module name
+ * ("layer1.0.conv1"); -1 when node i is not a conv or the net is not bound. */
+int net_conv_geometry(const net_t *n, int i, int batch, conv_shape_t *s, const char **name);
 int net_num_tensors(const net_t *n);
 const net_tensor_t *net_tensor(const net_t *n, int i);
 /* The tensor called name, or NULL. */

@@ -55,6 +55,13 @@ static pool_shape_t pool_geom(const net_t *n, int i, int batch) {
     return s;
 }
 
+int net_conv_geometry(const net_t *n, int i, int batch, conv_shape_t *s, const char **name) {
+    if (i < 0 || i >= n->n_nodes || n->nodes[i].kind != NODE_CONV || !n->be) return -1;
+    *s = conv_geom(n, i, batch);
+    if (name) *name = n->nodes[i].prefix;
+    return 0;
+}
+
 /* The weight a conv/linear computes with: the half shadow under AMP, else the master. */
 static const void *node_weight(const net_t *n, const node_t *d) {
     if (n->shadow) return net_act_at(n, n->shadow, d->w_off);

@@ -158,6 +158,7 @@ typedef struct experiment {
             double min_delta;     /* 0 */
             stop_mode_t mode;     /* auto: loss min, top-k max */
         } early_stopping;
+        bool cpu_winograd;        /* false (project key: Winograd 3x3 filter gradients on the CPU) */
     } train;
 
     struct {

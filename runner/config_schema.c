@@ -213,6 +213,9 @@ const cfg_row_t cfg_rows[] = {
             "smallest change that counts as an improvement"),
     ROW_ENUM("train.early_stopping.mode", train.early_stopping.mode, STOP_MODES, 0,
              "auto (losses min, top-k max) | min | max"),
+    ROW_BOOL("train.cpu_winograd", train.cpu_winograd, 0,
+             "project key: Winograd for 3x3 filter gradients on the CPU where oneDNN has it "
+             "(faster, ~10x less precise)"),
 
     ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
     ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,

@@ -217,8 +217,8 @@ static void print_plan_notes(const plan_t *p) {
     fflush(stdout);
 }
 
-/* Downloads missing dataset files once, before ranks start. */
-static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
+/* Downloads missing dataset files once, before ranks start, and plans again from them. */
+static int fetch_data(const experiment_t *x, plan_t *p, err_t *e) {
     if (!p->will_download) return 0;
     for (int split = 0; split < 2; split++) {
         dataset_opts_t o = {.name = x->data.dataset, .root = p->data_root, .split = (data_split_t)split,
@@ -228,7 +228,7 @@ static int fetch_data(const experiment_t *x, const plan_t *p, err_t *e) {
         if (dataset_open(&o, &d, e)) return -1;
         dataset_free(d);
     }
-    return 0;
+    return plan_after_download(x, p, e);
 }
 
 /* How a worker reports its failure. Under this runner's launcher (RUNNER_RUN_DIR set) the

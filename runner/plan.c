@@ -215,6 +215,10 @@ static int plan_data(const experiment_t *e, plan_t *p, err_t *err) {
     p->channels = c;
     p->height = oh;
     p->width = ow;
+    /* in memory: the pixels of both splits (image folders decode from disk: their file
+     * list only, ~a path and a label per image) */
+    p->data_bytes = (p->train_size + p->val_size) *
+                    (p->images ? 128 : (int64_t)c * h * w + (int64_t)sizeof(int32_t));
     p->num_classes = e->model.num_classes ? e->model.num_classes : classes;
     if (p->num_classes < classes)
         return err_set(err, ERR_INPUT, "%s: model.num_classes %d is smaller than the %d classes of %s; "
@@ -357,6 +361,81 @@ static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
     return rc ? err_wrap(err, "%s: model.init_from", e->source_path) : 0;
 }
 
+static void human_bytes(double b, char *out, size_t len);
+
+/* Physical memory of this host, or the cgroup (v2) limit of this process when lower. */
+static int64_t host_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int64_t total = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        long long lim;
+        if (fscanf(f, "%lld", &lim) == 1 && lim > 0 && (total == 0 || lim < total)) total = lim;
+        fclose(f);
+    }
+    return total;
+}
+
+/* What the run holds in memory, per host and per GPU, against what there is: refused
+ * before anything is allocated (a run that cannot fit would die allocating, or swap the
+ * host to a halt). Counted: activations and weights/gradients/optimizer state per rank
+ * or replica (on the GPU with cuda), the dataset in memory per process (and on the GPU
+ * with data.on_device, up to the 4 GiB the trainer puts there), the loader's batch
+ * buffers. Not counted: workspaces (a few hundred MiB), the program itself. */
+static int plan_memory(const experiment_t *e, plan_t *p, err_t *err) {
+    bool cuda = !strcmp(p->device, "cuda"), dp = !strcmp(p->mode, "dp");
+    int procs = !strcmp(p->mode, "ddp") ? p->local_world_size : 1;   /* processes on this host */
+    int replicas = dp ? p->world_size : 1;                            /* nets per process */
+    int64_t net_bytes = p->activation_bytes + p->state_bytes;
+    int64_t in_bytes = (int64_t)p->channels * p->height * p->width * (int64_t)sizeof(float);
+    int slots = 2 * e->data.workers > 2 ? 2 * e->data.workers : 2;
+    int64_t loader = (int64_t)slots * p->micro_batch * in_bytes + 2 * (int64_t)p->per_device_batch * in_bytes;
+    p->host_bytes = procs * (p->data_bytes + loader + (cuda ? 0 : replicas * net_bytes));
+    p->host_total_bytes = host_memory();
+    if (cuda) {
+        bool on_device = e->data.on_device && !dp && !p->images && p->data_bytes <= ((int64_t)4 << 30);
+        p->device_bytes = net_bytes + (on_device ? p->data_bytes : 0);
+        int dev0 = e->parallel.n_devices ? e->parallel.devices[0] : 0;
+        p->device_total_bytes = (int64_t)backend_cuda_device_memory(dev0);
+    }
+    char keys[512];
+    snprintf(keys, sizeof keys, "lower train.batch_size (or raise train.grad_accum: same global batch, "
+             "smaller micro-batches), choose a smaller model.arch, or use smaller inputs "
+             "(data.augment.random_crop.size%s)", !strcmp(p->dataset, "synthetic")
+             ? ", or fewer and smaller images: data.synthetic.image, data.synthetic.train_size and "
+               "val_size" : "");
+    char need[32], have[32], act[32], st[32], data[32];
+    human_bytes((double)p->activation_bytes, act, sizeof act);
+    human_bytes((double)p->state_bytes, st, sizeof st);
+    human_bytes((double)p->data_bytes, data, sizeof data);
+    if (p->device_total_bytes > 0 && p->device_bytes > p->device_total_bytes) {
+        human_bytes((double)p->device_bytes, need, sizeof need);
+        human_bytes((double)p->device_total_bytes, have, sizeof have);
+        return err_set(err, ERR_INPUT, "%s: the run needs %s on each GPU (%s activations for a "
+                       "micro-batch of %d on %s at %dx%dx%d + %s weights/gradients/optimizer state%s) "
+                       "but %s has %s; %s%s", e->source_path, need, act, p->per_device_batch,
+                       p->arch, p->channels, p->height, p->width, st,
+                       p->device_bytes > net_bytes ? " + the training split (data.on_device)" : "",
+                       p->gpu_name[0] ? p->gpu_name : "the GPU", have, keys,
+                       p->device_bytes > net_bytes ? ", or set data.on_device: false" : "");
+    }
+    if (p->host_total_bytes > 0 && p->host_bytes > p->host_total_bytes) {
+        human_bytes((double)p->host_bytes, need, sizeof need);
+        human_bytes((double)p->host_total_bytes, have, sizeof have);
+        char nets[256] = "";
+        if (!cuda)
+            snprintf(nets, sizeof nets, "%s activations for a micro-batch of %d on %s at %dx%dx%d + "
+                     "%s weights/gradients/optimizer state, ", act, p->per_device_batch, p->arch,
+                     p->channels, p->height, p->width, st);
+        return err_set(err, ERR_INPUT, "%s: the run needs %s of memory on this host (%s%s dataset "
+                       "in memory%s%s) but the host has %s; %s", e->source_path, need, nets, data,
+                       procs * replicas > 1 ? ", times " : "",
+                       procs > 1 ? "the ranks on this host" : replicas > 1 ? "the dp replicas" : "",
+                       have, keys);
+    }
+    return 0;
+}
+
 /* Which run directory, and whether it resumes. */
 static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
     p->resumes = false;
@@ -414,7 +493,7 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
     snprintf(p->precision, sizeof p->precision, "%s",
              !e->amp.enabled ? "fp32" : e->amp.dtype == PREC_BF16 ? "bf16" : "fp16");
     if (plan_devices(e, p, err) || plan_data(e, p, err) || plan_steps(e, p, err) ||
-        plan_model(e, p, err) || plan_images_workers(e, p, err)) {
+        plan_model(e, p, err) || plan_memory(e, p, err) || plan_images_workers(e, p, err)) {
         plan_free(p);
         return -1;
     }
@@ -427,6 +506,19 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
 }
 
 void plan_free(plan_t *p) { plan_images_free(p); }
+
+int plan_after_download(const experiment_t *e, plan_t *p, err_t *err) {
+    if (!p->will_download || p->images) return 0;   /* image folders are never downloaded */
+    plan_t q = *p;
+    if (plan_data(e, &q, err) || plan_steps(e, &q, err) || plan_model(e, &q, err) ||
+        plan_memory(e, &q, err))
+        return err_wrap(err, "planning from the downloaded files");
+    if (!q.data_present)
+        return err_set(err, ERR_INPUT, "%s: data.download fetched %s but its files are still not all "
+                       "under %s; check data.download_url", e->source_path, q.dataset, q.data_root);
+    *p = q;
+    return 0;
+}
 
 static void human_bytes(double b, char *out, size_t len) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -486,6 +578,16 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
         fprintf(f, "init from    %s (classifier %s)\n", e->model.init_from,
                 e->model.init_head == INIT_HEAD_REINIT ? "re-initialised: model.init_head reinit" : "loaded too");
     fprintf(f, "memory       %s activations + %s weights/gradients/optimizer per rank\n", a, s);
+    char hb[32], ht[32];
+    human_bytes((double)p->host_bytes, hb, sizeof hb);
+    human_bytes((double)p->host_total_bytes, ht, sizeof ht);
+    fprintf(f, "             %s on this host (of %s)", hb, ht);
+    if (p->device_total_bytes > 0) {
+        human_bytes((double)p->device_bytes, hb, sizeof hb);
+        human_bytes((double)p->device_total_bytes, ht, sizeof ht);
+        fprintf(f, ", %s per GPU (of %s) before workspaces", hb, ht);
+    }
+    fprintf(f, "%s\n", p->will_download ? "; the run plans again from the downloaded files" : "");
     fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
     if (p->changed_from[0])
@@ -550,6 +652,11 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_knum(&w, "forward_gflops_per_sample", p->forward_gflops_per_sample);
     jw_kint(&w, "activation_bytes", p->activation_bytes);
     jw_kint(&w, "state_bytes", p->state_bytes);
+    jw_kint(&w, "data_bytes", p->data_bytes);
+    jw_kint(&w, "host_bytes", p->host_bytes);
+    jw_kint(&w, "host_total_bytes", p->host_total_bytes);
+    jw_kint(&w, "device_bytes", p->device_bytes);
+    jw_kint(&w, "device_total_bytes", p->device_total_bytes);
     jw_kstr(&w, "run_dir", p->run_dir);
     jw_kbool(&w, "resumes", p->resumes);
     jw_kstr(&w, "resume_from", p->resume_from);

@@ -74,6 +74,12 @@ typedef struct plan {
     double forward_gflops_per_sample;
     int64_t activation_bytes;  /* per rank, for micro_batch */
     int64_t state_bytes;       /* params + grads + optimizer state + buffers per rank */
+    /* memory the run needs against what the machine has (plan_build refuses more) */
+    int64_t data_bytes;        /* both splits in memory (pixels + labels), per process */
+    int64_t host_bytes;        /* everything on this host: all its ranks/replicas */
+    int64_t host_total_bytes;  /* physical memory (or the cgroup limit, if lower) */
+    int64_t device_bytes;      /* cuda: per GPU; 0 on cpu */
+    int64_t device_total_bytes;/* cuda: the GPU's total memory; 0 on cpu */
     /* run directory */
     char run_dir[CFG_PATH];    /* the directory used (proposed name for a new run) */
     bool resumes;
@@ -98,7 +104,9 @@ typedef struct plan_request {
 } plan_request_t;
 
 /* Builds the plan for e. Errors (ERR_INPUT): a GPU asked for but absent, more devices
- * than visible, an indivisible batch, a dataset too small for one batch, ... */
+ * than visible, an indivisible batch, a dataset too small for one batch, a run whose
+ * planned memory exceeds the host's physical memory or the GPU's (the message names both
+ * figures and the keys that change it), ... */
 int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err);
 
 /* Whether e's dataset files are in place under root (e's data.root or the dataset's
@@ -107,6 +115,10 @@ int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_
  * where and how to get it. Reads no file; `runner compare` checks every member with it
  * before the first one starts. */
 int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present, bool *will_download, err_t *err);
+/* After data.download fetched the files: plans the data, steps, model and memory again
+ * from the files themselves (their sizes may differ from the official ones the plan
+ * assumed), keeping the devices and the run directory. Errors as plan_build. */
+int plan_after_download(const experiment_t *e, plan_t *p, err_t *err);
 
 /* The schedule_t the trainer uses for this experiment. */
 struct schedule;

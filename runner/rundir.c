@@ -188,7 +188,8 @@ static void read_keyed_line(const char *file, const char *key, char sep, char *o
     fclose(f);
 }
 
-int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e) {
+int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
+                     void (*extra)(struct jw *w, void *ctx), void *ctx, err_t *e) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -241,6 +242,7 @@ int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
     if (n_hosts == 0) jw_str(&w, host);
     for (int i = 0; i < n_hosts; i++) jw_str(&w, hosts[i]);
     jw_arr_end(&w);
+    if (extra) extra(&w, ctx);
     jw_obj_end(&w);
     fputc('\n', f);
     fclose(f);

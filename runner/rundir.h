@@ -46,8 +46,11 @@ int copy_file(const char *src, const char *dst, err_t *e);
 /* Writes <run_dir>/env.json: {"host", "os", "cpu", "cpu_cores", "gpus": [..], "driver",
  * "cuda", "cudnn", "cublaslt", "nccl" (versions; null without CUDA), "runner_version",
  * "runner_commit", "hosts": [..]} (docs/architecture.md); hosts lists every host of a
- * multi-host run (may be NULL). */
-int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts, err_t *e);
+ * multi-host run (may be NULL). extra (may be NULL) adds keys of its own to the top-level
+ * object (the trainer: "compute", the math libraries and kernels). */
+struct jw;
+int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
+                     void (*extra)(struct jw *w, void *ctx), void *ctx, err_t *e);
 
 /* On resume, before resolved.yaml is replaced: compares run_dir/resolved.yaml (the
  * configuration so far) with now and, when any key differs, appends one JSON line to

@@ -66,6 +66,7 @@ static int setup_backend(trainer_t *t, err_t *e) {
         o.threads = t->p->threads_per_rank;
         o.deterministic = t->e->train.deterministic;
         o.allow_tf32 = t->e->amp.tf32;
+        o.cpu_winograd = t->e->train.cpu_winograd;
         t->replica_be[i] = backend_create(&o, e);
         if (!t->replica_be[i]) return -1;
     }
@@ -161,7 +162,9 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
 }
 #endif
 
-static int setup_data(trainer_t *t, err_t *e) {
+/* plan is t->p, writable here: a download (ranks started by torchrun download
+ * themselves) gives files whose sizes the plan must be made from. */
+static int setup_data(trainer_t *t, plan_t *plan, err_t *e) {
     const experiment_t *x = t->e;
     /* With a download pending, local rank 0 fetches first and the others wait. */
     bool first = t->env->local_rank == 0;
@@ -169,6 +172,7 @@ static int setup_data(trainer_t *t, err_t *e) {
     if (open_split(t, DATA_SPLIT_TRAIN, &t->train_ds, e) || open_split(t, DATA_SPLIT_VAL, &t->val_ds, e))
         return -1;
     if (t->p->will_download && t->store && first && store_barrier(t->store, "data", e)) return -1;
+    if (plan->will_download && plan_after_download(x, plan, e)) return -1;
 
     loader_opts_t lo = {0};
     lo.batch_size = t->p->micro_batch;
@@ -638,7 +642,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
 
     int rc = -1;
     if ((t.ddp_mode && (setup_comm(&t, e) || share_run_dir(&t, &plan, e))) || setup_backend(&t, e) ||
-        setup_data(&t, e) || setup_model(&t, e) || plan_device_work(&t, e) || setup_writer(&t, e))
+        setup_data(&t, &plan, e) || setup_model(&t, e) || plan_device_work(&t, e) || setup_writer(&t, e))
         goto done;
     if (p->resumes && trainer_restore(&t, e)) goto done;
     if (p->resumes && (t.step >= p->total_steps || t.stop.stopped)) {

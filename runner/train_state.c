@@ -362,6 +362,52 @@ int trainer_record_config_changes(trainer_t *t, err_t *e) {
     return 0;
 }
 
+/* env.json's "compute": the backend, its math libraries with the instruction-set level
+ * they run at, and for every distinct convolution of the net (at the training
+ * micro-batch) the engine and kernel each direction runs on, where the backend says
+ * (the CPU backend: oneDNN's kernel or OpenBLAS GEMM, chosen per shape and ISA). */
+static void env_compute(jw_t *w, void *ctx) {
+    trainer_t *t = ctx;
+    backend_t *be = t->be;
+    jw_key(w, "compute");
+    jw_obj_begin(w);
+    jw_kstr(w, "backend", be->ops->name);
+    char buf[512];
+    if (be->ops->libraries) {
+        be->ops->libraries(be, buf, sizeof buf);
+        jw_kstr(w, "libraries", buf);
+    }
+    if (be->ops->conv_engine && t->net) {
+        static const char *const dir[3] = {"fwd", "bwd_data", "bwd_filter"};
+        int batch = t->p->per_device_batch;
+        jw_key(w, "conv_engines");
+        jw_arr_begin(w);
+        for (int i = 0; i < net_num_nodes(t->net); i++) {
+            conv_shape_t s, o;
+            const char *name, *other;
+            if (net_conv_geometry(t->net, i, batch, &s, &name)) continue;
+            int first = i;   /* one entry per distinct shape, listing its layers */
+            for (int j = 0; j < i && first == i; j++)
+                if (!net_conv_geometry(t->net, j, batch, &o, &other) && !memcmp(&o, &s, sizeof s)) first = j;
+            if (first != i) continue;
+            jw_obj_begin(w);
+            snprintf(buf, sizeof buf, "n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", s.n, s.h, s.w, s.c,
+                     s.k, s.r, s.s, s.stride, s.pad);
+            jw_kstr(w, "shape", buf);
+            jw_key(w, "layers");
+            jw_arr_begin(w);
+            for (int j = i; j < net_num_nodes(t->net); j++)
+                if (!net_conv_geometry(t->net, j, batch, &o, &other) && !memcmp(&o, &s, sizeof s)) jw_str(w, other);
+            jw_arr_end(w);
+            for (int d = 0; d < 3; d++)
+                if (be->ops->conv_engine(be, &s, d, buf, sizeof buf) == 0) jw_kstr(w, dir[d], buf);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+}
+
 /* Rank 0: the files that describe the run, written once when it starts. */
 int trainer_write_run_files(trainer_t *t, err_t *e) {
     char path[CFG_PATH + 64];
@@ -389,7 +435,7 @@ int trainer_write_run_files(trainer_t *t, err_t *e) {
     if (rc) return -1;
     snprintf(path, sizeof path, "%s/classes.txt", t->run_dir);
     if (plan_images_write_classes(t->p, path, e)) return -1;
-    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, e);
+    return rundir_write_env(t->run_dir, (const char *const *)t->hosts, t->n_hosts, env_compute, t, e);
 }
 
 int trainer_restore(trainer_t *t, err_t *e) {

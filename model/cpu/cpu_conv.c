@@ -282,7 +282,7 @@ static const cpu_conv_choice_t *choose(cpu_backend_t *c, const conv_shape_t *s, 
         c->choices = nc;
         c->choices_cap = cap;
     }
-    cpu_conv_choice_t ch = {.s = *s, .which = which, .engine = CPU_CONV_GEMM, .impl = NULL};
+    cpu_conv_choice_t ch = {.s = *s, .which = which, .engine = CPU_CONV_GEMM, .impl = ""};
     int cand[4], nc = engine_candidates(c, s, which, cand);
     for (int i = 0; i < nc; i++) {
         if (cand[i] == CPU_CONV_GEMM) break;
@@ -292,7 +292,7 @@ static const cpu_conv_choice_t *choose(cpu_backend_t *c, const conv_shape_t *s, 
         if (r < 0) return NULL;
         if (r == 1) {
             ch.engine = cand[i];
-            ch.impl = impl;
+            snprintf(ch.impl, sizeof ch.impl, "%s", impl);   /* the cache may move */
             break;
         }
 #endif
@@ -323,7 +323,7 @@ int cpu_backend_conv_describe(backend_t *be, const conv_shape_t *s, int which, c
                               size_t len) {
     const cpu_conv_choice_t *ch = choose(cpu_of(be), s, which);
     if (!ch) return -1;
-    if (ch->impl) snprintf(buf, len, "%s %s", engine_name(ch->engine), ch->impl);
+    if (ch->impl[0]) snprintf(buf, len, "%s %s", engine_name(ch->engine), ch->impl);
     else snprintf(buf, len, "%s", engine_name(ch->engine));
     return 0;
 }

@@ -56,7 +56,7 @@ typedef struct cpu_conv_choice {
     conv_shape_t s;
     int which;                    /* 0 fwd, 1 bwd data, 2 bwd filter */
     int engine;
-    const char *impl;             /* oneDNN's kernel name (owned by its cache), or NULL */
+    char impl[48];                /* oneDNN's kernel name ("jit:avx2"), "" for GEMM */
 } cpu_conv_choice_t;
 
 /* The backend context. */

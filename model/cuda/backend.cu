@@ -278,6 +278,15 @@ int cuda_device_name(int i, char *buf, size_t len) {
     return 0;
 }
 
+size_t cuda_device_memory(int i) {
+    cudaDeviceProp prop;
+    if (i < 0 || i >= cuda_device_count() || cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return prop.totalGlobalMem;
+}
+
 void cuda_versions(char *buf, size_t len) {
     if (!buf || !len) return;
     int drv = 0, rt = 0;

@@ -37,6 +37,9 @@ int cuda_device_count(void);
  * "unknown") when i is not a visible device. */
 int cuda_device_name(int i, char *buf, size_t len);
 
+/* Total memory of device i in bytes; 0 when i is not a visible device. */
+size_t cuda_device_memory(int i);
+
 /* "driver 13.0, runtime 13.0, cuDNN 9.19.0, cuBLASLt 13.0.x" (driver "none" without one). */
 void cuda_versions(char *buf, size_t len);
 

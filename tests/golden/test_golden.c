@@ -48,17 +48,27 @@ static void tensor_host(const net_t *n, const net_tensor_t *t, const float *hp, 
                     out[((o * I + i) * H + h) * W + w] = src[((o * H + h) * W + w) * I + i];
 }
 
-/* The tolerance for gold tensor `name`: max(base, 10 x PyTorch's own fp32 error on it,
- * err.<name> in the fixture), so ill-conditioned tensors get the slack PyTorch needs. */
-static double tol_for(const safetensors_t *gold, const char *name, double base, double *torch_err) {
+/* A scalar of the fixture (0 when absent). */
+static float gold_scalar(const safetensors_t *gold, const char *prefix, const char *name) {
     char en[200];
-    snprintf(en, sizeof en, "err.%s", name);
+    snprintf(en, sizeof en, "%s%s", prefix, name);
     const st_tensor_t *t = safetensors_find(gold, en);
     float v = 0;
     err_t e = {0};
     if (t && t->numel == 1) safetensors_read_f32(gold, t, &v, &e);
-    *torch_err = v;
-    return 10.0 * v > base ? 10.0 * v : base;
+    return v;
+}
+
+/* The tolerance for gold tensor `name`: max(base, 10 x PyTorch's own fp32 error on it),
+ * where PyTorch's error is the worse of its plain fp32 run (err.<name>) and its runs under
+ * rounding-sized noise (sens.<name>; make_fixtures.py): a tensor that a last-bit
+ * difference moves gets the slack every correct fp32 implementation needs, whatever CPU
+ * and kernels round this run. (resnet20's fixture is chosen so that sens stays within a
+ * few x err everywhere; resnet50's is not, see make_fixtures.py.) */
+static double tol_for(const safetensors_t *gold, const char *name, double base, double *torch_err) {
+    double err = gold_scalar(gold, "err.", name), sens = gold_scalar(gold, "sens.", name);
+    *torch_err = err > sens ? err : sens;
+    return 10.0 * *torch_err > base ? 10.0 * *torch_err : base;
 }
 
 /* Relative L2 error of ours against gold. */
@@ -152,11 +162,13 @@ static int setup(ctx_t *c) {
     if (!x || !y || !lg) return -1;
     c->batch = (int)x->shape[0];
     CHECK(c->batch <= 64);
+    CHECK_INT(x->ndim, 4);
+    int side = (int)x->shape[1];   /* NHWC, square */
     int classes = (int)lg->shape[1];
     c->net = resnet_build(g_model, 3, classes, false, &e);
     CHECK(c->net != NULL);
     if (!c->net) return -1;
-    CHECK_INT(net_bind(c->net, c->be, c->batch, 32, 32, DT_F32, &e), 0);
+    CHECK_INT(net_bind(c->net, c->be, c->batch, side, side, DT_F32, &e), 0);
     int rc = safetensors_load_net(c->net, g_init, &e);
     if (rc) fprintf(stderr, "%s\n", e.msg);
     CHECK_INT(rc, 0);
