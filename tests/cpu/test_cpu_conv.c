@@ -11,7 +11,22 @@
  */
 #include "tests/cpu/cpu_test_util.h"
 
+#ifdef RUNNER_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
 static backend_t *g_be;
+
+/* Whether oneDNN has Winograd kernels at the ISA it runs at (oneDNN 2.x: AVX-512 and up on
+ * x86; ONEDNN_MAX_CPU_ISA lowers it): the backend must use them where asked only then. */
+static bool winograd_available(void) {
+#ifdef RUNNER_HAVE_DNNL
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+#else
+    return false;
+#endif
+}
 
 static const conv_shape_t shapes[] = {
     /* n  h  w  c   k  r  s  stride pad */
@@ -137,9 +152,11 @@ static void run_engine(int engine) {
         ref_bwd(&s, xd, wd, gd, dxd, dwd);
         int K = s.r * s.s * s.c, KB = s.k * s.r * s.s;
 #ifdef RUNNER_HAVE_DNNL
-        bool wino = engine == 4 && s.r == 3 && s.stride == 1 && s.pad == 1;
-        CHECK_STR(cpu_backend_conv_engine(g_be, &s), wino ? "dnnl_wino"
-                  : engine >= 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
+        /* the forced engine, or where oneDNN lacks it at this ISA the next one */
+        bool wino = engine == 4 && s.r == 3 && s.stride == 1 && s.pad == 1 && winograd_available();
+        for (int which = 0; which < 3; which++)
+            CHECK_STR(cpu_backend_conv_engine_for(g_be, &s, which), wino ? "dnnl_wino"
+                      : engine >= 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
 #endif
         CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
         CHECK_INT(compare_arrays("fwd y", y, yd, ny, 1e-6 * K, 1e-5), 0);
@@ -194,15 +211,16 @@ static void test_conv_deterministic(void) {
     deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0}));
 }
 
-/* Winograd at a realistic width (forced here; the auto choice uses it for the filter
- * gradient of 3x3 stride-1 layers with >= 64 channels) against the double reference: K = 576 products per output; Winograd's transforms add
- * rounding, allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error
- * 4.4e-6 on outputs of magnitude ~1). */
+/* Winograd at a realistic width (forced here; with train.cpu_winograd the auto choice
+ * uses it for the filter gradient of 3x3 stride-1 layers with >= 64 channels) against the
+ * double reference: K = 576 products per output; Winograd's transforms add rounding,
+ * allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error 4.4e-6 on
+ * outputs of magnitude ~1). Below AVX-512 the same checks run on the fallback. */
 static void test_conv_winograd_wide(void) {
     conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
     cpu_backend_set_conv_engine(g_be, 4);
 #ifdef RUNNER_HAVE_DNNL
-    CHECK_STR(cpu_backend_conv_engine(g_be, &s), "dnnl_wino");
+    CHECK_STR(cpu_backend_conv_engine(g_be, &s), winograd_available() ? "dnnl_wino" : "dnnl_blk");
 #endif
     int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = falloc(nx), *w = falloc(nw), *g = falloc(ny), *y = falloc(ny);
@@ -227,6 +245,57 @@ static void test_conv_winograd_wide(void) {
     cpu_backend_set_conv_engine(g_be, 0);
     free(x); free(w); free(g); free(y); free(dx); free(dw);
     free(xd); free(wd); free(gd); free(yd); free(dxd); free(dwd);
+}
+
+/* The automatic choice on every resnet20/resnet18 conv shape: never Winograd by default
+ * (it is ~10x less precise than PyTorch's fp32); with backend_opts_t.cpu_winograd
+ * (train.cpu_winograd) the filter gradient of 3x3 stride-1 layers with >= 64 channels,
+ * exactly where oneDNN has it at this ISA; every other direction and shape the same
+ * engine either way; the same decisions from a second backend (a fixed function of shape
+ * and ISA); and a description naming oneDNN's kernel ("dnnl jit:avx2") or gemm. */
+static void test_conv_auto_choice(void) {
+    err_t e = {0};
+    backend_opts_t o = {.kind = BACKEND_CPU, .threads = 2, .cpu_winograd = true};
+    backend_t *wb = cpu_backend_create(&o, &e), *b2 = make_cpu(2);
+    CHECK(wb != NULL && b2 != NULL);
+    if (!wb || !b2) return;
+    static const conv_shape_t list[] = {
+        {128, 32, 32, 3, 16, 3, 3, 1, 1, 0, 0},   {128, 32, 32, 16, 16, 3, 3, 1, 1, 0, 0},
+        {128, 32, 32, 16, 32, 3, 3, 2, 1, 0, 0},  {128, 32, 32, 16, 32, 1, 1, 2, 0, 0, 0},
+        {128, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0},    {64, 32, 32, 64, 64, 3, 3, 1, 1, 0, 0},
+        {64, 16, 16, 128, 128, 3, 3, 1, 1, 0, 0}, {64, 8, 8, 256, 256, 3, 3, 1, 1, 0, 0},
+        {64, 4, 4, 512, 512, 3, 3, 1, 1, 0, 0},   {64, 8, 8, 256, 512, 3, 3, 2, 1, 0, 0},
+    };
+    int nwino = 0;
+    for (int i = 0; i < (int)(sizeof list / sizeof list[0]); i++) {
+        conv_shape_t s = finish(list[i]);
+        bool wide3x3 = s.r == 3 && s.stride == 1 && s.c >= 64 && s.k >= 64;
+        for (int which = 0; which < 3; which++) {
+            const char *d = cpu_backend_conv_engine_for(g_be, &s, which);
+            const char *w = cpu_backend_conv_engine_for(wb, &s, which);
+            CHECK(strcmp(d, "dnnl_wino") != 0 && strcmp(d, "error") != 0);
+            CHECK_STR(cpu_backend_conv_engine_for(b2, &s, which), d);
+            if (which == 2 && wide3x3 && winograd_available()) {
+                CHECK_STR(w, "dnnl_wino");
+                nwino++;
+            } else {
+                CHECK_STR(w, d);
+            }
+#ifdef RUNNER_HAVE_DNNL
+            CHECK(strcmp(d, "gemm") != 0);   /* oneDNN has a real kernel for each at every ISA */
+#endif
+            char desc[96];
+            CHECK_INT(g_be->ops->conv_engine(g_be, &s, which, desc, sizeof desc), 0);
+            CHECK(!strncmp(desc, d, strlen(d)));
+        }
+    }
+    if (winograd_available()) CHECK_INT(nwino, 5);
+    char libs[256];
+    g_be->ops->libraries(g_be, libs, sizeof libs);
+    CHECK_CONTAINS(libs, "OpenBLAS");
+    fprintf(stderr, "  %s\n", libs);
+    backend_free(wb);
+    backend_free(b2);
 }
 
 /* fp16/bf16: op(dt, raw inputs) == round(op(fp32, rounded inputs)), bit for bit. */
@@ -290,6 +359,7 @@ int main(void) {
     TEST_RUN(test_conv_dnnl_winograd);
     TEST_RUN(test_conv_deterministic);
     TEST_RUN(test_conv_winograd_wide);
+    TEST_RUN(test_conv_auto_choice);
     TEST_RUN(test_conv_amp);
     TEST_RUN(test_conv_bad_shape);
     backend_free(g_be);

@@ -30,8 +30,8 @@ test on such a fixture passes or fails by which CPU's kernels round luckily (the
 resnet20 fixture, seed 1234 at 32x32, failed with OpenBLAS's AVX-512 kernels and passed
 with its AVX2 ones, both accurate to ~1e-7). So the fixture is measured: besides the fp64
 reference and PyTorch's fp32 run, `runs` fp32 runs with Perturbed noise on every
-convolution (forward and backward); a tensor is well conditioned when none of them moves
-it beyond SENS_RATIO x PyTorch's own fp32 error. resnet20's seed, batch and image size
+convolution (forward and backward); the fixture is well conditioned when none of them
+lands farther than SENS_MAX from the reference on any tensor. resnet20's seed, batch and image size
 were chosen with --search (see FIXTURE) and are checked at every
 generation (the script refuses an ill-conditioned one); resnet50 at batch 4 is not well
 conditioned (PyTorch fp32 vs fp64 differ by ~1e-2 in BN-bias gradients) and the C test's
@@ -68,8 +68,11 @@ STEPS = 3
 FIXTURE = {"resnet20": dict(seed=2, batch=8, size=16, runs=12, checked=True),
            "resnet50": dict(seed=1234, batch=4, size=32, runs=3, checked=False)}
 DELTA = 2.0 ** -22      # noise amplitude of Perturbed: ~4 ulps of fp32
-SENS_RATIO = 10.0       # well conditioned: sensitivity <= 10 x max(fp32 error, SENS_FLOOR)
-SENS_FLOOR = 1e-7       # (a tensor's fp32 error can be far below its typical one by luck)
+# Well conditioned: no fp32 run, plain or perturbed, is farther than SENS_MAX (relative L2)
+# from the fp64 reference on any tensor. Without a switched ReLU the worst tensors (BN
+# biases after AdamW steps) stay below ~7e-5; one switched ReLU moves a BN bias by 1e-3
+# to 3e-1, in the plain fp32 run as often as in a perturbed one.
+SENS_MAX = 1e-4
 
 
 class BasicBlock(nn.Module):
@@ -246,11 +249,11 @@ def fixture_data(name, seed, batch, size):
 
 def conditioning(name, seed, batch, size, runs, log=None):
     """Reference (fp64), PyTorch's fp32 error per tensor (relative L2 against the
-    reference) and its sensitivity: the worst such error over `runs` fp32 runs under
-    Perturbed noise. A tensor is well conditioned when its sensitivity stays within
-    SENS_RATIO x max(its fp32 error, SENS_FLOOR): then no correct fp32 implementation can
-    land much farther from the reference than PyTorch does, and a tolerance of 10x
-    PyTorch's error does not depend on which CPU rounded luckily."""
+    reference) and its sensitivity: the worst such error over the plain fp32 run and
+    `runs` fp32 runs under Perturbed noise. A fixture is well conditioned when every
+    sensitivity stays within SENS_MAX: then a correct fp32 implementation lands as close
+    to the reference as PyTorch does, and a tolerance of 10x PyTorch's error does not
+    depend on which CPU rounded luckily."""
     model, init_sd, x, y = fixture_data(name, seed, batch, size)
     with_steps = name == "resnet20"
     m64 = copy.deepcopy(model).double()
@@ -274,17 +277,16 @@ def conditioning(name, seed, batch, size, runs, log=None):
                 sens[k] = max(sens[k], v)
         if log:
             log("  perturbed run %d/%d" % (i + 1, runs))
-    ratio = {k: sens[k] / max(err[k], SENS_FLOOR) for k in keys}
-    return model, init_sd, x, y, r64, err, sens, ratio
+    return model, init_sd, x, y, r64, err, sens
 
 
 def search(name, seeds, batch, size, runs):
-    """Prints how well conditioned each seed's fixture is (the worst tensor's ratio)."""
+    """Prints how well conditioned each seed's fixture is (its worst tensor)."""
     for seed in seeds:
-        ratio = conditioning(name, seed, batch, size, runs)[7]
-        worst = max(ratio, key=ratio.get)
-        print("seed %d: worst sensitivity / fp32 error %.3g (%s)%s" %
-              (seed, ratio[worst], worst, "" if ratio[worst] <= SENS_RATIO else "  ill-conditioned"),
+        sens = conditioning(name, seed, batch, size, runs)[6]
+        worst = max(sens, key=sens.get)
+        print("seed %d: worst fp32 error under noise %.3g (%s)%s" %
+              (seed, sens[worst], worst, "" if sens[worst] <= SENS_MAX else "  ill-conditioned"),
               flush=True)
 
 
@@ -295,11 +297,15 @@ def main():
     ap.add_argument("--if-missing", action="store_true", help="do nothing if both files exist")
     ap.add_argument("--search", type=int, default=0, metavar="N",
                     help="print the conditioning of seeds 1..N instead of writing fixtures")
+    ap.add_argument("--from", dest="first", type=int, default=1, help="first seed of --search")
+    ap.add_argument("--runs", type=int, default=0, help="perturbed runs (default: the model's)")
     a = ap.parse_args()
-    fx = FIXTURE[a.model]
+    fx = dict(FIXTURE[a.model])
+    if a.runs:
+        fx["runs"] = a.runs
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     if a.search:
-        search(a.model, range(1, a.search + 1), fx["batch"], fx["size"], fx["runs"])
+        search(a.model, range(a.first, a.first + a.search), fx["batch"], fx["size"], fx["runs"])
         return
     if not a.out:
         ap.error("--out is required")
@@ -314,13 +320,13 @@ def main():
     # PyTorch's own fp32 error for every tensor, stored as err.<key> (relative L2), and
     # `runs` more fp32 runs under rounding-sized noise its sensitivity, sens.<key> (the
     # worst of them). The C test allows max(base, 10 x max(err, sens)) per tensor.
-    model, init_sd, x, y, r64, err, sens, ratio = conditioning(
+    model, init_sd, x, y, r64, err, sens = conditioning(
         a.model, fx["seed"], fx["batch"], fx["size"], fx["runs"])
-    worst = max(ratio, key=ratio.get)
-    if fx["checked"] and ratio[worst] > SENS_RATIO:
-        raise SystemExit("%s: seed %d is ill-conditioned: %s moves %.3g under rounding-sized noise, "
-                         "%.3g x PyTorch's fp32 error; pick another seed (--search)" %
-                         (a.model, fx["seed"], worst, sens[worst], ratio[worst]))
+    worst = max(sens, key=sens.get)
+    if fx["checked"] and sens[worst] > SENS_MAX:
+        raise SystemExit("%s: seed %d is ill-conditioned: an fp32 run under rounding-sized noise is "
+                         "%.3g away from the fp64 reference on %s (at most %g); pick another seed "
+                         "(--search)" % (a.model, fx["seed"], sens[worst], worst, SENS_MAX))
     g = {"input": x.permute(0, 2, 3, 1).contiguous().numpy(), "labels": y.numpy().astype(np.int64)}
     for k, v in r64.items():
         if v.dtype == np.float64:
@@ -336,9 +342,9 @@ def main():
                      {"script_sha256": script_sha, "seed": str(fx["seed"])})
     w_err = max(err, key=err.get)
     print("%s: seed %d, batch %d, %dx%d, loss %.6f, %d params; PyTorch fp32 vs fp64: worst %.3g (%s); "
-          "under rounding-sized noise (%d runs): worst %.3g x its fp32 error (%s)" %
+          "under rounding-sized noise (%d runs): worst %.3g (%s)" %
           (a.model, fx["seed"], fx["batch"], fx["size"], fx["size"], r64["loss"][0],
-           sum(p.numel() for p in model.parameters()), err[w_err], w_err, fx["runs"], ratio[worst],
+           sum(p.numel() for p in model.parameters()), err[w_err], w_err, fx["runs"], sens[worst],
            worst))
 
 
