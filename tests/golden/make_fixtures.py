@@ -67,6 +67,7 @@ STEPS = 3
 # noise, 2: every tensor within 4x of PyTorch's fp32 error).
 FIXTURE = {"resnet20": dict(seed=2, batch=8, size=16, runs=12, checked=True),
            "resnet50": dict(seed=1234, batch=4, size=32, runs=3, checked=False)}
+BN_AFFINE_INIT = True
 DELTA = 2.0 ** -22      # noise amplitude of Perturbed: ~4 ulps of fp32
 # Well conditioned: no fp32 run, plain or perturbed, is farther than SENS_MAX (relative L2)
 # from the fp64 reference on any tensor. Without a switched ReLU the worst tensors (BN
@@ -242,6 +243,11 @@ def fixture_data(name, seed, batch, size):
     """The model (fp32, its init), the batch and the labels for one fixture."""
     torch.manual_seed(seed)
     model, classes = build(name)
+    if BN_AFFINE_INIT:
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                nn.init.uniform_(m.weight, 0.5, 1.5)
+                nn.init.uniform_(m.bias, -0.2, 0.2)
     x = torch.randn(batch, 3, size, size)
     y = torch.randint(0, classes, (batch,))
     return model, {k: v.clone() for k, v in model.state_dict().items()}, x, y
