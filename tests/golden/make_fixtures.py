@@ -59,15 +59,23 @@ SGD = dict(lr=0.1, momentum=0.9, nesterov=False, weight_decay=5e-4)
 # any eps; test_optim checks 1e-8 on its own.
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-4, weight_decay=5e-2)
 SMOOTHING = 0.1
-STEPS = 3
+STEPS = 2   # optimizer steps per optimizer: the first (state created) and one on existing state
 # Per model: seed of the init and the batch, batch size, image side, perturbed runs, and
 # whether the script refuses an ill-conditioned draw. resnet20: 16x16 images (a quarter of
 # the ReLUs of 32x32, so fewer that sit within rounding of 0) at batch 8; seed 2 is the
 # first of seeds 1..N that --search finds well conditioned (1: AdamW moves 1e-2 under
 # noise, 2: every tensor within 4x of PyTorch's fp32 error).
-FIXTURE = {"resnet20": dict(seed=2, batch=8, size=16, runs=12, checked=True),
-           "resnet50": dict(seed=1234, batch=4, size=32, runs=3, checked=False)}
-BN_AFFINE_INIT = True
+FIXTURE = {"resnet20": dict(seed=8, grad_batch=4, grad_size=16, steps_batch=4, steps_size=8,
+                            runs=16, checked=True),
+           "resnet50": dict(seed=1234, grad_batch=4, grad_size=32, runs=3, checked=False)}
+# Well conditioned, part 1: along the fp64 reference, every ReLU input is at least MARGIN
+# times farther from 0 than rounding-sized noise on the convolutions moves it (measured
+# with MARGIN_RUNS noisy fp64 runs, so BN's amplification of noise in channels whose
+# values sit far from 0, and its growth over the optimizer steps, are counted). A correct
+# fp32 implementation's rounding is of that size, so none can switch a ReLU the reference
+# did not. (A plain distance |v| / rms(v) misses both: seeds 0.5e-5 rms from 0 switched.)
+MARGIN = 10.0
+MARGIN_RUNS = 2
 DELTA = 2.0 ** -22      # noise amplitude of Perturbed: ~4 ulps of fp32
 # Well conditioned: no fp32 run, plain or perturbed, is farther than SENS_MAX (relative L2)
 # from the fp64 reference on any tensor. Without a switched ReLU the worst tensors (BN
@@ -161,40 +169,76 @@ def state(m):
     return {k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()}
 
 
-def run_steps(model, init_sd, x, y, opt_name, steps=STEPS):
-    model.load_state_dict(init_sd)
-    model.train()
-    opt = (torch.optim.SGD(model.parameters(), **SGD) if opt_name == "sgd"
-           else torch.optim.AdamW(model.parameters(), **ADAMW))
-    lossf = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
-    for _ in range(steps):
-        opt.zero_grad()
-        lossf(model(x), y).backward()
-        opt.step()
-    return state(model)
+def make_optimizer(model, opt_name):
+    return (torch.optim.SGD(model.parameters(), **SGD) if opt_name == "sgd"
+            else torch.optim.AdamW(model.parameters(), **ADAMW))
 
 
-def compute(model, init_sd, x, y, with_steps):
-    """Logits, loss, gradients, BN buffers after one forward, and the optimizer runs."""
-    model.load_state_dict(init_sd)
+def step_from(model, start, x, y, opt_name):
+    """One optimizer step (forward, loss, backward, step) of model from the state `start`
+    ({"model": state_dict, "opt": {param name: {state name: tensor}}, "steps": taken}),
+    in the model's dtype; returns the state after it in the same form."""
+    dtype = next(model.parameters()).dtype
+    model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in start["model"].items()})
     model.train()
-    model.zero_grad()
-    logits = model(x)
-    loss = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)(logits, y)
-    loss.backward()
-    r = {"logits": logits.detach().numpy().astype(np.float64),
-         "loss": loss.detach().reshape(1).numpy().astype(np.float64)}
-    for k, p in model.named_parameters():
-        r["grad." + k] = p.grad.numpy().astype(np.float64)
-    for k, v in state(model).items():
-        if "running" in k or "num_batches" in k:
-            r["fwd." + k] = v
-    for opt in ("sgd", "adamw") if with_steps else ():
-        for k, v in run_steps(model, init_sd, x, y, opt).items():
-            r[opt + "." + k] = v
-    for k, v in (run_steps(model, init_sd, x, y, "adamw", 1) if with_steps else {}).items():
-        r["adamw1." + k] = v
-    return {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in r.items()}
+    opt = make_optimizer(model, opt_name)
+    for name, p in model.named_parameters():
+        if name in start["opt"]:
+            opt.state[p] = {k: v.to(dtype).clone() for k, v in start["opt"][name].items()}
+            if opt_name == "adamw":
+                opt.state[p]["step"] = torch.tensor(float(start["steps"]))
+    opt.zero_grad()
+    nn.CrossEntropyLoss(label_smoothing=SMOOTHING)(model(x), y).backward()
+    opt.step()
+    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "opt": {name: {k: v.detach().clone() for k, v in opt.state[p].items() if k != "step"}
+                    for name, p in model.named_parameters()},
+            "steps": start["steps"] + 1}
+
+
+def flatten_state(prefix, st):
+    """A step's state as fixture tensors: <prefix>.<name> for the state_dict,
+    <prefix>.<state name>.<param name> for the optimizer's buffers."""
+    r = {prefix + "." + k: v.numpy() for k, v in st["model"].items()}
+    for name, bufs in st["opt"].items():
+        for k, v in bufs.items():
+            r["%s.%s.%s" % (prefix, k, name)] = v.numpy()
+    return r
+
+
+def compute(model, init_sd, data, with_steps, reference=None):
+    """Logits, loss, gradients and BN buffers after one forward on data["grad"] (when
+    given); with_steps: STEPS optimizer steps of SGD and of AdamW on data["steps"], each
+    started from the reference's state after the previous step (teacher forcing: every
+    step is checked on its own, from the same state, so last-bit differences of earlier
+    steps cannot grow through later ones). reference: the fp64 run's states (None: this
+    is that run, chaining its own). Returns the tensors by fixture key, and the states."""
+    r, states = {}, {}
+    if "grad" in data:
+        x, y = data["grad"]
+        model.load_state_dict(init_sd)
+        model.train()
+        model.zero_grad()
+        logits = model(x)
+        loss = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)(logits, y)
+        loss.backward()
+        r["logits"] = logits.detach().numpy()
+        r["loss"] = loss.detach().reshape(1).numpy()
+        for k, p in model.named_parameters():
+            r["grad." + k] = p.grad.numpy().copy()
+        for k, v in state(model).items():
+            if "running" in k or "num_batches" in k:
+                r["fwd." + k] = v
+    if with_steps:
+        xs, ys = data["steps"]
+        for opt in ("sgd", "adamw"):
+            st = {"model": init_sd, "opt": {}, "steps": 0}
+            for k in range(1, STEPS + 1):
+                start = reference[opt][k - 1] if reference else st
+                st = step_from(model, start, xs, ys, opt)
+                states.setdefault(opt, [{"model": init_sd, "opt": {}, "steps": 0}]).append(st)
+                r.update(flatten_state("%s%d" % (opt, k), st))
+    return {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in r.items()}, states
 
 
 def fixture_sha(path):
@@ -239,32 +283,69 @@ class Perturbed:
             h.remove()
 
 
-def fixture_data(name, seed, batch, size):
-    """The model (fp32, its init), the batch and the labels for one fixture."""
-    torch.manual_seed(seed)
+def fixture_data(name, fx):
+    """The model (fp32, its init) and the batches of one fixture: "grad" (forward and
+    gradients) and, for models with optimizer steps, "steps"; each (images, labels)."""
+    torch.manual_seed(fx["seed"])
     model, classes = build(name)
-    if BN_AFFINE_INIT:
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                nn.init.uniform_(m.weight, 0.5, 1.5)
-                nn.init.uniform_(m.bias, -0.2, 0.2)
-    x = torch.randn(batch, 3, size, size)
-    y = torch.randint(0, classes, (batch,))
-    return model, {k: v.clone() for k, v in model.state_dict().items()}, x, y
+    data = {}
+    for part in ("grad", "steps"):
+        if part + "_batch" in fx:
+            b, side = fx[part + "_batch"], fx[part + "_size"]
+            data[part] = (torch.randn(b, 3, side, side), torch.randint(0, classes, (b,)))
+    return model, {k: v.clone() for k, v in model.state_dict().items()}, data
 
 
-def conditioning(name, seed, batch, size, runs, log=None):
-    """Reference (fp64), PyTorch's fp32 error per tensor (relative L2 against the
-    reference) and its sensitivity: the worst such error over the plain fp32 run and
-    `runs` fp32 runs under Perturbed noise. A fixture is well conditioned when every
-    sensitivity stays within SENS_MAX: then a correct fp32 implementation lands as close
-    to the reference as PyTorch does, and a tolerance of 10x PyTorch's error does not
-    depend on which CPU rounded luckily."""
-    model, init_sd, x, y = fixture_data(name, seed, batch, size)
-    with_steps = name == "resnet20"
+class ReluInputs:
+    """Records the input of every ReLU call of a model, in call order (a forward pre-hook:
+    the ReLUs work in place)."""
+
+    def __init__(self, model):
+        self.model, self.handles, self.values = model, [], []
+
+    def pre(self, mod, inp):
+        self.values.append(inp[0].detach().flatten().clone())
+
+    def __enter__(self):
+        self.handles = [m.register_forward_pre_hook(self.pre) for m in self.model.modules()
+                        if isinstance(m, nn.ReLU)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+
+
+def flip_margin(m64, sd64, part, d, reference, runs, seed):
+    """How far the fp64 reference's ReLUs are from switching, in units of what rounding
+    moves them: min over every ReLU input v of the pass(es) of |v| / max |v - v'|, v' the
+    same input in fp64 runs with Perturbed noise (the noise's effect propagated exactly,
+    through BN's cancellations and the optimizer steps). Below 1 a ReLU switched."""
+    with ReluInputs(m64) as ref:
+        compute(m64, sd64, {part: d}, part == "steps", reference)
+    v = torch.cat(ref.values)
+    a, dev = v.abs(), torch.zeros_like(v)
+    gen = torch.Generator().manual_seed(seed + 2000)
+    for _ in range(runs):
+        with ReluInputs(m64) as pert, Perturbed(m64, gen):
+            compute(m64, sd64, {part: d}, part == "steps", reference)
+        dev = torch.maximum(dev, (torch.cat(pert.values) - v).abs())
+    return float((a / dev.clamp_min(1e-300)).min())
+
+
+def conditioning(name, fx, runs, log=None):
+    """The fp64 reference; how far its ReLUs are from switching under rounding-sized noise
+    (flip_margin, for the gradient pass and for the optimizer steps); PyTorch's fp32 error
+    per tensor (relative L2 against the reference); and its sensitivity: the worst such
+    error over the plain fp32 run and `runs` fp32 runs under Perturbed noise."""
+    model, init_sd, data = fixture_data(name, fx)
+    with_steps = "steps" in data
     m64 = copy.deepcopy(model).double()
     sd64 = {k: (v.double() if v.is_floating_point() else v) for k, v in init_sd.items()}
-    r64 = compute(m64, sd64, x.double(), y, with_steps)
+    d64 = {k: (x.double(), y) for k, (x, y) in data.items()}
+    r64, st64 = compute(m64, sd64, d64, with_steps)
+    margins = {part: flip_margin(m64, sd64, part, d, st64, MARGIN_RUNS, fx["seed"])
+               for part, d in d64.items()}
     keys = [k for k, v in r64.items() if v.dtype == np.float64]
 
     def rel(r):
@@ -274,26 +355,41 @@ def conditioning(name, seed, batch, size, runs, log=None):
             out[k] = d / n if n > 0 else d
         return out
 
-    err = rel(compute(model, init_sd, x, y, with_steps))
+    err = rel(compute(model, init_sd, data, with_steps, st64)[0])
     sens = dict(err)
-    gen = torch.Generator().manual_seed(seed + 1000)
+    gen = torch.Generator().manual_seed(fx["seed"] + 1000)
     for i in range(runs):
         with Perturbed(model, gen):
-            for k, v in rel(compute(model, init_sd, x, y, with_steps)).items():
+            for k, v in rel(compute(model, init_sd, data, with_steps, st64)[0]).items():
                 sens[k] = max(sens[k], v)
         if log:
             log("  perturbed run %d/%d" % (i + 1, runs))
-    return model, init_sd, x, y, r64, err, sens
+    return model, init_sd, data, r64, err, sens, margins
 
 
-def search(name, seeds, batch, size, runs):
-    """Prints how well conditioned each seed's fixture is (its worst tensor)."""
+def verdict(sens, margins):
+    """"" when the fixture is well conditioned, else why not."""
+    why = []
+    for part, m in margins.items():
+        if m < MARGIN:
+            why.append("a ReLU input of the %s passes is %.2g x its noise from 0 (needs %g)" % (part, m, MARGIN))
+    worst = max(sens, key=sens.get)
+    if sens[worst] > SENS_MAX:
+        why.append("an fp32 run under rounding-sized noise is %.3g away from the fp64 reference on %s "
+                   "(at most %g)" % (sens[worst], worst, SENS_MAX))
+    return "; ".join(why)
+
+
+def search(name, fx, seeds, runs):
+    """Prints how well conditioned each seed's fixture is."""
     for seed in seeds:
-        sens = conditioning(name, seed, batch, size, runs)[6]
+        f = dict(fx, seed=seed)
+        _, _, _, _, err, sens, margins = conditioning(name, f, runs)
         worst = max(sens, key=sens.get)
-        print("seed %d: worst fp32 error under noise %.3g (%s)%s" %
-              (seed, sens[worst], worst, "" if sens[worst] <= SENS_MAX else "  ill-conditioned"),
-              flush=True)
+        why = verdict(sens, margins)
+        print("seed %d: ReLU margins %s; worst fp32 error under noise %.3g (%s)%s" %
+              (seed, ", ".join("%s %.2g" % kv for kv in margins.items()), sens[worst], worst,
+               "" if not why else "  ILL-CONDITIONED: " + why), flush=True)
 
 
 def main():
@@ -311,7 +407,7 @@ def main():
         fx["runs"] = a.runs
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     if a.search:
-        search(a.model, range(a.first, a.first + a.search), fx["batch"], fx["size"], fx["runs"])
+        search(a.model, fx, range(a.first, a.first + a.search), fx["runs"])
         return
     if not a.out:
         ap.error("--out is required")
@@ -326,14 +422,18 @@ def main():
     # PyTorch's own fp32 error for every tensor, stored as err.<key> (relative L2), and
     # `runs` more fp32 runs under rounding-sized noise its sensitivity, sens.<key> (the
     # worst of them). The C test allows max(base, 10 x max(err, sens)) per tensor.
-    model, init_sd, x, y, r64, err, sens = conditioning(
-        a.model, fx["seed"], fx["batch"], fx["size"], fx["runs"])
+    model, init_sd, data, r64, err, sens, margins = conditioning(a.model, fx, fx["runs"])
     worst = max(sens, key=sens.get)
-    if fx["checked"] and sens[worst] > SENS_MAX:
-        raise SystemExit("%s: seed %d is ill-conditioned: an fp32 run under rounding-sized noise is "
-                         "%.3g away from the fp64 reference on %s (at most %g); pick another seed "
-                         "(--search)" % (a.model, fx["seed"], sens[worst], worst, SENS_MAX))
-    g = {"input": x.permute(0, 2, 3, 1).contiguous().numpy(), "labels": y.numpy().astype(np.int64)}
+    why = verdict(sens, margins)
+    if fx["checked"] and why:
+        raise SystemExit("%s: seed %d is ill-conditioned: %s; pick another seed (--search)" %
+                         (a.model, fx["seed"], why))
+    g = {}
+    for part, prefix in (("grad", ""), ("steps", "steps.")):
+        if part in data:
+            x, y = data[part]
+            g[prefix + "input"] = x.permute(0, 2, 3, 1).contiguous().numpy()
+            g[prefix + "labels"] = y.numpy().astype(np.int64)
     for k, v in r64.items():
         if v.dtype == np.float64:
             g[k] = v.astype(np.float32)
@@ -347,11 +447,11 @@ def main():
     save_safetensors(os.path.join(a.out, a.model + "_golden.safetensors"), g,
                      {"script_sha256": script_sha, "seed": str(fx["seed"])})
     w_err = max(err, key=err.get)
-    print("%s: seed %d, batch %d, %dx%d, loss %.6f, %d params; PyTorch fp32 vs fp64: worst %.3g (%s); "
-          "under rounding-sized noise (%d runs): worst %.3g (%s)" %
-          (a.model, fx["seed"], fx["batch"], fx["size"], fx["size"], r64["loss"][0],
-           sum(p.numel() for p in model.parameters()), err[w_err], w_err, fx["runs"], sens[worst],
-           worst))
+    print("%s: seed %d, loss %.6f, %d params; ReLU margins %s; PyTorch fp32 vs fp64: worst %.3g (%s); "
+          "under rounding-sized noise (%d runs): worst %.3g (%s)%s" %
+          (a.model, fx["seed"], r64["loss"][0], sum(p.numel() for p in model.parameters()),
+           ", ".join("%s %.2g" % kv for kv in margins.items()), err[w_err], w_err, fx["runs"],
+           sens[worst], worst, "" if not why else "; not well conditioned: " + why))
 
 
 if __name__ == "__main__":
