@@ -8,7 +8,13 @@ exports the result, does the same steps in PyTorch, and compares every tensor.
 
 usage: vs_torch.py RUNNER_EXE [OPTIMIZER]      OPTIMIZER: sgd (default) or adamw
 Exit 0 when every tensor agrees with PyTorch's float64 result within max(1e-4, 10x PyTorch's
-own float32 error on that tensor), 1 otherwise, 77 without torch.
+own float32 error on that tensor), 1 otherwise, 77 without torch. PyTorch's error is the
+worst of its plain float32 run and PERTURBED_RUNS runs with rounding-sized noise on every
+convolution (tests/golden/make_fixtures.py's Perturbed): three free-running steps on
+32x32 images pass ~7M ReLU inputs, a few of which sit within rounding of 0 in any run, so
+which ReLUs switch (and how far a BN bias moves, up to ~1e-1) differs between any two
+correct fp32 implementations, and one plain run of PyTorch's is no measure of it (the
+tolerance then passed or failed by which CPU rounded luckily).
 """
 import json
 import os
@@ -28,6 +34,8 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from torchvision_model import CifarResNet  # noqa: E402
 from torchvision_model import read_safetensors as load_safetensors  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+from make_fixtures import Perturbed  # noqa: E402
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -35,6 +43,7 @@ STD = (0.2470, 0.2435, 0.2616)
 # last-bit differences in summation order grow ~10x per step (checked: the per-step losses
 # agree to 1e-7 at first and drift after), which no correct implementation can avoid.
 PER_FILE, BATCH, SMOOTH = 8, 16, 0.1
+PERTURBED_RUNS = 4
 
 
 def write_cifar10(root, gen):
@@ -116,10 +125,16 @@ output: {root: %s}
     # in float64 as the reference, and in float32 to measure PyTorch's own rounding error.
     init = {k: v.clone() for k, v in model.state_dict().items()}
 
-    def torch_train(dtype):
+    def torch_train(dtype, gen=None):
         m = CifarResNet(20, 10, 3)
         m.load_state_dict(init)
         m.to(dtype)
+        if gen is not None:
+            with Perturbed(m, gen):
+                return torch_train_model(m, dtype)
+        return torch_train_model(m, dtype)
+
+    def torch_train_model(m, dtype):
         x = images.to(dtype) / 255.0
         x = (x - torch.tensor(MEAN, dtype=dtype).view(1, 3, 1, 1)) / torch.tensor(STD, dtype=dtype).view(1, 3, 1, 1)
         if opt_name == "sgd":
@@ -142,6 +157,14 @@ output: {root: %s}
     def rel(a, b):
         return float((a.double() - b).norm() / (b.norm() + 1e-30))
 
+    # PyTorch's error per tensor: the worst of the plain and the perturbed fp32 runs
+    torch_err = {k: rel(t32[k], v) for k, v in ref.items() if v.dtype != torch.int64}
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(PERTURBED_RUNS):
+        tp, _ = torch_train(torch.float32, gen)
+        for k in torch_err:
+            torch_err[k] = max(torch_err[k], rel(tp[k], ref[k]))
+
     # Per tensor: our fp32 error against the fp64 reference must stay within
     # max(1e-4, 10 x PyTorch's own fp32 error) on that tensor (BN-bias updates are sums of
     # cancelling terms, where fp32 itself is off by ~1e-3).
@@ -156,7 +179,7 @@ output: {root: %s}
                 print("%s: %d vs %d" % (k, int(ours[k]), int(v)))
                 ok = False
             continue
-        e_ours, e_torch = rel(ours[k], v), rel(t32[k], v)
+        e_ours, e_torch = rel(ours[k], v), torch_err[k]
         tol = max(1e-4, 10 * e_torch)
         if e_ours > tol:
             print("%s: error %.2e against fp64, PyTorch fp32 %.2e, tolerance %.2e" % (k, e_ours, e_torch, tol))

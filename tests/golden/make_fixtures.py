@@ -345,7 +345,7 @@ def conditioning(name, fx, runs, log=None):
     d64 = {k: (x.double(), y) for k, (x, y) in data.items()}
     r64, st64 = compute(m64, sd64, d64, with_steps)
     margins = {part: flip_margin(m64, sd64, part, d, st64, MARGIN_RUNS, fx["seed"])
-               for part, d in d64.items()}
+               for part, d in d64.items()} if fx["checked"] else {}
     keys = [k for k, v in r64.items() if v.dtype == np.float64]
 
     def rel(r):
