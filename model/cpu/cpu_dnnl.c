@@ -312,6 +312,10 @@ int cpu_dnnl_conv(cpu_backend_t *c, int which, const conv_shape_t *s, int varian
 }
 int cpu_dnnl_query(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
                    const char **impl, err_t *e) {
+    /* oneDNN splits a primitive's work for the thread count in force when it is created:
+     * created here with another count, it would sum in another order than the same shape
+     * created by a conv call, and results would depend on which came first */
+    if (d->omp_set_num_threads) d->omp_set_num_threads(d->threads);
     dnnl_entry_t *en = entry_get(d, s, which, variant, e);
     if (!en) return -1;
     if (impl) *impl = en->impl;

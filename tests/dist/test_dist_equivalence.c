@@ -2,16 +2,21 @@
  * numbers a single process gives.
  *
  *  1. DDP on 2 ranks with parallel.sync_bn: true == one process (mode single) on the
- *     whole batch: params and BN buffers after 10 steps (shuffled data: rank r of the
- *     DistributedSampler takes every other sample of the same order, so each step sees
- *     the same 8 samples; no augmentation, see below). Tolerance: |a - b| <= 1e-5 +
- *     1e-4 |b| (fp32: the ranks sum BN statistics and gradients in another order than one
- *     process does, and 10 momentum steps carry the differences along; measured max
- *     |diff| 2.9e-7 on params, 1.7e-6 on running_var). The per-epoch train_loss, top-1,
- *     val_loss and val top-1 in metrics.csv agree within the same bound (the numbers of
- *     all ranks, not rank 0's half). Control: DDP WITHOUT SyncBN normalises each rank's 4
- *     samples on their own; its params are outside that tolerance by 1e-2 and more, so
- *     the comparison can tell.
+ *     whole batch: params and BN buffers after 4 steps (16 samples, 2 epochs; shuffled
+ *     data: rank r of the DistributedSampler takes every other sample of the same order,
+ *     so each step sees the same 8 samples; no augmentation, see below). fp32: the ranks
+ *     sum BN statistics and gradients in another order than one process does, so the two
+ *     agree to rounding (measured: relative L2 3e-8, max |diff| 1.2e-7) unless a ReLU
+ *     input sits within rounding of 0 and switches in one of them: then a BN-bias
+ *     gradient moves by ~1e-2 and the momentum steps carry it along. Which runs that
+ *     happens to depends on the CPU's kernels (at 10 steps it did on 1 of 5 instruction-set
+ *     levels of one machine, relative L2 5e-3; at 4 steps on 1 of 20 seed x level runs,
+ *     relative L2 1.7e-5, max 9e-5), so the bound is the relative L2 of test 2 (1e-4,
+ *     max |diff| 1e-3) on params and buffers, which such a switch stays inside and the
+ *     control does not. The per-epoch train_loss, top-1, val_loss and val top-1 in
+ *     metrics.csv agree within 1e-5 + 1e-4 |b| (the numbers of all ranks, not rank 0's
+ *     half). Control: DDP WITHOUT SyncBN normalises each rank's 4 samples on their own;
+ *     its params differ by more than 1e-3 (relative L2), so the comparison can tell.
  *     No augmentation: the loader hands out identical samples with it (keyed by sample
  *     index), but on these tiny saturated synthetic images random crop makes the runs
  *     numerically fragile: with random_crop (padding 1) exactly one element of
@@ -19,8 +24,9 @@
  *     gradient being equal (a relu mask decided by rounding at x_hat ~ 0).
  *     The same with train.grad_accum: 2 on both sides (DDP's no_sync micro-batch).
  *  2. DP on 2 replicas == one process with train.grad_accum: 2 (each replica / micro-batch
- *     normalises 4 samples): params only (DP keeps replica 0's BN statistics by design).
- *     Tolerance: ||a - b|| / ||b|| <= 1e-4 over all params and max |a - b| <= 1e-3.
+ *     normalises 4 samples), 16 samples as in 1: params only (DP keeps replica 0's BN
+ *     statistics by design). Tolerance: ||a - b|| / ||b|| <= 1e-4 over all params and
+ *     max |a - b| <= 1e-3.
  *     Element-wise bounds are too brittle here: one process runs 2 CPU threads and each
  *     DP replica 1, the CPU backend is bit-exact only per thread count, and some of these
  *     tiny batches turn a 1e-7 weight difference into a 0.5% gradient difference (at lr
@@ -47,29 +53,36 @@
 
 static char tmp[512];
 static char eq_exp[700], sim_exp[700];
+/* tests 1 and 2: 16 samples, 2 steps per epoch (see 1 for why not the base's 40) */
+#define SHORT "--set data.synthetic.train_size=16 "
+enum { SHORT_STEPS = 4 };
 static const char *augment_off = "{random_crop: false, horizontal_flip: false, rotation: 0}";
 
 /* 1 */
 static void ddp_syncbn_equals_single(void) {
     char root[800];
     snprintf(root, sizeof root, "%s/r1", tmp);
-    const char *ddp = dist_run(eq_exp, root, "--set parallel.sync_bn=true", 0);
+    const char *ddp = dist_run(eq_exp, root, SHORT "--set parallel.sync_bn=true", 0);
     snprintf(root, sizeof root, "%s/r1s", tmp);
-    const char *single = dist_run(eq_exp, root, "--set parallel.mode=single --set parallel.world_size=1", 1);
+    const char *single = dist_run(eq_exp, root, SHORT "--set parallel.mode=single --set parallel.world_size=1", 1);
     snprintf(root, sizeof root, "%s/r1c", tmp);
-    const char *nosync = dist_run(eq_exp, root, "--set parallel.sync_bn=false", 2);
+    const char *nosync = dist_run(eq_exp, root, SHORT "--set parallel.sync_bn=false", 2);
     CHECK(ddp && single && nosync);
     if (!ddp || !single || !nosync) return;
-    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), 10);
-    CHECK_INT(dist_json_number(single, "summary.json", "steps"), 10);
-    double m;
+    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
+    CHECK_INT(dist_json_number(single, "summary.json", "steps"), SHORT_STEPS);
+    double m, l2;
     fprintf(stderr, "ddp + sync_bn vs single:\n");
-    CHECK_INT(dist_compare_section(ddp, single, "params", 1e-5, 1e-4, &m), 0);
-    CHECK_INT(dist_compare_section(ddp, single, "buffers", 1e-5, 1e-4, &m), 0);
+    const char *sections[2] = {"params", "buffers"};
+    for (int i = 0; i < 2; i++) {
+        CHECK(dist_compare_section2(ddp, single, sections[i], 1e-5, 1e-4, &m, &l2) >= 0);
+        CHECK(l2 <= 1e-4);
+        CHECK(m <= 1e-3);
+    }
     fprintf(stderr, "control, ddp without sync_bn vs single:\n");
-    long bad = dist_compare_section(nosync, single, "params", 1e-5, 1e-4, &m);
+    long bad = dist_compare_section2(nosync, single, "params", 1e-5, 1e-4, &m, &l2);
     CHECK(bad > 1000);
-    CHECK(m > 1e-2);
+    CHECK(l2 > 1e-3);
     /* the epoch rows: the loss over both ranks' samples, and the validation over all */
     char a[4200], b[4200], ca[64], cb[64];
     snprintf(a, sizeof a, "%s/metrics.csv", ddp);
@@ -90,9 +103,9 @@ static void ddp_syncbn_equals_single(void) {
 static void dp_equals_grad_accum(void) {
     char root[800];
     snprintf(root, sizeof root, "%s/r2", tmp);
-    const char *dp = dist_run(eq_exp, root, "--set parallel.mode=dp", 3);
+    const char *dp = dist_run(eq_exp, root, SHORT "--set parallel.mode=dp", 3);
     snprintf(root, sizeof root, "%s/r2a", tmp);
-    const char *acc = dist_run(eq_exp, root, "--set parallel.mode=single --set parallel.world_size=1 "
+    const char *acc = dist_run(eq_exp, root, SHORT "--set parallel.mode=single --set parallel.world_size=1 "
                                "--set train.grad_accum=2", 4);
     snprintf(root, sizeof root, "%s/r1s", tmp);
     const char *s0 = only_run_dir(root, "eq");   /* test 1's single-process run */
@@ -100,7 +113,7 @@ static void dp_equals_grad_accum(void) {
     snprintf(s, sizeof s, "%s", s0 ? s0 : "");
     CHECK(dp && acc);
     if (!dp || !acc) return;
-    CHECK_INT(dist_json_number(dp, "summary.json", "steps"), 10);
+    CHECK_INT(dist_json_number(dp, "summary.json", "steps"), SHORT_STEPS);
     double m, l2;
     fprintf(stderr, "dp vs single with grad_accum 2:\n");
     dist_compare_section2(dp, acc, "params", 1e-5, 1e-4, &m, &l2);
@@ -113,8 +126,8 @@ static void dp_equals_grad_accum(void) {
     char a[4200], b[4200], ca[64], cb[64];
     snprintf(a, sizeof a, "%s/steps.csv", dp);
     snprintf(b, sizeof b, "%s/steps.csv", acc);
-    CHECK_INT(dist_count_lines(a), 11);
-    for (int row = 1; row <= 10; row++) {
+    CHECK_INT(dist_count_lines(a), SHORT_STEPS + 1);
+    for (int row = 1; row <= SHORT_STEPS; row++) {
         dist_csv_cell(a, row, 3, ca, sizeof ca);   /* loss */
         dist_csv_cell(b, row, 3, cb, sizeof cb);
         CHECK(ca[0] && cb[0]);
@@ -141,25 +154,27 @@ static void dp_equals_grad_accum(void) {
 /* 1 with accumulation: DDP + SyncBN, grad_accum 2 (2 samples per rank and micro-batch,
  * no all-reduce after the first: ddp_set_sync) == one process with grad_accum 2 (4 per
  * micro-batch): rank r's micro-batch m of step k is order[8k + 4m + 2j + r], the same 4
- * samples as the process's micro-batch m. Params by the relative-L2 bound of test 2 (the
- * largest difference is again 1.4e-5 on one weight), buffers element-wise. */
+ * samples as the process's micro-batch m; 16 samples as in 1. Params and buffers by the
+ * relative-L2 bound of tests 1 and 2. */
 static void ddp_syncbn_accum_equals_single_accum(void) {
     char root[800];
     snprintf(root, sizeof root, "%s/r1a", tmp);
-    const char *ddp = dist_run(eq_exp, root, "--set parallel.sync_bn=true --set train.grad_accum=2", 6);
+    const char *ddp = dist_run(eq_exp, root, SHORT "--set parallel.sync_bn=true --set train.grad_accum=2", 6);
     snprintf(root, sizeof root, "%s/r2a", tmp);
     const char *acc0 = only_run_dir(root, "eq");   /* test 2's run */
     CHECK(ddp && acc0);
     if (!ddp || !acc0) return;
     char acc[4096];
     snprintf(acc, sizeof acc, "%s", acc0);
-    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), 10);
+    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
     double m, l2;
     fprintf(stderr, "ddp + sync_bn + grad_accum 2 vs single + grad_accum 2:\n");
-    dist_compare_section2(ddp, acc, "params", 1e-5, 1e-4, &m, &l2);
-    CHECK(l2 <= 1e-4);
-    CHECK(m <= 1e-3);
-    CHECK_INT(dist_compare_section(ddp, acc, "buffers", 1e-5, 1e-4, &m), 0);
+    const char *sections[2] = {"params", "buffers"};
+    for (int i = 0; i < 2; i++) {   /* the bound of test 1, for the reason given there */
+        CHECK(dist_compare_section2(ddp, acc, sections[i], 1e-5, 1e-4, &m, &l2) >= 0);
+        CHECK(l2 <= 1e-4);
+        CHECK(m <= 1e-3);
+    }
 }
 
 /* ---- 3: the two-rank simulation ---- */
@@ -319,8 +334,8 @@ static void comm_time_recorded(void) {
     snprintf(dir, sizeof dir, "%s", d);
     snprintf(path, sizeof path, "%s/steps.csv", dir);
     CHECK_STR(dist_csv_cell(path, 0, 8, cell, sizeof cell), "comm_exposed_seconds");
-    CHECK_INT(dist_count_lines(path), 11);
-    for (int row = 1; row <= 10; row++) {
+    CHECK_INT(dist_count_lines(path), SHORT_STEPS + 1);   /* test 1's control run */
+    for (int row = 1; row <= SHORT_STEPS; row++) {
         dist_csv_cell(path, row, 8, cell, sizeof cell);
         char *end;
         double v = strtod(cell, &end);
