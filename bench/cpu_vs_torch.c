@@ -2,7 +2,7 @@
  * half of bench/cpu_vs_torch (which runs PyTorch beside it and prints the ratio).
  *
  * Usage: bench_cpu_vs_torch --model M --batch B [--steps N] [--warmup W] [--threads T]
- *                           [--size S] [--channels C] [--classes K] [--profile]
+ *                           [--size S] [--channels C] [--classes K] [--profile] [--winograd]
  * Measures full training steps (zero grads, forward, loss, backward, SGD momentum step)
  * on synthetic data already in backend memory, and prints
  *   runner: <images/s> img/s (median of N steps, <ms> ms/step)
@@ -10,6 +10,8 @@
  * carries its own counters) and prints where the time goes, per op, the math libraries
  * with the ISA level they run at, and every distinct convolution with the engine and
  * oneDNN kernel it ran on (backend conv_engine op).
+ * --winograd: the CPU backend with train.cpu_winograd (Winograd filter gradients where
+ * oneDNN has them), to measure what the opt-in gains.
  * What it does not do: data loading, augmentation, evaluation.
  */
 #include <stdio.h>
@@ -226,10 +228,11 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *model = "resnet20";
     int batch = 128, steps = 10, warmup = 2, threads = 0, size = 32, channels = 3, classes = 10;
-    bool profile = false;
+    bool profile = false, winograd = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--profile")) { profile = true; continue; }
+        if (!strcmp(a, "--winograd")) { winograd = true; continue; }
         if (!v) { fprintf(stderr, "bench_cpu_vs_torch: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--batch")) batch = atoi(v);
@@ -247,7 +250,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = threads, .deterministic = true};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = threads, .deterministic = true,
+                         .cpu_winograd = winograd};
     backend_t *be = backend_create(&bo, &e);
     net_t *n = be ? resnet_build(model, channels, classes, false, &e) : NULL;
     if (!n || net_bind(n, be, batch, size, size, DT_F32, &e) < 0 || net_init(n, 0, &e) < 0) {
@@ -291,8 +295,9 @@ int main(int argc, char **argv) {
     }
     qsort(times, (size_t)steps, sizeof(double), cmp_double);
     double med = times[steps / 2];
-    printf("runner: %.1f img/s (median of %d steps, %.1f ms/step; %s batch %d %dx%dx%d, %d threads)\n",
-           batch / med, steps, 1e3 * med, model, batch, channels, size, size, be->threads);
+    printf("runner: %.1f img/s (median of %d steps, %.1f ms/step; %s batch %d %dx%dx%d, %d threads%s)\n",
+           batch / med, steps, 1e3 * med, model, batch, channels, size, size, be->threads,
+           winograd ? ", winograd" : "");
     if (profile && be->ops->libraries) {
         char libs[512];
         be->ops->libraries(be, libs, sizeof libs);

@@ -298,6 +298,50 @@ static void test_conv_auto_choice(void) {
     backend_free(b2);
 }
 
+/* Relative L2 error of a against the double reference b. */
+static double rel_l2(const float *a, const double *b, int64_t n) {
+    double d2 = 0, b2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        b2 += b[i] * b[i];
+    }
+    return sqrt(d2 / b2);
+}
+
+/* What train.cpu_winograd costs in precision, on a resnet20 layer3-like filter gradient
+ * (n 32, 8x8, 64 -> 64, post-ReLU-like activations): the relative L2 error of dw against
+ * the double reference with Winograd and with the default direct kernels, where oneDNN
+ * has Winograd (measured on AVX-512: 3.1e-7 vs 2.6e-7; its forward outputs are ~10x less
+ * precise per element, see test_conv_winograd_wide). Checked: within 30x of direct; a
+ * broken transform would be off by far more. */
+static void test_conv_winograd_precision(void) {
+    if (!winograd_available()) {
+        fprintf(stderr, "  (no Winograd at this ISA: nothing to measure)\n");
+        return;
+    }
+    conv_shape_t s = finish((conv_shape_t){32, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+    int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = falloc(nx), *g = falloc(ny), *dw = falloc(nw);
+    fill_uniform(x, nx, 81, 0, 2);
+    fill_uniform(g, ny, 82, -1, 1);
+    double *xd = to_double(x, nx), *gd = to_double(g, ny), *wd = dalloc(nw);
+    double *dxd = dalloc(nx), *dwd = dalloc(nw);
+    ref_bwd(&s, xd, wd, gd, dxd, dwd);
+    double err[2];
+    for (int k = 0; k < 2; k++) {
+        cpu_backend_set_conv_engine(g_be, k ? 4 : 0);
+        memset(dw, 0, (size_t)nw * sizeof(float));
+        CHECK_INT(g_be->ops->conv2d_bwd_filter(g_be, &s, DT_F32, x, g, dw), 0);
+        err[k] = rel_l2(dw, dwd, nw);
+    }
+    cpu_backend_set_conv_engine(g_be, 0);
+    fprintf(stderr, "  filter gradient n32 8x8 64->64: relative L2 error direct %.3g, Winograd %.3g\n",
+            err[0], err[1]);
+    CHECK(err[0] < 1e-6);
+    CHECK(err[1] < 30 * err[0]);
+    free(x); free(g); free(dw); free(xd); free(gd); free(wd); free(dxd); free(dwd);
+}
+
 /* fp16/bf16: op(dt, raw inputs) == round(op(fp32, rounded inputs)), bit for bit. */
 static void amp_case(int engine, dtype_t dt) {
     cpu_backend_set_conv_engine(g_be, engine);
@@ -360,6 +404,7 @@ int main(void) {
     TEST_RUN(test_conv_deterministic);
     TEST_RUN(test_conv_winograd_wide);
     TEST_RUN(test_conv_auto_choice);
+    TEST_RUN(test_conv_winograd_precision);
     TEST_RUN(test_conv_amp);
     TEST_RUN(test_conv_bad_shape);
     backend_free(g_be);
