@@ -146,6 +146,12 @@ node_kind_t net_node_kind(const net_t *n, int i);
 /* Bound nets: the geometry of conv node i at `batch` rows and its module name
  * ("layer1.0.conv1"); -1 when node i is not a conv or the net is not bound. */
 int net_conv_geometry(const net_t *n, int i, int batch, conv_shape_t *s, const char **name);
+/* Writes to w (a JSON writer, util/json.h) an array with one object per distinct conv
+ * shape of a bound net at `batch` rows: {"shape", "layers": [...], "fwd", "bwd_data",
+ * "bwd_filter"}, the last three the kernel the backend runs each direction on (its
+ * conv_engine op; absent where the backend has none). */
+struct jw;
+void net_write_conv_engines(const net_t *n, int batch, struct jw *w);
 int net_num_tensors(const net_t *n);
 const net_tensor_t *net_tensor(const net_t *n, int i);
 /* The tensor called name, or NULL. */

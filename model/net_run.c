@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/json.h"
+
 /* Fails with the backend's message when an op returned -1. */
 #define OP(call, what)                                                                      \
     do {                                                                                    \
@@ -60,6 +62,35 @@ int net_conv_geometry(const net_t *n, int i, int batch, conv_shape_t *s, const c
     *s = conv_geom(n, i, batch);
     if (name) *name = n->nodes[i].prefix;
     return 0;
+}
+
+void net_write_conv_engines(const net_t *n, int batch, jw_t *w) {
+    static const char *const dir[3] = {"fwd", "bwd_data", "bwd_filter"};
+    backend_t *be = n->be;
+    char buf[256];
+    jw_arr_begin(w);
+    for (int i = 0; i < n->n_nodes; i++) {
+        conv_shape_t s, o;
+        const char *name;
+        if (net_conv_geometry(n, i, batch, &s, &name)) continue;
+        int first = i;   /* one entry per distinct shape, listing its layers */
+        for (int j = 0; j < i && first == i; j++)
+            if (!net_conv_geometry(n, j, batch, &o, NULL) && !memcmp(&o, &s, sizeof s)) first = j;
+        if (first != i) continue;
+        jw_obj_begin(w);
+        snprintf(buf, sizeof buf, "n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", s.n, s.h, s.w, s.c, s.k,
+                 s.r, s.s, s.stride, s.pad);
+        jw_kstr(w, "shape", buf);
+        jw_key(w, "layers");
+        jw_arr_begin(w);
+        for (int j = i; j < n->n_nodes; j++)
+            if (!net_conv_geometry(n, j, batch, &o, &name) && !memcmp(&o, &s, sizeof s)) jw_str(w, name);
+        jw_arr_end(w);
+        for (int d = 0; d < 3 && be->ops->conv_engine; d++)
+            if (be->ops->conv_engine(be, &s, d, buf, sizeof buf) == 0) jw_kstr(w, dir[d], buf);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
 }
 
 /* The weight a conv/linear computes with: the half shadow under AMP, else the master. */

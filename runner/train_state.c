@@ -378,32 +378,8 @@ static void env_compute(jw_t *w, void *ctx) {
         jw_kstr(w, "libraries", buf);
     }
     if (be->ops->conv_engine && t->net) {
-        static const char *const dir[3] = {"fwd", "bwd_data", "bwd_filter"};
-        int batch = t->p->per_device_batch;
         jw_key(w, "conv_engines");
-        jw_arr_begin(w);
-        for (int i = 0; i < net_num_nodes(t->net); i++) {
-            conv_shape_t s, o;
-            const char *name, *other;
-            if (net_conv_geometry(t->net, i, batch, &s, &name)) continue;
-            int first = i;   /* one entry per distinct shape, listing its layers */
-            for (int j = 0; j < i && first == i; j++)
-                if (!net_conv_geometry(t->net, j, batch, &o, &other) && !memcmp(&o, &s, sizeof s)) first = j;
-            if (first != i) continue;
-            jw_obj_begin(w);
-            snprintf(buf, sizeof buf, "n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", s.n, s.h, s.w, s.c,
-                     s.k, s.r, s.s, s.stride, s.pad);
-            jw_kstr(w, "shape", buf);
-            jw_key(w, "layers");
-            jw_arr_begin(w);
-            for (int j = i; j < net_num_nodes(t->net); j++)
-                if (!net_conv_geometry(t->net, j, batch, &o, &other) && !memcmp(&o, &s, sizeof s)) jw_str(w, other);
-            jw_arr_end(w);
-            for (int d = 0; d < 3; d++)
-                if (be->ops->conv_engine(be, &s, d, buf, sizeof buf) == 0) jw_kstr(w, dir[d], buf);
-            jw_obj_end(w);
-        }
-        jw_arr_end(w);
+        net_write_conv_engines(t->net, t->p->per_device_batch, w);
     }
     jw_obj_end(w);
 }
