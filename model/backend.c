@@ -17,6 +17,7 @@
 backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e);
 int cuda_device_count(void);
 int cuda_device_name(int i, char *buf, size_t len);
+size_t cuda_device_memory(int i);
 void cuda_versions(char *buf, size_t len);
 #endif
 
