@@ -286,6 +286,7 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
         free(c);
         return NULL;
     }
+    c->avx2_blocked = cpu_dnnl_isa_is_avx2();
 #endif
     return &c->base;
 }

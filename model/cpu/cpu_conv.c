@@ -227,9 +227,13 @@ static bool winograd_ok(const conv_shape_t *s) {
  * works. Measured on the ResNet layers (bench/results/cpu_ops.md): oneDNN beats im2col +
  * OpenBLAS on every layer. For layers with small input maps (h*w <= 64) and many
  * channels, reordering the activations into oneDNN's blocked layout and back is cheaper
- * than the NHWC kernels' inefficiency there; everything else prefers oneDNN's NHWC
- * kernels on our tensors, and takes the blocked ones where the NHWC ones are missing (at
- * SSE4.1 oneDNN has few NHWC kernels).
+ * than the NHWC kernels' inefficiency there. At AVX2 the same holds for every 3x3 layer
+ * with >= 64 channels on both sides and larger maps (resnet18's 32x32 64->64 and 16x16
+ * 128->128 train 8-12% faster blocked, 2 threads; resnet20's 16-32-channel layers and its
+ * 8x8 64->64 are 5-15% slower blocked; at AVX-512 NHWC is faster on all of them:
+ * bench_conv_layers --engine, bench/results/cpu_ops.md). Everything else prefers oneDNN's
+ * NHWC kernels on our tensors, and takes the blocked ones where the NHWC ones are missing
+ * (at SSE4.1 oneDNN has few NHWC kernels).
  * Winograd: ~10x less precise than direct convolution (relative error ~1e-6 instead of
  * ~1e-7), outside the bound the CPU backend keeps by default (within 10x of PyTorch's own
  * fp32 error against fp64 on every tensor, tests/golden), so it is used only when the run
@@ -246,9 +250,10 @@ static int engine_candidates(const cpu_backend_t *c, const conv_shape_t *s, int 
             ? winograd_ok(s)
             : forced == CPU_CONV_AUTO && c->winograd && which == 2 && winograd_ok(s) &&
               s->c >= 64 && s->k >= 64;
+        bool small_wide = s->h * s->w <= 64 && s->c >= 128 && s->k >= 128;
+        bool avx2_wide = c->avx2_blocked && s->h * s->w > 64 && s->c >= 64 && s->k >= 64;
         bool blocked_first = forced == CPU_CONV_DNNL_BLOCKED || forced == CPU_CONV_DNNL_WINOGRAD ||
-            (forced == CPU_CONV_AUTO && s->h * s->w <= 64 && s->c >= 128 && s->k >= 128 &&
-             s->r > 1);
+            (forced == CPU_CONV_AUTO && s->r > 1 && (small_wide || avx2_wide));
         if (wino) out[n++] = CPU_CONV_DNNL_WINOGRAD;
         out[n++] = blocked_first ? CPU_CONV_DNNL_BLOCKED : CPU_CONV_DNNL;
         out[n++] = blocked_first ? CPU_CONV_DNNL : CPU_CONV_DNNL_BLOCKED;

@@ -337,6 +337,10 @@ const char *cpu_dnnl_isa_name(void) {
     default: return "all";   /* no x86 ISA restriction reported (other architectures) */
     }
 }
+bool cpu_dnnl_isa_is_avx2(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx || isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni;
+}
 const char *cpu_dnnl_version(void) {
 #define DNNL_STR_(x) #x
 #define DNNL_STR(x) DNNL_STR_(x)

@@ -66,6 +66,8 @@ typedef struct cpu_backend {
     size_t live_bytes, peak_bytes;
     int conv_engine;              /* CPU_CONV_*: forced engine, or AUTO */
     bool winograd;                /* AUTO may use Winograd (backend_opts_t.cpu_winograd) */
+    bool avx2_blocked;            /* oneDNN runs at AVX2 (or AVX): AUTO prefers the blocked
+                                   * layout for wide 3x3 layers too (cpu_conv.c) */
     cpu_conv_choice_t *choices;   /* engine decisions so far (cpu_conv.c) */
     int nchoices, choices_cap;
     float *scratch;               /* grow-only workspace for im2col and AMP rounding */
@@ -115,6 +117,8 @@ int cpu_dnnl_query(cpu_dnnl_t *d, const conv_shape_t *s, int which, int variant,
  * and its version ("2.6.3"). */
 const char *cpu_dnnl_isa_name(void);
 const char *cpu_dnnl_version(void);
+/* Whether oneDNN dispatches to the AVX/AVX2 family (below AVX-512, above SSE4.1). */
+bool cpu_dnnl_isa_is_avx2(void);
 
 /* cpu_norm.c */
 int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
