@@ -5,6 +5,7 @@
 #define RUNNER_TESTS_CLI_UTIL_H
 
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,18 @@ static inline int run_runner(const char *args, char *out, size_t cap) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s", test_runner_exe(), args);
     return test_run_cmd(cmd, out, cap);
+}
+
+/* The number after "KEY": in a JSON text (summary.json, plan.json; the first occurrence),
+ * or NAN when the key is missing, null or not a number. */
+static inline double cli_json_number(const char *json, const char *key) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *v = json ? strstr(json, pat) : NULL;
+    if (!v) return NAN;
+    char *end;
+    double x = strtod(v + strlen(pat), &end);
+    return end == v + strlen(pat) ? NAN : x;
 }
 
 /* The single run directory under root/name (NULL if none or several). */

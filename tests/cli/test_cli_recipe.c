@@ -98,7 +98,13 @@ static void reference_run(void) {
     snprintf(p, sizeof p, "%s/summary.json", ref);
     s = test_read_file(p, NULL);
     CHECK_CONTAINS(s, "\"best_metric\": \"val_top1_ema\"");
-    CHECK_CONTAINS(s, "\"val_top1_ema\": 0.");
+    /* the EMA weights are evaluated, and are not the raw ones (decay 0.99 over 36 steps);
+     * no verdict on the accuracy itself, which CPUs that round differently reach at
+     * different steps (1.0 at AVX2 on the dev machine, below 1 at its AVX-512) */
+    double top1_ema = cli_json_number(s, "val_top1_ema"), loss_ema = cli_json_number(s, "val_loss_ema");
+    double loss = cli_json_number(s, "val_loss");
+    CHECK(top1_ema >= 0 && top1_ema <= 1);
+    CHECK(loss_ema > 0 && isfinite(loss_ema) && loss > 0 && fabs(loss_ema - loss) > 1e-3 * loss);
     CHECK_CONTAINS(s, "\"early_stopped\": false");
     CHECK_CONTAINS(s, "\"stop_reason\": null");
     free(s);
