@@ -6,7 +6,10 @@ same inputs (driven through tests/data/aug_tool.c):
     uint8 images of three shapes against torchvision 0.14's own _apply_op (its tensor
     functional ops: affine/rotate nearest, adjust_brightness/contrast/saturation/
     sharpness, posterize, solarize, autocontrast, equalize), fed the magnitude the runner
-    resolved: EXACT, every pixel;
+    resolved: EXACT, every pixel; for the geometric ops a pixel may differ only where
+    torchvision's own float32 sampling grid (a BLAS bmm, whose last bits depend on the
+    CPU's kernels) puts a source coordinate on a rounding boundary: moving that grid by
+    1e-4 px gives the runner's value there (at most 1% of the values; none on AVX2 kernels);
   * the magnitude tables against torch.linspace on this CPU: exact on an AVX2 torch (the
     runner follows its 8-wide vector path); an AVX-512 torch may differ by 1 ulp in a few
     entries, which is reported and allowed;
@@ -34,6 +37,10 @@ try:
     import torch
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.autoaugment import _apply_op
+    try:
+        import torchvision.transforms._functional_tensor as F_t   # torchvision >= 0.15
+    except ImportError:
+        import torchvision.transforms.functional_tensor as F_t    # Debian's 0.14
 except Exception as exc:  # noqa: BLE001
     print(f"skipped: {exc}")
     sys.exit(77)
@@ -97,6 +104,35 @@ def test_tables(tmp):
           f"(0 expected on an AVX2 torch; {cpu_capability()})")
 
 
+GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+# How far (pixels) torchvision's sampling grid is moved to find the pixels whose nearest
+# source pixel rounding decides: the grid comes from a float32 bmm, whose last bits depend
+# on the BLAS kernels of the CPU (OpenBLAS's SSE2-era Nehalem kernels flip 3 pixels of a
+# ShearY against the AVX2 ones); 1e-4 px is ~100x that rounding on these sizes.
+GRID_EPS_PX = 1e-4
+
+
+def shifted_refs(t, op, mag):
+    """The reference with torchvision's affine grid moved by +-GRID_EPS_PX in x and y."""
+    orig = F_t._gen_affine_grid
+    refs = []
+    try:
+        for dx in (-1, 0, 1):
+            for dy in (-1, 0, 1):
+                if dx == 0 and dy == 0:
+                    continue
+
+                def moved(theta, w, h, ow, oh, dx=dx, dy=dy):
+                    g = orig(theta, w, h, ow, oh)
+                    off = torch.tensor([dx * 2 * GRID_EPS_PX / w, dy * 2 * GRID_EPS_PX / h], dtype=g.dtype)
+                    return g + off
+                F_t._gen_affine_grid = moved
+                refs.append(_apply_op(t, op, float(mag), InterpolationMode.NEAREST, None).permute(1, 2, 0).numpy())
+    finally:
+        F_t._gen_affine_grid = orig
+    return refs
+
+
 def test_ops(tmp):
     rng = np.random.default_rng(17)
     cases, lines = [], []
@@ -126,14 +162,30 @@ def test_ops(tmp):
         ref = _apply_op(t, OPS[op], float(mag), InterpolationMode.NEAREST, None).permute(1, 2, 0).numpy()
         diff = np.abs(got.astype(int) - ref.astype(int))
         key = OPS[op]
-        worst.setdefault(key, [0, 0, 0])
+        worst.setdefault(key, [0, 0, 0, 0])
         worst[key][0] += 1
         worst[key][1] += int((diff > 0).sum())
         worst[key][2] = max(worst[key][2], int(diff.max()))
-        check(diff.max() == 0, f"{key} kind {kind} bin {b} neg {neg} magnitude {mag} on {h}x{w}x{c}: "
-                               f"{int((diff > 0).sum())} values differ, max {int(diff.max())}")
-    for key, (n, bad, mx) in worst.items():
-        print(f"  {key:13s} {n:3d} cases, {bad} differing values, max |diff| {mx}")
+        if diff.max() > 0 and key in GEOMETRIC:
+            # a differing pixel passes only where moving torchvision's grid by rounding-sized
+            # amounts gives the runner's value (a source coordinate on a rounding boundary);
+            # a wrong transform differs at pixels no such move reaches
+            alt = shifted_refs(t, OPS[op], mag)
+            boundary = np.zeros(diff.shape, bool)
+            for r in alt:
+                boundary |= got == r
+            unexplained = (diff > 0) & ~boundary
+            worst[key][3] += int(((diff > 0) & boundary).sum())
+            check(not unexplained.any() and (diff > 0).sum() <= 0.01 * diff.size,
+                  f"{key} kind {kind} bin {b} neg {neg} magnitude {mag} on {h}x{w}x{c}: "
+                  f"{int((diff > 0).sum())} values differ, max {int(diff.max())}, "
+                  f"{int(unexplained.sum())} of them not on a rounding boundary of the sampling grid")
+        else:
+            check(diff.max() == 0, f"{key} kind {kind} bin {b} neg {neg} magnitude {mag} on {h}x{w}x{c}: "
+                                   f"{int((diff > 0).sum())} values differ, max {int(diff.max())}")
+    for key, (n, bad, mx, edge) in worst.items():
+        print(f"  {key:13s} {n:3d} cases, {bad} differing values, max |diff| {mx}"
+              + (f" ({edge} on a rounding boundary of the sampling grid)" if key in GEOMETRIC else ""))
 
 
 class Draws:
