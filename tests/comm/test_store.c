@@ -18,14 +18,19 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* A port nobody listens on right now (bound to 0, then closed). */
-static int unused_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+/* A port nobody listens on, held for the test: bound (SO_REUSEADDR, never listening) to a
+ * port the kernel chose, so no other process of a parallel test run can be given it, while
+ * the store server (SO_REUSEADDR too) can still bind and listen on it. *fd: close it after
+ * the test. (Bound to 0 and closed at once, as before, the port could be handed to another
+ * test's listener in between, and this test's client would meet a stranger.) */
+static int held_port(int *fd) {
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    bind(fd, (struct sockaddr *)&a, sizeof a);
+    bind(*fd, (struct sockaddr *)&a, sizeof a);
     socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
+    getsockname(*fd, (struct sockaddr *)&a, &l);
     return ntohs(a.sin_port);
 }
 
@@ -117,9 +122,10 @@ static void test_many_clients_barrier(void) {
 
 /* The client starts first and retries until the server (in a child) comes up 0.5 s later. */
 static void test_server_starts_late(void) {
-    int port = unused_port();
+    int hold, port = held_port(&hold);
     pid_t kid = fork();
     if (kid == 0) {
+        close(hold);
         usleep(500000);
         err_t ce = {0};
         store_server_t *srv = store_server_start("127.0.0.1", port, &ce);
@@ -145,11 +151,12 @@ static void test_server_starts_late(void) {
         store_close(c);
     }
     CHECK_INT(wait_child(kid), 0);
+    close(hold);
 }
 
 /* Nobody listens: connect fails after its timeout, naming the address and the fix. */
 static void test_unreachable_master(void) {
-    int port = unused_port();
+    int hold, port = held_port(&hold);
     err_t e = {0};
     double t0 = now_s();
     store_t *c = store_connect("127.0.0.1", port, 1, 2, 1.0, &e);
@@ -163,6 +170,7 @@ static void test_unreachable_master(void) {
     CHECK_CONTAINS(e.msg, "MASTER_ADDR");
     CHECK_CONTAINS(e.msg, "MASTER_PORT");
     CHECK_CONTAINS(e.msg, "firewall");
+    close(hold);
 }
 
 /* A rank waiting for a key is woken by another rank raising the failure flag. */

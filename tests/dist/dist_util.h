@@ -176,15 +176,20 @@ static inline void dist_check_same_cells(const char *dir_a, const char *dir_b, c
 
 static inline int dist_count_lines(const char *path) { return test_count_lines(path); }
 
-/* A free TCP port on 127.0.0.1 (bound, then closed), for MASTER_PORT; -1 on failure. */
+/* A free TCP port on 127.0.0.1 for MASTER_PORT; -1 on failure. The port stays held by a
+ * socket bound with SO_REUSEADDR that never listens, open until this test process exits:
+ * no other test running in parallel can be given it, while the runner's store server
+ * (SO_REUSEADDR too) binds and listens on it. (Bound and closed at once, it could be
+ * handed to another test's listener before the runner started.) */
 static inline int dist_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t l = sizeof a;
-    int ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l);
-    if (fd >= 0) close(fd);
+    int ok = fd >= 0 && !setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
+             !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l);
+    if (fd >= 0 && !ok) close(fd);
     return ok ? ntohs(a.sin_port) : -1;
 }
 
