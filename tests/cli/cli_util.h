@@ -15,6 +15,7 @@
 
 #include "runner/checkpoint.h"
 #include "tests/test.h"
+#include "util/json.h"
 
 /* Runs `runner ARGS` (shell syntax) with output captured; returns the exit status. */
 static inline int run_runner(const char *args, char *out, size_t cap) {
@@ -23,16 +24,27 @@ static inline int run_runner(const char *args, char *out, size_t cap) {
     return test_run_cmd(cmd, out, cap);
 }
 
-/* The number after "KEY": in a JSON text (summary.json, plan.json; the first occurrence),
- * or NAN when the key is missing, null or not a number. */
-static inline double cli_json_number(const char *json, const char *key) {
-    char pat[128];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *v = json ? strstr(json, pat) : NULL;
-    if (!v) return NAN;
-    char *end;
-    double x = strtod(v + strlen(pat), &end);
-    return end == v + strlen(pat) ? NAN : x;
+/* A number of a JSON object held in text[0..n) (which this frees), NAN when the text is
+ * missing or not JSON, or the key is missing or not a number. */
+static inline double cli_json_number_of(char *text, size_t n, const char *key) {
+    if (!text) return NAN;
+    err_t e = {0};
+    json_t *j = json_parse(text, n, &e);
+    free(text);
+    if (!j) return NAN;
+    const json_t *v = json_get(j, key);
+    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
+    json_free(j);
+    return x;
+}
+
+/* A number from DIR/FILE (a JSON object: summary.json, plan.json), NAN when missing. */
+static inline double cli_json_number(const char *dir, const char *file, const char *key) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    size_t n = 0;
+    char *s = test_read_file(p, &n);
+    return cli_json_number_of(s, n, key);
 }
 
 /* The single run directory under root/name (NULL if none or several). */

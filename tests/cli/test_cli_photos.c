@@ -61,7 +61,7 @@ static void test_photos_imagenet_stem(void) {
     free(csv);
     snprintf(args, sizeof args, "%s/summary.json", run);
     char *s = test_read_file(args, NULL);
-    double top1 = cli_json_number(s, "val_top1");
+    double top1 = cli_json_number(run, "summary.json", "val_top1");
     printf("  val top-1 %.3f (chance 0.25)\n", top1);
     CHECK(top1 > 0.4);
     CHECK_CONTAINS(s, "\"steps\": 200");

@@ -101,8 +101,9 @@ static void reference_run(void) {
     /* the EMA weights are evaluated, and are not the raw ones (decay 0.99 over 36 steps);
      * no verdict on the accuracy itself, which CPUs that round differently reach at
      * different steps (1.0 at AVX2 on the dev machine, below 1 at its AVX-512) */
-    double top1_ema = cli_json_number(s, "val_top1_ema"), loss_ema = cli_json_number(s, "val_loss_ema");
-    double loss = cli_json_number(s, "val_loss");
+    double top1_ema = cli_json_number(ref, "summary.json", "val_top1_ema");
+    double loss_ema = cli_json_number(ref, "summary.json", "val_loss_ema");
+    double loss = cli_json_number(ref, "summary.json", "val_loss");
     CHECK(top1_ema >= 0 && top1_ema <= 1);
     CHECK(loss_ema > 0 && isfinite(loss_ema) && loss > 0 && fabs(loss_ema - loss) > 1e-3 * loss);
     CHECK_CONTAINS(s, "\"early_stopped\": false");
@@ -331,13 +332,7 @@ static void early_stopping_end_to_end(void) {
     CHECK_CONTAINS(s, "\"early_stopped\": true");
     CHECK_CONTAINS(s, "\"stop_reason\": \"early stopping: val_top5 did not increase");
     free(s);
-    double steps = NAN;
-    {
-        char *t = test_read_file(p, NULL), *k = t ? strstr(t, "\"steps\": ") : NULL;
-        if (k) steps = atof(k + 9);
-        free(t);
-    }
-    int stop_epoch = (int)steps / 12;
+    int stop_epoch = (int)cli_json_number(esref, "summary.json", "steps") / 12;
     CHECK_INT(stop_epoch, 3);
     if (stop_epoch != 3) return;
     /* nothing left to do for resume */

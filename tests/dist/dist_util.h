@@ -111,29 +111,6 @@ static inline void dist_check_same_sections(const char *dir, const char *ref, co
     }
 }
 
-/* A top-level number of the JSON object in text (n bytes, malloc'd, freed here); NAN
- * when text is NULL, not JSON or the key is missing. */
-static inline double dist_json_number_of(char *text, size_t n, const char *key) {
-    if (!text) return NAN;
-    err_t e = {0};
-    json_t *j = json_parse(text, n, &e);
-    free(text);
-    if (!j) return NAN;
-    const json_t *v = json_get(j, key);
-    double x = v && v->type == JSON_NUMBER ? v->number : NAN;
-    json_free(j);
-    return x;
-}
-
-/* A number from DIR/FILE (a JSON object), NAN when missing. */
-static inline double dist_json_number(const char *dir, const char *file, const char *key) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/%s", dir, file);
-    size_t n = 0;
-    char *s = test_read_file(p, &n);
-    return dist_json_number_of(s, n, key);
-}
-
 /* Cell `col` (0-based) of line `row` (0 = header) of a CSV file, copied into buf. */
 static inline const char *dist_csv_cell(const char *path, int row, int col, char *buf, size_t len) {
     buf[0] = '\0';

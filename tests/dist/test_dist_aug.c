@@ -46,7 +46,7 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
     if (!r) return;
     char ref[4096];
     snprintf(ref, sizeof ref, "%s", r);
-    CHECK_INT(dist_json_number(ref, "summary.json", "steps"), steps_total);
+    CHECK_INT(cli_json_number(ref, "summary.json", "steps"), steps_total);
 
     snprintf(root, sizeof root, "%s/int", tmp);
     snprintf(log, sizeof log, "%s/%s.log", tmp, name);
@@ -55,7 +55,7 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
     CHECK_INT(rc, 130);
     CHECK(dir[0] != '\0');
     if (!dir[0] || rc != 130) return;
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     fprintf(stderr, "  %s: interrupted at step %g of %d\n", name, stopped, steps_total);
     CHECK(stopped >= 3 && stopped < steps_total);
 
@@ -67,7 +67,7 @@ static void interrupt_resume(const char *name, const char *aug, const char *mixu
         fprintf(stderr, "%s\n", out);
         return;
     }
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), steps_total);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), steps_total);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
     dist_check_same_sections(dir, ref, sections, 3);   /* bit for bit */
     char a[4300], b[4300];
@@ -126,7 +126,7 @@ static void recipe_changes_training(void) {
     if (!p || !m) return;
     double worst;
     CHECK(dist_compare_section(p, m, "params", 0, 0, &worst) > 0);
-    double top1 = dist_json_number(m, "summary.json", "train_top1");
+    double top1 = cli_json_number(m, "summary.json", "train_top1");
     CHECK(top1 >= 0 && top1 <= 1);
 }
 

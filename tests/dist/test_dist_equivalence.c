@@ -69,8 +69,8 @@ static void ddp_syncbn_equals_single(void) {
     const char *nosync = dist_run(eq_exp, root, SHORT "--set parallel.sync_bn=false", 2);
     CHECK(ddp && single && nosync);
     if (!ddp || !single || !nosync) return;
-    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
-    CHECK_INT(dist_json_number(single, "summary.json", "steps"), SHORT_STEPS);
+    CHECK_INT(cli_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
+    CHECK_INT(cli_json_number(single, "summary.json", "steps"), SHORT_STEPS);
     double m, l2;
     fprintf(stderr, "ddp + sync_bn vs single:\n");
     const char *sections[2] = {"params", "buffers"};
@@ -113,7 +113,7 @@ static void dp_equals_grad_accum(void) {
     snprintf(s, sizeof s, "%s", s0 ? s0 : "");
     CHECK(dp && acc);
     if (!dp || !acc) return;
-    CHECK_INT(dist_json_number(dp, "summary.json", "steps"), SHORT_STEPS);
+    CHECK_INT(cli_json_number(dp, "summary.json", "steps"), SHORT_STEPS);
     double m, l2;
     fprintf(stderr, "dp vs single with grad_accum 2:\n");
     dist_compare_section2(dp, acc, "params", 1e-5, 1e-4, &m, &l2);
@@ -166,7 +166,7 @@ static void ddp_syncbn_accum_equals_single_accum(void) {
     if (!ddp || !acc0) return;
     char acc[4096];
     snprintf(acc, sizeof acc, "%s", acc0);
-    CHECK_INT(dist_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
+    CHECK_INT(cli_json_number(ddp, "summary.json", "steps"), SHORT_STEPS);
     double m, l2;
     fprintf(stderr, "ddp + sync_bn + grad_accum 2 vs single + grad_accum 2:\n");
     const char *sections[2] = {"params", "buffers"};
@@ -278,7 +278,7 @@ static void ddp_equals_simulation(void) {
     const char *ddp = dist_run(sim_exp, root, "--set parallel.sync_bn=false", 7);
     CHECK(ddp != NULL);
     if (!ddp) return;
-    double threads = dist_json_number(ddp, "plan.json", "threads_per_rank");
+    double threads = cli_json_number(ddp, "plan.json", "threads_per_rank");
     CHECK(threads >= 1);
     char ck[4200];
     snprintf(ck, sizeof ck, "%s/checkpoints/last.ckpt", ddp);
@@ -342,9 +342,9 @@ static void comm_time_recorded(void) {
         CHECK(cell[0] && *end == '\0');
         CHECK(v >= 0 && v < 60);
     }
-    double f = dist_json_number(dir, "summary.json", "comm_exposed_fraction");
-    double ar = dist_json_number(dir, "summary.json", "comm_allreduce_seconds");
-    double ex = dist_json_number(dir, "summary.json", "comm_exposed_seconds");
+    double f = cli_json_number(dir, "summary.json", "comm_exposed_fraction");
+    double ar = cli_json_number(dir, "summary.json", "comm_allreduce_seconds");
+    double ex = cli_json_number(dir, "summary.json", "comm_exposed_seconds");
     fprintf(stderr, "comm_exposed_fraction %g, all-reduce %g s, exposed %g s\n", f, ar, ex);
     CHECK(f >= 0 && f <= 1);
     CHECK(ar > 0);
@@ -357,7 +357,7 @@ static void comm_time_recorded(void) {
     snprintf(dir, sizeof dir, "%s", d);
     snprintf(path, sizeof path, "%s/steps.csv", dir);
     CHECK_STR(dist_csv_cell(path, 1, 8, cell, sizeof cell), "");
-    CHECK_INT(dist_json_number(dir, "summary.json", "comm_exposed_fraction"), 0);
+    CHECK_INT(cli_json_number(dir, "summary.json", "comm_exposed_fraction"), 0);
 }
 
 /* The multi-step read-back a GPU run uses (RUNNER_STEP_WINDOW=3) with fp16 loss scaling

@@ -60,8 +60,8 @@ static void run_variant(const char *name, const char *const *env0, const char *c
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 5);
-    CHECK_INT(dist_json_number(dir, "summary.json", "world_size"), 2);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 5);
+    CHECK_INT(cli_json_number(dir, "summary.json", "world_size"), 2);
     double m;
     CHECK_INT(dist_compare_section(dir, ref, "params", 0, 0, &m), 0);
     CHECK(m == 0);

@@ -92,7 +92,7 @@ static void preempt_one_rank_then_requeue(void) {
     if (!d) return;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     fprintf(stderr, "  preempted at step %g of 40\n", stopped);
     CHECK(stopped >= 3 && stopped < 40);
     snprintf(p, sizeof p, "%s/summary.json", dir);
@@ -114,7 +114,7 @@ static void preempt_one_rank_then_requeue(void) {
     free(s);
     const char *same = only_run_dir(root, "dr");
     CHECK(same && !strcmp(same, dir));
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 40);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 40);
     same_run(dir, ref);
 }
 
@@ -170,8 +170,8 @@ static void kill9_rank_restarts_bit_exact(void) {
     CHECK_CONTAINS(j, "checkpoints/last.ckpt\"}");
     CHECK_INT(dist_count_lines(p), 1);
     free(j);
-    CHECK_INT(dist_json_number(dir, "summary.json", "restarts"), 1);
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 40);
+    CHECK_INT(cli_json_number(dir, "summary.json", "restarts"), 1);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 40);
     snprintf(p, sizeof p, "%s/summary.json", dir);
     char *s = test_read_file(p, NULL);
     CHECK_CONTAINS(s, "\"status\": \"completed\"");

@@ -87,7 +87,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     CHECK(r != NULL);
     if (!r) return;
     snprintf(ref, sizeof ref, "%s", r);
-    CHECK_INT(dist_json_number(ref, "summary.json", "steps"), 150);
+    CHECK_INT(cli_json_number(ref, "summary.json", "steps"), 150);
 
     snprintf(root, sizeof root, "%s/int", tmp);
     char log[800];
@@ -101,7 +101,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     int rc = cli_wait(launcher);
     CHECK_INT(rc, 130);
     if (!dir[0] || rc != 130) return;
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     fprintf(stderr, "interrupted at step %g of 150\n", stopped);
     CHECK(stopped >= 2 && stopped < 150);
     char path[4300];
@@ -122,7 +122,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     CHECK_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
     CHECK_CONTAINS(out, "continuing at step");
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 150);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 150);
     snprintf(want, sizeof want, "resuming at step %d of 150", (int)stopped);
     s = test_read_file(path, NULL);
     CHECK_CONTAINS(s, want);
@@ -154,7 +154,7 @@ static void sigint_with_step_windows_is_bit_exact(void) {
     if (!d) { unsetenv("RUNNER_STEP_WINDOW"); return; }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     fprintf(stderr, "window 4: interrupted at step %g of 150\n", stopped);
     CHECK(stopped >= 4 && stopped < 150);
     CHECK((int)stopped % 4 == 0 || (int)stopped % 50 == 0);   /* a window or epoch end */
@@ -183,7 +183,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     if (!d) return;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     CHECK(stopped >= 2 && stopped < 150);
     /* the ranks as torchrun would start them: same command, RANK/WORLD_SIZE/MASTER_* */
     int port = dist_free_port();
@@ -206,7 +206,7 @@ static void outside_launcher_auto_resume_is_bit_exact(void) {
     free(o0);
     free(o1);
     CHECK(only_run_dir(root, "res") != NULL);   /* continued the same directory, made no new one */
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 150);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 150);
     const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
     dist_check_same_sections(dir, ref, sections, 3);
 }
@@ -254,7 +254,7 @@ static void epoch_end_interrupt(const char *mode) {
     int rc = cli_wait(pid);
     CHECK_INT(rc, 130);
     if (!dir[0] || rc != 130) return;
-    double stopped = dist_json_number(dir, "summary.json", "steps");
+    double stopped = cli_json_number(dir, "summary.json", "steps");
     fprintf(stderr, "%s: interrupted at step %g of 30 (the end of epoch %g)\n", mode, stopped, stopped);
     CHECK(stopped >= 2 && stopped < 30);
     char path[4300];

@@ -230,7 +230,7 @@ static inline double gc_meta_number(const char *dir, const char *key) {
     snprintf(p, sizeof p, "%s/checkpoints/last.ckpt", dir);
     size_t n = 0;
     char *m = ckpt_section_copy(p, "meta", &n);
-    return dist_json_number_of(m, n, key);
+    return cli_json_number_of(m, n, key);
 }
 
 /* Compares section `name` of two runs' last.ckpt bit for bit: returns how many 4-byte

@@ -62,7 +62,7 @@ static void fp16_overflow_skips_steps(void) {
     char buf[64];
     CHECK_STR(gc_json_string(dir, "summary.json", "precision", buf, sizeof buf), "fp16");
     CHECK_STR(gc_json_string(dir, "summary.json", "device", buf, sizeof buf), gc_dev);
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), 3);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), 3);
     double s[8], loss[8];
     CHECK_INT(gc_csv_column(dir, "steps.csv", "loss_scale", s, 8), 3);
     CHECK_INT(gc_csv_column(dir, "steps.csv", "loss", loss, 8), 3);

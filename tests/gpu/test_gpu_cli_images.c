@@ -39,7 +39,7 @@ static void folder_equals_on_device_reader(void) {
         CHECK(!"a run failed");
         return;
     }
-    int steps = (int)dist_json_number(d1, "summary.json", "steps");
+    int steps = (int)cli_json_number(d1, "summary.json", "steps");
     CHECK_INT(steps, 16);
     CHECK_INT(gc_diff_bits(d1, d2, "params", false), 0);
     CHECK_INT(gc_diff_bits(d1, d2, "buffers", false), 0);

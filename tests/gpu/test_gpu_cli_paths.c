@@ -92,7 +92,7 @@ static void same_as(char *dir, const char *base_root, const char *base_sets, con
         return;
     }
     CHECK(strstr(gc_out, "recording a micro-batch failed") == NULL);
-    int steps = (int)dist_json_number(on, "summary.json", "steps");
+    int steps = (int)cli_json_number(on, "summary.json", "steps");
     CHECK_INT(steps, 21);
     fprintf(stderr, "%s:\n", what);
     CHECK_INT(gc_diff_bits(on, off, "params", false), 0);

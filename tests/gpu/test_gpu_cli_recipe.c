@@ -45,7 +45,7 @@ static void preempt_and_requeue_is_bit_exact(void) {
         CHECK(!"the reference run failed");
         return;
     }
-    CHECK_INT(dist_json_number(ref, "summary.json", "steps"), TOTAL);
+    CHECK_INT(cli_json_number(ref, "summary.json", "steps"), TOTAL);
     snprintf(p, sizeof p, "%s/checkpoints/step_56.ckpt", ref);
     CHECK(access(p, R_OK) == 0);
     snprintf(p, sizeof p, "%s/checkpoints/step_52.ckpt", ref);

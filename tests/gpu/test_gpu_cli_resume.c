@@ -110,7 +110,7 @@ static void sigint_then_resume_is_bit_exact(void) {
         CHECK(!"the reference run failed");
         return;
     }
-    CHECK_INT(dist_json_number(ref, "summary.json", "steps"), TOTAL);
+    CHECK_INT(cli_json_number(ref, "summary.json", "steps"), TOTAL);
 
     char root[800], dir[4096];
     snprintf(root, sizeof root, "%s/int", gc_tmp);
@@ -120,7 +120,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     if (rc != 130) return;
     char buf[64];
     CHECK_STR(gc_json_string(dir, "summary.json", "status", buf, sizeof buf), "interrupted");
-    CHECK_INT(dist_json_number(dir, "summary.json", "exit_code"), 130);
+    CHECK_INT(cli_json_number(dir, "summary.json", "exit_code"), 130);
     double k = gc_meta_number(dir, "step");
     char steps[4400];
     snprintf(steps, sizeof steps, "%s/steps.csv", dir);
@@ -147,10 +147,10 @@ static void sigint_then_resume_is_bit_exact(void) {
     const char *mc[] = {"epoch", "step", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5"};
     for (int i = 0; i < 7; i++) same_cells(dir, ref, "metrics.csv", mc[i], 2);
     CHECK_STR(gc_json_string(dir, "summary.json", "status", buf, sizeof buf), "completed");
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), TOTAL);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), TOTAL);
     const char *keys[] = {"train_loss", "val_loss", "val_top1", "best_val_top1"};
     for (int i = 0; i < 4; i++) {
-        double a = dist_json_number(dir, "summary.json", keys[i]), b = dist_json_number(ref, "summary.json", keys[i]);
+        double a = cli_json_number(dir, "summary.json", keys[i]), b = cli_json_number(ref, "summary.json", keys[i]);
         if (a != b) fprintf(stderr, "  summary %s: %.9g vs %.9g\n", keys[i], a, b);
         CHECK(a == b);
     }

@@ -94,9 +94,9 @@ static void check_summary(const char *dir, const char *device, const char *mode,
     CHECK_STR(gc_json_string(dir, "summary.json", "device", buf, sizeof buf), device);
     CHECK_STR(gc_json_string(dir, "summary.json", "mode", buf, sizeof buf), mode);
     CHECK_STR(gc_json_string(dir, "summary.json", "precision", buf, sizeof buf), "fp32");
-    CHECK_INT(dist_json_number(dir, "summary.json", "world_size"), world);
-    CHECK_INT(dist_json_number(dir, "summary.json", "steps"), STEPS);
-    CHECK_INT(dist_json_number(dir, "summary.json", "exit_code"), 0);
+    CHECK_INT(cli_json_number(dir, "summary.json", "world_size"), world);
+    CHECK_INT(cli_json_number(dir, "summary.json", "steps"), STEPS);
+    CHECK_INT(cli_json_number(dir, "summary.json", "exit_code"), 0);
 }
 
 /* The GPU run's curves against the CPU run's, within the tolerances of case 1. */
@@ -153,7 +153,7 @@ static void gpu_matches_cpu(void) {
     check_summary(cpu_single, "cpu", "single", 1);
     char buf[64];
     CHECK_STR(gc_json_string(gpu_single, "plan.json", "device", buf, sizeof buf), gc_dev);
-    if (!gc_dry) CHECK(dist_json_number(gpu_single, "summary.json", "peak_memory_bytes") > 0);
+    if (!gc_dry) CHECK(cli_json_number(gpu_single, "summary.json", "peak_memory_bytes") > 0);
     fprintf(stderr, "cuda vs cpu, mode single:\n");
     compare_within_tolerance(gpu_single, cpu_single, 2e-4);
 }
