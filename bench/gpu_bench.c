@@ -33,7 +33,7 @@
 #include "model/backend.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "util/clock.h"
 #include "util/rng.h"
 

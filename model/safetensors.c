@@ -445,6 +445,24 @@ int safetensors_load_net(net_t *n, const char *path, err_t *e) {
     return rc;
 }
 
+/* A linear weight over a (flat_h, flat_w, flat_c) map: its columns between torchvision's
+ * NCHW flattening (c, h, w) and the net's NHWC one (h, w, c); to_torch: net -> torchvision.
+ * Other tensors are copied. (VGG's classifier.0 after the 7x7 average pool.) */
+static void flat_linear_xfer(const net_tensor_t *t, const float *src, float *dst, bool to_torch) {
+    if (t->flat_c <= 0 || t->ndim != 2) {
+        memcpy(dst, src, t->numel * sizeof(float));
+        return;
+    }
+    int64_t hw = (int64_t)t->flat_h * t->flat_w, c = t->flat_c, in = t->shape[1];
+    for (int64_t o = 0; o < t->shape[0]; o++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++) {
+                int64_t tv = o * in + ch * hw + p, net = o * in + p * c + ch;
+                if (to_torch) dst[tv] = src[net];
+                else dst[net] = src[tv];
+            }
+}
+
 /* True when name starts with prefix (a non-empty one). */
 static bool kept(const char *name, const char *prefix) {
     return prefix && prefix[0] && !strncmp(name, prefix, strlen(prefix));
@@ -506,9 +524,10 @@ int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *kee
             continue;
         }
         float *dst = (t->store == NET_STORE_PARAM ? hp : hb) + t->offset;
-        if (t->conv_weight) {
+        if (t->conv_weight || t->flat_c > 0) {
             if (safetensors_read_f32(st, s, tmp, e) < 0) goto done;
-            net_oihw_to_krsc(tmp, dst, t->shape);
+            if (t->conv_weight) net_oihw_to_krsc(tmp, dst, t->shape);
+            else flat_linear_xfer(t, tmp, dst, false);
         } else if (safetensors_read_f32(st, s, dst, e) < 0) {
             goto done;
         }
@@ -554,6 +573,7 @@ int safetensors_save_net(net_t *n, const char *path, const char *const *meta_key
             x->data = hb + t->offset;
         } else {
             if (t->conv_weight) net_krsc_to_oihw(hp + t->offset, op + t->offset, t->shape);
+            else if (t->flat_c > 0) flat_linear_xfer(t, hp + t->offset, op + t->offset, true);
             x->data = op + t->offset;
         }
     }

@@ -7,6 +7,7 @@
  * prints or exits: every failure is an ERR_INPUT err_t naming the file and place.
  */
 #include "runner/config_internal.h"
+#include "model/arch/arch_table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ void config_defaults(experiment_t *e) {
     e->data.synthetic.classes = 10;
     e->model.stem = STEM_AUTO;
     e->model.init_head = INIT_HEAD_STRICT;
+    e->model.dropout = -1;
     e->optimizer.name = OPT_SGD;
     e->optimizer.lr = 0.1;
     e->optimizer.momentum = 0.9;
@@ -149,15 +151,6 @@ static void file_stem(const char *path, char *out, size_t cap) {
     if (dot && dot != out) *dot = '\0';
 }
 
-/* True for the architectures with torchvision's ImageNet stem (model/resnet.c; the He et
- * al. CIFAR ResNets have none). Restated here: the config layer links no model code. */
-static bool has_imagenet_stem(const char *arch) {
-    static const char *const a[] = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
-    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
-        if (!strcmp(arch, a[i])) return true;
-    return false;
-}
-
 /* Dataset-dependent defaults and the checks that involve more than one key. */
 static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     experiment_t *x = &st->x;
@@ -168,8 +161,8 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                         "(cifar10 | cifar100 | fashion_mnist | synthetic)");
     if (!x->model.arch[0])
         return cfg_fail(c, file,
-                        "model.arch is missing; add it, e.g. `model: {arch: resnet18}` "
-                        "(resnet18|34|50|101|152 or resnet20|32|44|56|110)");
+                        "model.arch is missing; add it, e.g. `model: {arch: resnet18}` (%s)",
+                        ARCH_NAME_LIST);
     if (!st->set[row_of("name")]) {
         char stem[CFG_PATH], buf[128];
         file_stem(c->src[0].label, stem, sizeof stem);
@@ -205,11 +198,20 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
                         "model.num_classes %d is less than the %d classes of %s; use at least "
                         "%d (or 0 for the dataset's)",
                         x->model.num_classes, classes, ds->name, classes);
-    if (x->model.stem == STEM_IMAGENET && !has_imagenet_stem(x->model.arch))
+    /* the rows model/arch builds from (arch_table.h: data only, no model code linked) */
+    const arch_info_t *arch = arch_info(x->model.arch);
+    if (arch && x->model.stem == STEM_IMAGENET && !arch->imagenet)
         return cfg_fail(c, at(st, "model.stem"),
-                        "model.stem: imagenet: %s is a CIFAR ResNet (He et al.) with only the CIFAR "
-                        "stem; use model.stem: cifar (or auto), or resnet18|34|50|101|152",
+                        "model.stem: imagenet: %s has only the CIFAR variant (torchvision does not "
+                        "ship it); use model.stem: cifar (or auto), or an arch torchvision has "
+                        "(resnet18..152, wide_resnet50_2, resnext50_32x4d, vgg*_bn, mobilenet_v2)",
                         x->model.arch);
+    char why[400];
+    if (arch && arch_keys_problem(arch, x->model.width, x->model.groups, x->model.dropout, why, sizeof why)) {
+        const char *key = !strncmp(why, "model.groups", 12) ? "model.groups"
+                        : !strncmp(why, "model.dropout", 13) ? "model.dropout" : "model.width";
+        return cfg_fail(c, at(st, key), "%s", why);
+    }
     if (!st->set[row_of("data.augment.random_crop.size")]) x->data.augment.crop_size = side;
     if (x->data.augment.random_crop &&
         x->data.augment.crop_size > side + 2 * x->data.augment.crop_padding)

@@ -114,6 +114,9 @@ typedef struct experiment {
         char init_from[CFG_PATH]; /* "" = none */
         model_stem_t stem;        /* auto: imagenet for inputs larger than 64 px (plan.c) */
         init_head_t init_head;    /* strict: fc.* must match init_from; reinit: fresh fc */
+        double width;             /* 0 (null) = the arch's own (model/arch/arch_table.h) */
+        int groups;               /* 0 = the arch's own */
+        double dropout;           /* -1 (null) = the arch's own */
     } model;
 
     struct {

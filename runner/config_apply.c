@@ -345,8 +345,7 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_FLOAT:
-        /* nullable floats are rows whose bound excludes 0, so 0 can stand for null */
-        if (cfg_is_null(val) && (r->flags & F_NULLABLE)) d = 0;
+        if (cfg_is_null(val) && (r->flags & F_NULLABLE)) d = cfg_float_null(r);
         else if (get_double(c, loc, key, r, val, &d)) return -1;
         *(double *)f = d;
         return 0;

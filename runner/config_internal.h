@@ -83,6 +83,13 @@ typedef struct cfg_row {
     const char *doc;            /* one line: meaning (resolved.yaml comment) */
 } cfg_row_t;
 
+/* What a nullable K_FLOAT row stores for null: 0 where its bounds exclude 0 (lo 0 with
+ * F_LO_OPEN: train.ema.decay), else -1, below every value it accepts (model.dropout, whose
+ * 0 is a value). */
+static inline double cfg_float_null(const cfg_row_t *r) {
+    return r->lo == 0 && !(r->flags & F_LO_OPEN) ? -1 : 0;
+}
+
 extern const cfg_row_t cfg_rows[];
 extern const int cfg_n_rows;
 

@@ -7,6 +7,7 @@
  * resolved.yaml; a K_SWITCH row is followed by its F_CHILD rows.
  */
 #include "runner/config_internal.h"
+#include "model/arch/arch_table.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -25,9 +26,6 @@ static const char *const DATASETS[] = {"cifar10", "cifar100", "fashion_mnist", "
                                        "image_folder"};
 static const char *const IMAGE_MODES[] = {"rgb", "grayscale"};
 static const char *const BAD_IMAGES[] = {"error", "skip"};
-static const char *const ARCHS[] = {"resnet18", "resnet34", "resnet50", "resnet101",
-                                    "resnet152", "resnet20", "resnet32", "resnet44",
-                                    "resnet56", "resnet110"};
 static const char *const OPTIMS[] = {"sgd", "adamw"};
 static const char *const SCHEDS[] = {"constant", "multistep", "cosine"};
 static const char *const AMP_DTYPES[] = {NULL, "fp16", "bf16"};
@@ -143,8 +141,10 @@ const cfg_row_t cfg_rows[] = {
     ROW_BOOL("data.jpeg_dct_scaling", data.jpeg_dct_scaling, F_HASH | F_IMAGES,
              "project key: decode JPEGs at 1/2, 1/4, 1/8 size when the crop allows"),
 
-    ROW_NAME("model.arch", model.arch, ARCHS, F_HASH,
-             "resnet18|34|50|101|152 | resnet20|32|44|56|110 (CIFAR stem only)"),
+    ROW_NAME("model.arch", model.arch, ARCH_NAMES, F_HASH,
+             "resnet18..152 | resnet20..110 | wide_resnet50_2 | resnext50_32x4d | wrn28_10 | "
+             "preact_resnet18 | resnext29_8x64d | vgg11_bn..vgg19_bn | mobilenet_v2 | ... "
+             "(model/arch/arch_table.h)"),
     ROW_INT("model.num_classes", model.num_classes, 0, 100000, F_HASH,
             "classifier outputs (0 in the file: the dataset's)"),
     ROW_BOOL("model.zero_init_residual", model.zero_init_residual, F_HASH,
@@ -155,6 +155,12 @@ const cfg_row_t cfg_rows[] = {
              "auto | cifar (3x3 conv) | imagenet (7x7/2 conv + 3x3/2 max-pool); auto: imagenet above 64 px"),
     ROW_ENUM("model.init_head", model.init_head, INIT_HEADS, F_HASH | F_HASH_SET,
              "strict: fc.* of init_from must fit | reinit: fresh fc, the rest loaded"),
+    /* issue 24 */
+    ROW_FLT("model.width", model.width, 0, 4096, F_LO_OPEN | F_NULLABLE | HASH_NEW,
+            "null | the arch's width: WRN widen factor, width_per_group, MobileNetV2 multiplier"),
+    ROW_INT("model.groups", model.groups, 0, 1024, HASH_NEW, "0 | ResNeXt cardinality (0: the arch's)"),
+    ROW_FLT("model.dropout", model.dropout, 0, 1, F_HI_OPEN | F_NULLABLE | HASH_NEW,
+            "null | dropout probability of wrn*, vgg*_bn, mobilenet_v2 (null: the arch's)"),
 
     ROW_ENUM("optimizer.name", optimizer.name, OPTIMS, F_HASH, "sgd | adamw"),
     ROW_FLT("optimizer.lr", optimizer.lr, 0, INF, F_LO_OPEN | F_HASH,

@@ -119,7 +119,7 @@ void cfg_format_value(const cfg_row_t *r, const experiment_t *x, char *out, size
         return;
     case K_FLOAT:
     case K_ROTATION:
-        if (*(const double *)f == 0 && (r->flags & F_NULLABLE)) snprintf(out, cap, "null");
+        if ((r->flags & F_NULLABLE) && *(const double *)f == cfg_float_null(r)) snprintf(out, cap, "null");
         else fmt_double(*(const double *)f, out, cap);
         return;
     case K_BOOL:

@@ -10,7 +10,7 @@
 
 #include "model/backend.h"
 #include "model/net.h"
-#include "model/resnet.h"
+#include "model/arch/arch.h"
 #include "model/safetensors.h"
 #include "runner/checkpoint.h"
 #include "runner/rundir.h"
@@ -28,6 +28,14 @@ static int meta_floats(const json_t *m, const char *key, double *vals, int max, 
     }
     if (o < cap) snprintf(buf + o, cap - o, "]");
     return n;
+}
+
+/* x as the shortest decimal that reads back as the same double ("0.25", "1"). */
+static void fmt_exact(char *buf, size_t cap, double x) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return;
+    }
 }
 
 /* The class names of meta as a JSON list (malloc'd; "[]" when absent). */
@@ -81,12 +89,18 @@ int export_run(const char *run_dir, const char *which, const char *output, bool 
     int h = (int)json_get_number(m, "in_h", 32), w = (int)json_get_number(m, "in_w", 32);
     /* checkpoints from before model.stem existed are CIFAR-stem ones */
     const char *stem = json_get_string(m, "stem", "cifar");
-    resnet_stem_t sk = !strcmp(stem, "imagenet") ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
-    if (strcmp(stem, resnet_stem_name(sk))) {
+    arch_stem_t sk = !strcmp(stem, "imagenet") ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR;
+    if (strcmp(stem, arch_stem_name(sk))) {
         err_set(e, ERR_INPUT, "%s: meta: unknown stem '%s' (cifar | imagenet)", ck, stem);
         goto out;
     }
-    if (!(n = resnet_build_stem(arch, sk, inc, classes, false, e))) goto out;
+    /* model.width / groups / dropout as the run built them (absent before issue 24: the
+     * architecture's own) */
+    arch_opts_t ao = {.stem = sk, .in_channels = inc, .num_classes = classes,
+                      .width = json_get_number(m, "width", 0), .groups = (int)json_get_number(m, "groups", 0),
+                      .dropout = json_get_number(m, "dropout", -1)}, ar;
+    if (arch_resolve(arch, &ao, &ar, e)) { err_wrap(e, "%s: meta", ck); goto out; }
+    if (!(n = arch_build(arch, &ar, e))) goto out;
     backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
     if (!(be = backend_create(&bo, e))) goto out;
     if (net_bind(n, be, 1, h, w, DT_F32, e)) goto out;
@@ -116,6 +130,9 @@ int export_run(const char *run_dir, const char *which, const char *output, bool 
     snprintf(in->checkpoint, sizeof in->checkpoint, "%.63s", slash ? slash + 1 : ck);
     in->in_channels = inc;
     in->num_classes = classes;
+    in->width = ar.width;
+    in->groups = ar.groups;
+    in->dropout = ar.dropout;
     in->in_h = h;
     in->in_w = w;
     in->step = (long long)json_get_number(m, "step", 0);
@@ -128,11 +145,29 @@ int export_run(const char *run_dir, const char *which, const char *output, bool 
     snprintf(cls, sizeof cls, "%d", classes);
     snprintf(chans, sizeof chans, "%d", inc);
     snprintf(size, sizeof size, "%dx%d", h, w);
-    const char *keys[] = {"format", "arch", "stem", "in_channels", "num_classes", "input_size", "mean", "std",
-                          "class_names", "dataset", "step", "run_dir", "runner_commit", "weights"};
-    const char *vals[] = {"pt", arch, in->stem, chans, cls, size, mean, std, classes_json,
-                          json_get_string(m, "dataset", ""), steps, run_dir, runner_commit(), ema ? "ema" : "trained"};
-    rc = safetensors_save_net(n, out_path, keys, vals, (int)(sizeof keys / sizeof keys[0]), e);
+    const char *keys[17] = {"format", "arch", "stem", "in_channels", "num_classes", "input_size", "mean", "std",
+                            "class_names", "dataset", "step", "run_dir", "runner_commit", "weights"};
+    const char *vals[17] = {"pt", arch, in->stem, chans, cls, size, mean, std, classes_json,
+                            json_get_string(m, "dataset", ""), steps, run_dir, runner_commit(), ema ? "ema" : "trained"};
+    int nk = 14;
+    char knob[3][32];   /* the architecture's model.width / groups / dropout, for torchvision_model.py */
+    const arch_info_t *a = arch_info(arch);
+    if (a->width != 0) {
+        fmt_exact(knob[0], sizeof knob[0], ar.width);
+        keys[nk] = "width";
+        vals[nk++] = knob[0];
+    }
+    if (a->groups != 0) {
+        snprintf(knob[1], sizeof knob[1], "%d", ar.groups);
+        keys[nk] = "groups";
+        vals[nk++] = knob[1];
+    }
+    if (a->dropout >= 0) {
+        fmt_exact(knob[2], sizeof knob[2], ar.dropout);
+        keys[nk] = "dropout";
+        vals[nk++] = knob[2];
+    }
+    rc = safetensors_save_net(n, out_path, keys, vals, nk, e);
 out:
     free(buf);
     free(classes_json);
@@ -143,20 +178,65 @@ out:
     return rc;
 }
 
+/* How torchvision builds in->arch as exported, into buf ("torchvision.models.vgg16_bn(num_classes=10)"
+ * and the line replacing the first conv for another channel count), or false when torchvision's
+ * own constructor does not build it (a CIFAR variant, a non-default width / groups). */
+static bool torchvision_snippet(const export_info_t *in, char *buf, size_t cap) {
+    const arch_info_t *a = arch_info(in->arch);
+    bool imagenet = !strcmp(in->stem, "imagenet");
+    if (!a || !a->imagenet || (a->width != 0 && in->width != a->width) || (a->groups != 0 && in->groups != a->groups))
+        return false;
+    size_t o = (size_t)snprintf(buf, cap, "    model = torchvision.models.%s(num_classes=%d)\n", in->arch,
+                                in->num_classes);
+    const char *conv = NULL;
+    int c0 = 64, k = 7, stride = 2, pad = 3;
+    switch (a->family) {
+    case ARCH_FAM_RESNET:
+        if (!imagenet) {
+            o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, "    model.conv1 = torch.nn.Conv2d(%d, 64, "
+                                  "kernel_size=3, stride=1, padding=1, bias=False)\n    model.maxpool = "
+                                  "torch.nn.Identity()\n", in->in_channels);
+            return true;
+        }
+        conv = "model.conv1";
+        break;
+    case ARCH_FAM_VGG:
+        if (!imagenet) return false;
+        conv = "model.features[0]";
+        k = 3, stride = 1, pad = 1;
+        break;
+    case ARCH_FAM_MOBILENET_V2:
+        if (!imagenet) return false;
+        conv = "model.features[0][0]";
+        c0 = 32, k = 3, stride = 2, pad = 1;
+        break;
+    default:
+        return false;
+    }
+    if (in->in_channels != 3)
+        snprintf(buf + o, o < cap ? cap - o : 0, "    %s = torch.nn.Conv2d(%d, %d, kernel_size=%d, stride=%d, "
+                 "padding=%d, bias=%s)\n", conv, in->in_channels, c0, k, stride, pad,
+                 a->family == ARCH_FAM_VGG ? "True" : "False");
+    return true;
+}
+
 void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
-    bool tv = strncmp(in->arch, "resnet", 6) == 0 &&
-              (!strcmp(in->arch + 6, "18") || !strcmp(in->arch + 6, "34") || !strcmp(in->arch + 6, "50") ||
-               !strcmp(in->arch + 6, "101") || !strcmp(in->arch + 6, "152"));
-    bool cifar = !strcmp(in->stem, "cifar");
-    fprintf(f, "runner: %s, %s stem (%s), %d input channel%s, %d classes, %dx%d inputs; from %s at step %lld\n",
-            in->arch, in->stem, cifar ? "3x3 conv1, no max-pool" : "7x7/2 conv1 + max-pool", in->in_channels,
-            in->in_channels == 1 ? "" : "s", in->num_classes, in->in_h, in->in_w, in->checkpoint, in->step);
+    char snippet[512];
+    bool tv = torchvision_snippet(in, snippet, sizeof snippet);
+    const arch_info_t *a = arch_info(in->arch);
+    bool resnet = a && (a->family == ARCH_FAM_RESNET || a->family == ARCH_FAM_RESNET_CIFAR);
+    bool imagenet = !strcmp(in->stem, "imagenet");
+    const char *what = resnet ? (imagenet ? "7x7/2 conv1 + max-pool" : "3x3 conv1, no max-pool")
+                              : strchr(arch_stem_text(in->arch, imagenet ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR), ':') + 2;
+    fprintf(f, "runner: %s, %s %s (%s), %d input channel%s, %d classes, %dx%d inputs; from %s at step %lld\n",
+            in->arch, in->stem, resnet ? "stem" : "variant", what, in->in_channels, in->in_channels == 1 ? "" : "s", in->num_classes, in->in_h, in->in_w,
+            in->checkpoint, in->step);
     if (in->in_channels != 3) {
         char why[96];
         if (tv) snprintf(why, sizeof why, "torchvision's %s() has 3", in->arch);
         else snprintf(why, sizeof why, "a 3-channel model does not take these weights");
-        fprintf(f, "runner: note: the data has %d channel%s, so conv1 must be built with %d input channel%s "
-                "(%s); the code below does that\n", in->in_channels, in->in_channels == 1 ? "" : "s",
+        fprintf(f, "runner: note: the data has %d channel%s, so the first conv must be built with %d input "
+                "channel%s (%s); the code below does that\n", in->in_channels, in->in_channels == 1 ? "" : "s",
                 in->in_channels, in->in_channels == 1 ? "" : "s", why);
     }
     if (in->n_norm) {
@@ -167,25 +247,19 @@ void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
         fprintf(f, "]\n");
     }
     if (!tv) {
-        fprintf(f, "runner: %s is a He et al. CIFAR ResNet, which torchvision does not ship; the runner's "
+        fprintf(f, "runner: torchvision's own constructor does not build %s as exported (%s); the runner's "
                 "scripts/torchvision_model.py builds it with these tensor names:\n"
                 "    import sys; sys.path.insert(0, \"scripts\")   # in the runner's source tree\n"
                 "    from torchvision_model import load\n"
-                "    model = load(\"%s\")\n", in->arch, path);
+                "    model = load(\"%s\")\n", in->arch,
+                a && a->imagenet ? "the CIFAR variant or another width" : "torchvision does not ship it", path);
         return;
     }
     fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also in "
             "the file's __metadata__):\n"
             "    import torch, torchvision\n"
             "    from safetensors.torch import load_file\n"
-            "    model = torchvision.models.%s(num_classes=%d)\n", in->arch, in->num_classes);
-    int width = 64;
-    if (cifar)
-        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=3, stride=1, padding=1, bias=False)\n"
-                "    model.maxpool = torch.nn.Identity()\n", in->in_channels, width);
-    else if (in->in_channels != 3)
-        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=7, stride=2, padding=3, bias=False)\n",
-                in->in_channels, width);
-    fprintf(f, "    model.load_state_dict(load_file(\"%s\"))\n"
-            "    model.eval()\n", path);
+            "%s"
+            "    model.load_state_dict(load_file(\"%s\"))\n"
+            "    model.eval()\n", snippet, path);
 }

@@ -3,9 +3,11 @@
  * The file holds every parameter and BN buffer with torchvision's names and shapes (OIHW
  * conv weights), F32, and num_batches_tracked as I64, so that
  *   model.load_state_dict(safetensors.torch.load_file(path))
- * works on torchvision's resnet: with the ImageNet stem, torchvision.models.resnetNN(
- * num_classes=...) itself (for 1-channel data with conv1 taking 1 channel); with the
- * CIFAR stem, its variant with conv1 3x3 stride 1 and maxpool Identity.
+ * works on torchvision's model: with the ImageNet stem (variant), torchvision.models.<arch>(
+ * num_classes=...) itself (resnet*, wide_resnet*, resnext*, vgg*_bn, mobilenet_v2; for
+ * 1-channel data with the first conv taking 1 channel); a ResNet with the CIFAR stem, its
+ * variant with conv1 3x3 stride 1 and maxpool Identity; the other architectures and CIFAR
+ * variants, the reference definitions scripts/torchvision_model.py writes out.
  * Metadata records the architecture, stem, classes, run directory, step, runner commit and
  * which weights ("weights": "trained" or "ema").
  */
@@ -25,6 +27,9 @@ typedef struct export_info {
     char stem[16];           /* "cifar" (3x3 conv, no max-pool) until model.stem exists */
     char checkpoint[64];     /* the file exported, e.g. "best.ckpt" */
     int in_channels, num_classes, in_h, in_w;
+    double width;            /* model.width / groups / dropout as built (arch_resolve'd) */
+    int groups;
+    double dropout;
     long long step;
     int n_norm;              /* entries of mean/std (0: not recorded) */
     double mean[4], std[4];
@@ -38,14 +43,16 @@ typedef struct export_info {
  * __metadata__ (all strings, as safetensors wants): format "pt", arch, stem,
  * in_channels, num_classes, input_size ("HxW"), mean and std (JSON lists, the
  * normalisation the model was trained with), class_names (a JSON list), dataset, step,
- * run_dir, runner_commit, weights ("trained" | "ema"). */
+ * run_dir, runner_commit, weights ("trained" | "ema"); and width, groups, dropout where the
+ * architecture has them (model.width / model.groups / model.dropout as built). */
 int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path,
                size_t len, export_info_t *info, err_t *e);
 
 /* Prints how to build the matching torchvision model and load path into it (a Python
- * snippet; for the He et al. CIFAR ResNets, which torchvision does not ship, the helper
- * scripts/torchvision_model.py). For a 1-channel model it says first that conv1 must
- * have 1 input channel. */
+ * snippet; for what torchvision's constructors do not build as exported — the He et al.
+ * CIFAR ResNets, WRN, PreAct, ResNeXt-29, the CIFAR variants of VGG and MobileNetV2, a
+ * non-default width — the helper scripts/torchvision_model.py). For a 1-channel model it
+ * says first that the first conv must have 1 input channel. */
 void export_print_usage(const export_info_t *info, const char *path, FILE *f);
 
 #endif

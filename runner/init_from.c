@@ -41,7 +41,7 @@ static int check_stem(const safetensors_t *st, const net_t *n, const init_from_o
         return err_set(e, ERR_INPUT, "%s has conv1.weight %s, %s, but this run builds %s with the %s stem "
                        "(conv1.weight %s; %s); set model.stem: %s", o->path, a,
                        file_imagenet ? "torchvision's ImageNet stem (7x7 conv + max-pool)" : "a CIFAR stem (3x3 conv, no max-pool)",
-                       o->arch, o->stem == RESNET_STEM_IMAGENET ? "ImageNet" : "CIFAR", b,
+                       o->arch, o->stem == ARCH_STEM_IMAGENET ? "ImageNet" : "CIFAR", b,
                        o->stem_reason ? o->stem_reason : "model.stem", file_imagenet ? "imagenet" : "cifar");
     }
     if (f->shape[1] != t->shape[1])

@@ -16,14 +16,14 @@
 #include <stdbool.h>
 
 #include "model/net.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "util/err.h"
 
 typedef struct init_from_opts {
     const char *path;           /* model.init_from */
     bool reinit_head;           /* model.init_head: reinit */
     const char *arch;           /* model.arch, for messages and the metadata check */
-    resnet_stem_t stem;         /* the stem the net was built with */
+    arch_stem_t stem;         /* the stem the net was built with */
     const char *stem_reason;    /* why (the plan's), for the stem message; may be NULL */
 } init_from_opts_t;
 

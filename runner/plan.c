@@ -13,7 +13,6 @@
 #include "data/dataset.h"
 #include "model/net.h"
 #include "runner/init_from.h"
-#include "model/resnet.h"
 #include "model/schedule.h"
 #include "runner/rundir.h"
 #include "util/json.h"
@@ -276,18 +275,26 @@ static int plan_steps(const experiment_t *e, plan_t *p, err_t *err) {
  * shrink to 8 px before layer1. */
 static void plan_stem(const experiment_t *e, plan_t *p) {
     const char *a = e->model.arch;
+    const arch_info_t *info = arch_info(a);
     if (e->model.stem != STEM_AUTO) {
-        p->stem = e->model.stem == STEM_IMAGENET ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
-        snprintf(p->stem_reason, sizeof p->stem_reason, "model.stem: %s", resnet_stem_name(p->stem));
-    } else if (!resnet_has_imagenet_stem(a)) {
-        p->stem = RESNET_STEM_CIFAR;
-        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %s has only the CIFAR stem", a);
+        p->stem = e->model.stem == STEM_IMAGENET ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "model.stem: %s", arch_stem_name(p->stem));
+    } else if (info && !info->imagenet) {
+        p->stem = ARCH_STEM_CIFAR;
+        snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %s has only the CIFAR %s", a,
+                 info->family == ARCH_FAM_RESNET_CIFAR || info->family == ARCH_FAM_RESNET ? "stem" : "variant");
     } else {
         bool large = p->height > 64 || p->width > 64;
-        p->stem = large ? RESNET_STEM_IMAGENET : RESNET_STEM_CIFAR;
+        p->stem = large ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR;
         snprintf(p->stem_reason, sizeof p->stem_reason, "auto: %dx%d inputs are %s 64 px", p->height,
                  p->width, large ? "larger than" : "at most");
     }
+}
+
+void plan_arch_opts(const experiment_t *e, const plan_t *p, arch_opts_t *o) {
+    *o = (arch_opts_t){.stem = p->stem, .in_channels = p->channels, .num_classes = p->num_classes,
+                       .zero_init_residual = e->model.zero_init_residual, .width = e->model.width,
+                       .groups = e->model.groups, .dropout = e->model.dropout};
 }
 
 static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
@@ -299,19 +306,28 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
                        "with torchvision names (e.g. from runner export), or null", e->source_path,
                        e->model.init_from);
     plan_stem(e, p);
-    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
-                                 e->model.zero_init_residual, err);
-    if (!n) return -1;
+    arch_opts_t o, r;
+    plan_arch_opts(e, p, &o);
+    if (arch_resolve(e->model.arch, &o, &r, err)) return err_wrap(err, "%s", e->source_path);
+    p->arch_width = r.width;
+    p->arch_groups = r.groups;
+    p->arch_dropout = r.dropout;
+    net_t *n = arch_build(e->model.arch, &r, err);
+    if (!n) return err_wrap(err, "%s", e->source_path);
     bool cuda = !strcmp(p->device, "cuda");
     size_t elem = (cuda && e->amp.enabled) ? 2 : 4;
     p->param_count = (int64_t)net_num_params(n);
     p->forward_gflops_per_sample = net_forward_flops(n, p->height, p->width) / 1e9;
     p->activation_bytes = (int64_t)net_activation_bytes(n, p->per_device_batch, p->height, p->width, elem);
     if (p->activation_bytes == 0) {
+        int min = arch_min_input(n);
         net_free(n);
-        return err_set(err, ERR_INPUT, "%s: %dx%d inputs are too small for %s; use a larger "
-                       "data.augment.random_crop size or a smaller network", e->source_path,
-                       p->height, p->width, e->model.arch);
+        return err_set(err, ERR_INPUT, "%s: %dx%d inputs are too small for %s (%s); it takes at "
+                       "least %dx%d; use larger inputs (data.augment.random_crop.size, "
+                       "data.image_size)%s", e->source_path, p->height, p->width, e->model.arch,
+                       arch_stem_text(e->model.arch, p->stem), min, min,
+                       p->stem == ARCH_STEM_IMAGENET ? ", the CIFAR variant (model.stem: cifar)"
+                                                     : " or another model.arch");
     }
     int states = e->optimizer.name == OPT_ADAMW ? 2 : (e->optimizer.momentum > 0 ? 1 : 0);
     p->state_bytes = (int64_t)(net_num_params(n) * 4 * (2 + states) + net_num_buffers(n) * 4 +
@@ -351,8 +367,9 @@ static void note_changed_config(const experiment_t *e, const char *other, plan_t
  * its directory exists (a resumed run takes its weights from the checkpoint instead). */
 static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
     if (!e->model.init_from[0] || p->resumes) return 0;
-    net_t *n = resnet_build_stem(e->model.arch, p->stem, p->channels, p->num_classes,
-                                 e->model.zero_init_residual, err);
+    arch_opts_t o;
+    plan_arch_opts(e, p, &o);
+    net_t *n = arch_build(e->model.arch, &o, err);
     if (!n) return -1;
     init_from_opts_t io = {.path = e->model.init_from, .reinit_head = e->model.init_head == INIT_HEAD_REINIT,
                            .arch = e->model.arch, .stem = p->stem, .stem_reason = p->stem_reason};
@@ -362,6 +379,19 @@ static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
 }
 
 static void human_bytes(double b, char *out, size_t len);
+
+/* " (width 10, dropout 0.3)": the model.* settings the architecture has, for the plan. */
+static void plan_arch_knobs(const plan_t *p, char *out, size_t cap) {
+    const arch_info_t *a = arch_info(p->arch);
+    if (!a || (a->width == 0 && a->groups == 0 && a->dropout < 0)) return;
+    size_t o = (size_t)snprintf(out, cap, " (");
+    if (a->width != 0) o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, "width %g", p->arch_width);
+    if (a->groups != 0) o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, ", groups %d", p->arch_groups);
+    if (a->dropout >= 0)
+        o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, "%sdropout %g", a->width != 0 ? ", " : "",
+                              p->arch_dropout);
+    if (o < cap) snprintf(out + o, cap - o, ")");
+}
 
 /* Physical memory of this host, or the cgroup (v2) limit of this process when lower. */
 static int64_t host_memory(void) {
@@ -570,10 +600,11 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     plan_images_print(p, e, f);
     human_bytes((double)p->activation_bytes, a, sizeof a);
     human_bytes((double)p->state_bytes, s, sizeof s);
-    fprintf(f, "model        %s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch,
+    char knobs[160] = "";
+    plan_arch_knobs(p, knobs, sizeof knobs);
+    fprintf(f, "model        %s%s, %lld parameters, %.3f GFLOP forward per sample\n", p->arch, knobs,
             (long long)p->param_count, p->forward_gflops_per_sample);
-    fprintf(f, "stem         %s (%s)\n", p->stem == RESNET_STEM_IMAGENET ?
-            "imagenet: conv 7x7/2 + max-pool 3x3/2" : "cifar: conv 3x3/1, no max-pool", p->stem_reason);
+    fprintf(f, "stem         %s (%s)\n", arch_stem_text(p->arch, p->stem), p->stem_reason);
     if (e->model.init_from[0])
         fprintf(f, "init from    %s (classifier %s)\n", e->model.init_from,
                 e->model.init_head == INIT_HEAD_REINIT ? "re-initialised: model.init_head reinit" : "loaded too");
@@ -646,8 +677,11 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_arr_end(&w);
     jw_knum(&w, "lr_final", p->lr_final);
     jw_kstr(&w, "arch", p->arch);
-    jw_kstr(&w, "stem", resnet_stem_name(p->stem));
+    jw_kstr(&w, "stem", arch_stem_name(p->stem));
     jw_kstr(&w, "stem_reason", p->stem_reason);
+    jw_knum(&w, "arch_width", p->arch_width);
+    jw_kint(&w, "arch_groups", p->arch_groups);
+    jw_knum(&w, "arch_dropout", p->arch_dropout);
     jw_kint(&w, "param_count", p->param_count);
     jw_knum(&w, "forward_gflops_per_sample", p->forward_gflops_per_sample);
     jw_kint(&w, "activation_bytes", p->activation_bytes);

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model/resnet.h"
+#include "model/arch/arch.h"
 #include "data/dataset.h"
 #include "data/image_transform.h"
 #include "runner/config.h"
@@ -68,8 +68,11 @@ typedef struct plan {
     double lr_final;           /* lr of the last step */
     /* model */
     char arch[32];
-    resnet_stem_t stem;        /* model.stem resolved (auto: by the input size) */
+    arch_stem_t stem;          /* model.stem resolved (auto: by the input size): the variant */
     char stem_reason[160];     /* why, for the plan: "auto: 224x224 inputs are larger than 64 px" */
+    double arch_width;         /* model.width / groups / dropout resolved (the arch's own where */
+    int arch_groups;           /* not given; groups 1 and dropout -1 where it has none) */
+    double arch_dropout;
     int64_t param_count;
     double forward_gflops_per_sample;
     int64_t activation_bytes;  /* per rank, for micro_batch */
@@ -119,6 +122,9 @@ int plan_data_files(const experiment_t *e, char *root, size_t cap, bool *present
  * from the files themselves (their sizes may differ from the official ones the plan
  * assumed), keeping the devices and the run directory. Errors as plan_build. */
 int plan_after_download(const experiment_t *e, plan_t *p, err_t *err);
+
+/* What arch_build builds for this experiment and plan (arch, stem, sizes, model.* keys). */
+void plan_arch_opts(const experiment_t *e, const plan_t *p, arch_opts_t *o);
 
 /* The schedule_t the trainer uses for this experiment. */
 struct schedule;

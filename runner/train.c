@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/resnet.h"
 #include "runner/init_from.h"
 #include "runner/rundir.h"
 #include "runner/train_internal.h"
@@ -225,8 +224,9 @@ static int setup_model(trainer_t *t, err_t *e) {
     const experiment_t *x = t->e;
     int replicas = t->dp_mode ? t->p->world_size : 1;
     for (int i = 0; i < replicas; i++) {
-        net_t *n = resnet_build_stem(x->model.arch, t->p->stem, t->p->channels, t->p->num_classes,
-                                     x->model.zero_init_residual, e);
+        arch_opts_t o;
+        plan_arch_opts(x, t->p, &o);
+        net_t *n = arch_build(x->model.arch, &o, e);
         if (!n) return -1;
         t->replica_net[i] = n;
         if (net_bind(n, t->replica_be[i], t->p->per_device_batch, t->p->height, t->p->width, t->act_dt, e))

@@ -36,7 +36,11 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_init(&w, f, true);
     jw_obj_begin(&w);
     jw_kstr(&w, "arch", t->e->model.arch);
-    jw_kstr(&w, "stem", resnet_stem_name(t->p->stem));
+    jw_kstr(&w, "stem", arch_stem_name(t->p->stem));
+    /* model.width / groups / dropout as built (export rebuilds the same net from them) */
+    jw_knum(&w, "width", t->p->arch_width);
+    jw_kint(&w, "groups", t->p->arch_groups);
+    jw_knum(&w, "dropout", t->p->arch_dropout);
     jw_kint(&w, "in_channels", net_in_channels(t->net));
     jw_kint(&w, "num_classes", net_num_classes(t->net));
     jw_kint(&w, "in_h", t->p->height);
@@ -235,10 +239,10 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     int64_t pc = (int64_t)json_get_number(m, "param_count", -1);
     /* checkpoints from before model.stem existed are CIFAR-stem ones */
     const char *stem = json_get_string(m, "stem", "cifar");
-    if (strcmp(stem, resnet_stem_name(t->p->stem))) {
+    if (strcmp(stem, arch_stem_name(t->p->stem))) {
         err_set(e, ERR_INPUT, "%s: checkpoint is for %s with the %s stem, but this experiment builds the %s "
                 "stem (%s); resume with model.stem: %s, or set checkpoint.resume: never to start a new run",
-                c->path, arch, stem, resnet_stem_name(t->p->stem), t->p->stem_reason, stem);
+                c->path, arch, stem, arch_stem_name(t->p->stem), t->p->stem_reason, stem);
         goto out;
     }
     if (strcmp(arch, t->e->model.arch) || classes != net_num_classes(t->net) || inc != net_in_channels(t->net) ||

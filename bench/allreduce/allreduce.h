@@ -20,7 +20,7 @@
 #include "model/backend.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "runner/rundir.h"
 #include "util/clock.h"
 #include "util/half.h"

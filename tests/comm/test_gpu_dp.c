@@ -29,7 +29,7 @@
  */
 #include "comm/dp.h"
 #include "model/cuda/cuda_backend.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "util/rng.h"
 #include "tests/test.h"
 

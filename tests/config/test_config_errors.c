@@ -221,7 +221,10 @@ static void test_required_and_cross_checks(void) {
               "(cifar10 | cifar100 | fashion_mnist | synthetic)");
     CHECK_STR(fail("data: {dataset: cifar10}\n"),
               "exp.yaml: model.arch is missing; add it, e.g. `model: {arch: resnet18}` "
-              "(resnet18|34|50|101|152 or resnet20|32|44|56|110)");
+              "(resnet18, resnet34, resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, "
+              "resnet110, wide_resnet50_2, wide_resnet101_2, resnext50_32x4d, resnext101_32x8d, "
+              "resnext101_64x4d, wrn16_8, wrn28_10, preact_resnet18, resnext29_8x64d, vgg11_bn, vgg13_bn, "
+              "vgg16_bn, vgg19_bn, mobilenet_v2)");
     CHECK_STR(fail(MIN "train: {batch_size: 100}\nparallel: {world_size: 3}\n"),
               "exp.yaml:3:21: train.batch_size 100 is not divisible by parallel.world_size 3 x "
               "train.grad_accum 1 = 3; use a multiple of 3");
@@ -247,8 +250,9 @@ static void test_required_and_cross_checks(void) {
               "exp.yaml:2:38: model.num_classes 5 is less than the 100 classes of cifar100; use "
               "at least 100 (or 0 for the dataset's)");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet20, stem: imagenet}\n"),
-              "exp.yaml:2:31: model.stem: imagenet: resnet20 is a CIFAR ResNet (He et al.) with only "
-              "the CIFAR stem; use model.stem: cifar (or auto), or resnet18|34|50|101|152");
+              "exp.yaml:2:31: model.stem: imagenet: resnet20 has only the CIFAR variant (torchvision does "
+              "not ship it); use model.stem: cifar (or auto), or an arch torchvision has (resnet18..152, "
+              "wide_resnet50_2, resnext50_32x4d, vgg*_bn, mobilenet_v2)");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, stem: 7x7}\n"),
               "exp.yaml:2:31: model.stem: '7x7' is not one of auto, cifar, imagenet");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, init_head: fresh}\n"),

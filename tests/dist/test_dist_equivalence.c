@@ -49,7 +49,7 @@
 #include "data/dataset.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 
 static char tmp[512];
 static char eq_exp[700], sim_exp[700];

@@ -21,7 +21,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "model/safetensors.h"
 #include "tests/test.h"
 
@@ -131,7 +131,7 @@ static int setup(ctx_t *c) {
     c->batch = (int)x->shape[0];
     c->h = (int)x->shape[1];
     c->w = (int)x->shape[2];
-    c->net = resnet_build_stem("resnet18", RESNET_STEM_IMAGENET, (int)x->shape[3], (int)lg->shape[1], false, &e);
+    c->net = resnet_build_stem("resnet18", ARCH_STEM_IMAGENET, (int)x->shape[3], (int)lg->shape[1], false, &e);
     CHECK(c->net != NULL);
     if (!c->net) return -1;
     CHECK_INT(net_bind(c->net, c->be, c->batch, c->h, c->w, DT_F32, &e), 0);

@@ -27,7 +27,7 @@
 
 #include "model/backend.h"
 #include "model/net.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "tests/dist/dist_util.h"
 
 static const char *gc_dev = "cuda";    /* the device the tests put on the GPU side */

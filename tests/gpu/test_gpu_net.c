@@ -8,7 +8,7 @@
  */
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "tests/gpu/gpu_test_util.h"
 
 enum { BATCH = 8, CLASSES = 10 };

@@ -24,7 +24,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "util/rng.h"
 #include "tests/test.h"
 

@@ -8,7 +8,7 @@
 
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "util/rng.h"
 #include "tests/test.h"
 
@@ -77,7 +77,7 @@ static void test_imagenet_stem(void) {
     };
     err_t e = {0};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        net_t *n = resnet_build_stem(c[i].arch, RESNET_STEM_IMAGENET, c[i].in, c[i].classes, false, &e);
+        net_t *n = resnet_build_stem(c[i].arch, ARCH_STEM_IMAGENET, c[i].in, c[i].classes, false, &e);
         CHECK(n != NULL);
         if (!n) continue;
         CHECK_INT(net_num_params(n), c[i].params);
@@ -93,15 +93,15 @@ static void test_imagenet_stem(void) {
         CHECK(net_find_tensor(n, "maxpool.weight") == NULL);
         net_free(n);
     }
-    CHECK_STR(resnet_stem_name(RESNET_STEM_IMAGENET), "imagenet");
-    CHECK_STR(resnet_stem_name(RESNET_STEM_CIFAR), "cifar");
-    CHECK(resnet_has_imagenet_stem("resnet152") && !resnet_has_imagenet_stem("resnet20"));
-    CHECK(resnet_build_stem("resnet56", RESNET_STEM_IMAGENET, 3, 10, false, &e) == NULL);
+    CHECK_STR(arch_stem_name(ARCH_STEM_IMAGENET), "imagenet");
+    CHECK_STR(arch_stem_name(ARCH_STEM_CIFAR), "cifar");
+    CHECK(arch_info("resnet152")->imagenet && !arch_info("resnet20")->imagenet);
+    CHECK(resnet_build_stem("resnet56", ARCH_STEM_IMAGENET, 3, 10, false, &e) == NULL);
     CHECK_INT(e.code, ERR_INPUT);
-    CHECK_CONTAINS(e.msg, "model.stem: imagenet: resnet56 is a CIFAR ResNet");
+    CHECK_CONTAINS(e.msg, "model.stem: imagenet: resnet56 has only the CIFAR variant");
     /* 224 -> conv1 112 -> max-pool 56 -> ... -> layer4 7; a step runs and is finite */
     backend_t *be = cpu();
-    net_t *n = resnet_build_stem("resnet18", RESNET_STEM_IMAGENET, 3, 5, false, &e);
+    net_t *n = resnet_build_stem("resnet18", ARCH_STEM_IMAGENET, 3, 5, false, &e);
     CHECK_INT(net_bind(n, be, 2, 64, 48, DT_F32, &e), 0);
     CHECK_INT(net_init(n, 3, &e), 0);
     float *img = malloc(2 * 64 * 48 * 3 * sizeof(float));
@@ -152,8 +152,8 @@ static void test_errors(void) {
     CHECK_INT(e.code, ERR_INPUT);
     CHECK_CONTAINS(e.msg, "unknown architecture 'resnet19'");
     CHECK_CONTAINS(e.msg, "resnet18, resnet34, resnet50, resnet101, resnet152, resnet20");
-    CHECK(!resnet_arch_valid("resnet19"));
-    CHECK(resnet_arch_valid("resnet110"));
+    CHECK(!arch_valid("resnet19"));
+    CHECK(arch_valid("resnet110"));
     CHECK(resnet_build("resnet20", 3, 0, false, &e) == NULL);
     CHECK_CONTAINS(e.msg, "num_classes");
     backend_t *be = cpu();

@@ -8,7 +8,7 @@
 
 #include "model/cpu/cpu_backend.h"
 #include "model/net.h"
-#include "model/resnet.h"
+#include "model/arch/resnet.h"
 #include "model/safetensors.h"
 #include "util/half.h"
 #include "util/rng.h"
