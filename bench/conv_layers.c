@@ -106,10 +106,10 @@ static int bench_layer(backend_t *be, int li, int reps, double *conv_ms, double 
         double t1 = now_ms();
         if (!rc) rc = ops->bn_stats(be, m, s.k, DT_F32, y, mean, var);
         if (!rc) rc = ops->bn_apply(be, m, s.k, DT_F32, y, mean, var, gamma, beta, 1e-5f, NULL,
-                                    true, z);
-        if (!rc) rc = ops->bn_bwd_reduce(be, m, s.k, DT_F32, y, z, dy, mean, var, 1e-5f, sdy,
-                                         sdx, dg, db);
-        if (!rc) rc = ops->bn_bwd_apply(be, m, s.k, DT_F32, y, z, dy, mean, var, gamma, 1e-5f,
+                                    ACT_RELU, z);
+        if (!rc) rc = ops->bn_bwd_reduce(be, m, s.k, DT_F32, y, z, ACT_RELU, dy, mean, var, 1e-5f,
+                                         sdy, sdx, dg, db);
+        if (!rc) rc = ops->bn_bwd_apply(be, m, s.k, DT_F32, y, z, ACT_RELU, dy, mean, var, gamma, 1e-5f,
                                         sdy, sdx, m, dz, NULL);
         double t2 = now_ms();
         if (rc) {

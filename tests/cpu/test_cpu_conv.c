@@ -29,15 +29,15 @@ static bool winograd_available(void) {
 }
 
 static const conv_shape_t shapes[] = {
-    /* n  h  w  c   k  r  s  stride pad */
-    {2, 5, 5, 3, 4, 3, 3, 1, 1, 0, 0},     /* 3x3 pad 1 */
-    {2, 7, 7, 3, 5, 3, 3, 2, 1, 0, 0},     /* stride 2, odd size */
-    {2, 6, 6, 4, 6, 1, 1, 1, 0, 0, 0},     /* 1x1 */
-    {2, 7, 7, 4, 6, 1, 1, 2, 0, 0, 0},     /* 1x1 stride 2 (downsample) */
-    {1, 5, 6, 2, 3, 3, 3, 1, 0, 0, 0},     /* no padding, not square */
-    {3, 8, 8, 16, 16, 3, 3, 1, 1, 0, 0},   /* channels a multiple of the SIMD width */
-    {2, 9, 9, 8, 16, 3, 3, 2, 1, 0, 0},    /* stride 2 with more channels */
-    {2, 8, 8, 3, 16, 3, 3, 1, 1, 0, 0},    /* stem-like: 3 input channels */
+    /* n  h  w  c   k  r  s  stride pad  p q (finish)  groups */
+    {2, 5, 5, 3, 4, 3, 3, 1, 1, 0, 0, 1},     /* 3x3 pad 1 */
+    {2, 7, 7, 3, 5, 3, 3, 2, 1, 0, 0, 1},     /* stride 2, odd size */
+    {2, 6, 6, 4, 6, 1, 1, 1, 0, 0, 0, 1},     /* 1x1 */
+    {2, 7, 7, 4, 6, 1, 1, 2, 0, 0, 0, 1},     /* 1x1 stride 2 (downsample) */
+    {1, 5, 6, 2, 3, 3, 3, 1, 0, 0, 0, 1},     /* no padding, not square */
+    {3, 8, 8, 16, 16, 3, 3, 1, 1, 0, 0, 1},   /* channels a multiple of the SIMD width */
+    {2, 9, 9, 8, 16, 3, 3, 2, 1, 0, 0, 1},    /* stride 2 with more channels */
+    {2, 8, 8, 3, 16, 3, 3, 1, 1, 0, 0, 1},    /* stem-like: 3 input channels */
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -207,8 +207,8 @@ static void deterministic_case(conv_shape_t s) {
 }
 
 static void test_conv_deterministic(void) {
-    deterministic_case(finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0}));
-    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0}));
+    deterministic_case(finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0, 1}));
+    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1}));
 }
 
 /* Winograd at a realistic width (forced here; with train.cpu_winograd the auto choice
@@ -217,7 +217,7 @@ static void test_conv_deterministic(void) {
  * allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error 4.4e-6 on
  * outputs of magnitude ~1). Below AVX-512 the same checks run on the fallback. */
 static void test_conv_winograd_wide(void) {
-    conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1});
     cpu_backend_set_conv_engine(g_be, 4);
 #ifdef RUNNER_HAVE_DNNL
     CHECK_STR(cpu_backend_conv_engine(g_be, &s), winograd_available() ? "dnnl_wino" : "dnnl_blk");
@@ -260,11 +260,11 @@ static void test_conv_auto_choice(void) {
     CHECK(wb != NULL && b2 != NULL);
     if (!wb || !b2) return;
     static const conv_shape_t list[] = {
-        {128, 32, 32, 3, 16, 3, 3, 1, 1, 0, 0},   {128, 32, 32, 16, 16, 3, 3, 1, 1, 0, 0},
-        {128, 32, 32, 16, 32, 3, 3, 2, 1, 0, 0},  {128, 32, 32, 16, 32, 1, 1, 2, 0, 0, 0},
-        {128, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0},    {64, 32, 32, 64, 64, 3, 3, 1, 1, 0, 0},
-        {64, 16, 16, 128, 128, 3, 3, 1, 1, 0, 0}, {64, 8, 8, 256, 256, 3, 3, 1, 1, 0, 0},
-        {64, 4, 4, 512, 512, 3, 3, 1, 1, 0, 0},   {64, 8, 8, 256, 512, 3, 3, 2, 1, 0, 0},
+        {128, 32, 32, 3, 16, 3, 3, 1, 1, 0, 0, 1},   {128, 32, 32, 16, 16, 3, 3, 1, 1, 0, 0, 1},
+        {128, 32, 32, 16, 32, 3, 3, 2, 1, 0, 0, 1},  {128, 32, 32, 16, 32, 1, 1, 2, 0, 0, 0, 1},
+        {128, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1},    {64, 32, 32, 64, 64, 3, 3, 1, 1, 0, 0, 1},
+        {64, 16, 16, 128, 128, 3, 3, 1, 1, 0, 0, 1}, {64, 8, 8, 256, 256, 3, 3, 1, 1, 0, 0, 1},
+        {64, 4, 4, 512, 512, 3, 3, 1, 1, 0, 0, 1},   {64, 8, 8, 256, 512, 3, 3, 2, 1, 0, 0, 1},
     };
     int nwino = 0;
     for (int i = 0; i < (int)(sizeof list / sizeof list[0]); i++) {
@@ -319,7 +319,7 @@ static void test_conv_winograd_precision(void) {
         fprintf(stderr, "  (no Winograd at this ISA: nothing to measure)\n");
         return;
     }
-    conv_shape_t s = finish((conv_shape_t){32, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){32, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1});
     int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = falloc(nx), *g = falloc(ny), *dw = falloc(nw);
     fill_uniform(x, nx, 81, 0, 2);
@@ -346,8 +346,8 @@ static void test_conv_winograd_precision(void) {
 static void amp_case(int engine, dtype_t dt) {
     cpu_backend_set_conv_engine(g_be, engine);
     const backend_ops_t *ops = g_be->ops;
-    conv_shape_t list[2] = {finish((conv_shape_t){2, 7, 7, 8, 16, 3, 3, 2, 1, 0, 0}),
-                            finish((conv_shape_t){2, 6, 6, 16, 8, 1, 1, 1, 0, 0, 0})};
+    conv_shape_t list[2] = {finish((conv_shape_t){2, 7, 7, 8, 16, 3, 3, 2, 1, 0, 0, 1}),
+                            finish((conv_shape_t){2, 6, 6, 16, 8, 1, 1, 1, 0, 0, 0, 1})};
     for (int si = 0; si < 2; si++) {
         conv_shape_t s = list[si];
         int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
@@ -388,7 +388,7 @@ static void test_conv_amp(void) {
 
 /* A shape whose p does not match the geometry is refused with an error, not run. */
 static void test_conv_bad_shape(void) {
-    conv_shape_t s = finish((conv_shape_t){1, 5, 5, 2, 2, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){1, 5, 5, 2, 2, 3, 3, 1, 1, 0, 0, 1});
     s.p = 4;
     float buf[256] = {0};
     CHECK_INT(g_be->ops->conv2d_fwd(g_be, &s, DT_F32, buf, buf, buf), -1);

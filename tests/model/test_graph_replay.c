@@ -87,28 +87,29 @@ static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
 }
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                       const float *var, const float *gamma, const float *beta, float eps, const void *z,
-                      bool relu, void *y) {
-    REC(.kind = K_BN_APPLY, .i = {m, c}, .dt = dt, .p = {x, mean, var, gamma, beta, z, y}, .f = {eps}, .b = relu);
-    return g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, relu, y);
+                      act_kind_t act, void *y) {
+    REC(.kind = K_BN_APPLY, .i = {m, c, act}, .dt = dt, .p = {x, mean, var, gamma, beta, z, y}, .f = {eps});
+    return g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y);
 }
 static int w_bn_run(backend_t *be, int c, const float *mean, const float *var, int64_t count, float momentum,
                     float *run_mean, float *run_var) {
     REC(.kind = K_BN_RUN, .i = {c, count}, .p = {mean, var, run_mean, run_var}, .f = {momentum});
     return g_cpu->bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var);
 }
-static int w_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, const void *dy,
-                     const float *mean, const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
-                     float *dgamma, float *dbeta) {
-    REC(.kind = K_BN_BRED, .i = {m, c}, .dt = dt, .p = {x, y, dy, mean, var, sum_dy, sum_dy_xhat, dgamma, dbeta},
-        .f = {eps});
-    return g_cpu->bn_bwd_reduce(be, m, c, dt, x, y, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
+static int w_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                     const void *dy, const float *mean, const float *var, float eps, float *sum_dy,
+                     float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    REC(.kind = K_BN_BRED, .i = {m, c, act}, .dt = dt,
+        .p = {x, y, dy, mean, var, sum_dy, sum_dy_xhat, dgamma, dbeta}, .f = {eps});
+    return g_cpu->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
 }
-static int w_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, const void *dy,
-                     const float *mean, const float *var, const float *gamma, float eps, const float *sum_dy,
-                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
-    REC(.kind = K_BN_BAPP, .i = {m, c, count}, .dt = dt,
+static int w_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                     const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                     const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+    REC(.kind = K_BN_BAPP, .i = {m, c, count, act}, .dt = dt,
         .p = {x, y, dy, mean, var, gamma, sum_dy, sum_dy_xhat, dx, dz}, .f = {eps});
-    return g_cpu->bn_bwd_apply(be, m, c, dt, x, y, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx, dz);
+    return g_cpu->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx,
+                               dz);
 }
 static int w_relu_f(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     REC(.kind = K_RELU_F, .i = {n}, .dt = dt, .p = {x, y});
@@ -182,16 +183,17 @@ static int replay(backend_t *be, const recording_t *r) {
         case K_CONV_BF: rc = o->conv2d_bwd_filter(be, &c->s, c->dt, p[0], p[1], p[2]); break;
         case K_BN_STATS: rc = o->bn_stats(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2]); break;
         case K_BN_APPLY:
-            rc = o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2], p[3], p[4], c->f[0], p[5], c->b, p[6]);
+            rc = o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2], p[3], p[4], c->f[0], p[5],
+                             (act_kind_t)c->i[2], p[6]);
             break;
         case K_BN_RUN: rc = o->bn_update_running(be, (int)c->i[0], p[0], p[1], c->i[1], c->f[0], p[2], p[3]); break;
         case K_BN_BRED:
-            rc = o->bn_bwd_reduce(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2], p[3], p[4], c->f[0], p[5], p[6],
-                                  p[7], p[8]);
+            rc = o->bn_bwd_reduce(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], (act_kind_t)c->i[2], p[2], p[3], p[4],
+                                  c->f[0], p[5], p[6], p[7], p[8]);
             break;
         case K_BN_BAPP:
-            rc = o->bn_bwd_apply(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2], p[3], p[4], p[5], c->f[0], p[6],
-                                 p[7], c->i[2], p[8], p[9]);
+            rc = o->bn_bwd_apply(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], (act_kind_t)c->i[3], p[2], p[3], p[4],
+                                 p[5], c->f[0], p[6], p[7], c->i[2], p[8], p[9]);
             break;
         case K_RELU_F: rc = o->relu_fwd(be, c->i[0], c->dt, p[0], p[1]); break;
         case K_RELU_B: rc = o->relu_bwd(be, c->i[0], c->dt, p[0], p[1], p[2]); break;
