@@ -71,7 +71,7 @@ typedef struct plan {
     arch_stem_t stem;          /* model.stem resolved (auto: by the input size): the variant */
     char stem_reason[160];     /* why, for the plan: "auto: 224x224 inputs are larger than 64 px" */
     double arch_width;         /* model.width / groups / dropout resolved (the arch's own where */
-    int arch_groups;           /* not given; groups 1 and dropout -1 where it has none) */
+    int arch_groups;           /* not given; 0, 0, -1 where it has no such setting) */
     double arch_dropout;
     int64_t param_count;
     double forward_gflops_per_sample;

@@ -58,7 +58,7 @@ int arch_resolve(const char *arch, const arch_opts_t *o, arch_opts_t *out, err_t
         return err_set(e, ERR_INPUT, "%s", why);
     *out = *o;
     out->width = o->width != 0 ? o->width : a->width;
-    out->groups = o->groups != 0 ? o->groups : (a->groups ? a->groups : 1);
+    out->groups = o->groups != 0 ? o->groups : a->groups;
     out->dropout = a->dropout < 0 ? -1 : (o->dropout >= 0 ? o->dropout : a->dropout);
     return 0;
 }

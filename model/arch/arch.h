@@ -60,8 +60,8 @@ bool arch_valid(const char *arch);
 const char *arch_list(void);
 
 /* Checks o against arch and writes into out the options with the architecture's defaults
- * filled in (width, groups, dropout as the builder uses them; groups 1 and dropout -1 where
- * the architecture has none). ERR_INPUT naming the key: an unknown arch (listing the
+ * filled in (width, groups, dropout as the builder uses them; 0, 0 and -1 where the
+ * architecture has no such setting, so that resolving twice changes nothing). ERR_INPUT naming the key: an unknown arch (listing the
  * known ones), a key the architecture lacks or a value it cannot take, the ImageNet
  * variant of an architecture without one, a class count out of range. */
 int arch_resolve(const char *arch, const arch_opts_t *o, arch_opts_t *out, err_t *e);

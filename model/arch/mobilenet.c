@@ -35,7 +35,7 @@ static int div8(double v) {
 /* conv (kernel k, stride, groups) + BN + ReLU6 named prefix.0 / prefix.1. */
 static int conv_bn_relu6(net_t *n, const char *prefix, int x, int out, int k, int stride, int groups,
                          err_t *e) {
-    char p[64];
+    char p[80];
     snprintf(p, sizeof p, "%s.0", prefix);
     int h = net_add_conv2(n, p, x, out, k, stride, k / 2, groups, false, e);
     snprintf(p, sizeof p, "%s.1", prefix);

@@ -57,12 +57,13 @@ static net_t *finish(net_t *n, const arch_info_t *a, const arch_opts_t *o, int h
     for (int s = 0; s < stages; s++) {
         int planes = stem_c << s;
         /* torchvision: width = int(planes * (base_width / 64.)) * groups */
-        int mid = (int)(planes * (o->width > 0 ? o->width : 64) / 64.0) * o->groups;
+        int groups = o->groups > 0 ? o->groups : 1;
+        int mid = (int)(planes * (o->width > 0 ? o->width : 64) / 64.0) * groups;
         for (int b = 0; b < a->blocks[s]; b++) {
             char name[32];
             snprintf(name, sizeof name, "layer%d.%d", s + 1, b);
             int stride = (b == 0 && s > 0) ? 2 : 1;
-            h = add_block(n, name, h, in_c, planes, mid, o->groups, stride, a->bottleneck,
+            h = add_block(n, name, h, in_c, planes, mid, groups, stride, a->bottleneck,
                           o->zero_init_residual, e);
             if (h < 0) goto fail;
             in_c = planes * (a->bottleneck ? 4 : 1);

@@ -33,18 +33,19 @@ from torchvision_model import build  # noqa: E402
 # (arch, stem, in_channels, classes, input side, width, groups, dropout); width/groups 0 and
 # dropout -1: the architecture's own
 CASES = [(a, "cifar", 3, 10, 32, 0, 0, -1) for a in (
-    "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet18", "resnet34", "resnet50", "resnet101",
-    "resnet152", "wide_resnet50_2", "wide_resnet101_2", "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d",
-    "wrn16_8", "wrn28_10", "preact_resnet18", "resnext29_8x64d", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn",
+    "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet18", "resnet34", "resnet50",
+    "wide_resnet50_2", "resnext50_32x4d", "wrn16_8", "wrn28_10", "preact_resnet18", "resnext29_8x64d", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn",
     "mobilenet_v2")] + [
     # torchvision's own models (ImageNet variant) at 224 px, and where the pools make a
     # difference at other sizes (VGG's adaptive 7x7 pool upsamples a 3x3 map at 96 px)
     ("resnet50", "imagenet", 3, 1000, 224, 0, 0, -1),
     ("wide_resnet50_2", "imagenet", 3, 1000, 224, 0, 0, -1),
     ("resnext50_32x4d", "imagenet", 3, 1000, 224, 0, 0, -1),
-    ("resnext101_64x4d", "imagenet", 3, 1000, 96, 0, 0, -1),
+    ("resnext101_64x4d", "imagenet", 3, 1000, 96, 0, 0, -1),   # the 101-layer rows: the same code
+    ("wide_resnet101_2", "imagenet", 3, 10, 64, 0, 0, -1),
+    ("resnext101_32x8d", "cifar", 3, 10, 32, 0, 0, -1),
+    ("resnet152", "imagenet", 3, 10, 64, 0, 0, -1),
     ("vgg11_bn", "imagenet", 3, 1000, 224, 0, 0, -1),
-    ("vgg16_bn", "imagenet", 3, 1000, 224, 0, 0, -1),
     ("vgg16_bn", "imagenet", 3, 10, 96, 0, 0, -1),
     ("vgg19_bn", "imagenet", 1, 7, 64, 0, 0, -1),
     ("mobilenet_v2", "imagenet", 3, 1000, 224, 0, 0, -1),
