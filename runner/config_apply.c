@@ -166,7 +166,7 @@ static int bool_text(const yaml_node_t *n, bool *b) {
 static int get_name(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row_t *r,
                     const yaml_node_t *n) {
     const char *s = cfg_scalar(n);
-    char list[256] = "";
+    char list[512] = "";   /* model.arch lists 24 names */
     for (int i = 0; i < r->n_names; i++) {
         if (!r->names[i]) continue;
         if (s && !cfg_is_null(n) && !strcasecmp(s, r->names[i])) return i;
@@ -178,7 +178,7 @@ static int get_name(cfg_ctx_t *c, cfg_loc_t loc, const char *key, const cfg_row_
         snprintf(list + l, sizeof list - l, " or null");
     }
     if (!s || cfg_is_null(n)) {
-        char what[300];
+        char what[560];
         snprintf(what, sizeof what, "one of %s", list);
         return want(c, loc, key, what, n);
     }

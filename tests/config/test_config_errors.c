@@ -190,7 +190,18 @@ static void test_ranges(void) {
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet51}\n"),
               "exp.yaml:2:15: model.arch: 'resnet51' is not one of resnet18, resnet34, "
               "resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, "
-              "resnet110; did you mean resnet50?");
+              "resnet110, wide_resnet50_2, wide_resnet101_2, resnext50_32x4d, resnext101_32x8d, "
+              "resnext101_64x4d, wrn16_8, wrn28_10, preact_resnet18, resnext29_8x64d, vgg11_bn, "
+              "vgg13_bn, vgg16_bn, vgg19_bn, mobilenet_v2; did you mean resnet50?");
+    CHECK_CONTAINS(fail("data: {dataset: cifar10}\nmodel: {arch: wrn28_12}\n"),
+                   "model.arch: 'wrn28_12' is not one of resnet18");
+    CHECK_CONTAINS(fail("data: {dataset: cifar10}\nmodel: {arch: wrn28_12}\n"), "did you mean wrn28_10?");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: vgg11_bn, dropout: 1.0}\n"),
+              "exp.yaml:2:34: model.dropout: 1.0 is out of range; must be >= 0 and < 1");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: wrn16_8, width: 0}\n"),
+              "exp.yaml:2:31: model.width: 0 is out of range; must be > 0 and <= 4096");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnext29_8x64d, groups: -2}\n"),
+              "exp.yaml:2:40: model.groups: -2 is out of range; must be between 0 and 1024");
     CHECK_STR(fail(MODEL "data: {dataset: cifar10, download_md5: abc}\n"),
               "exp.yaml:2:40: data.download_md5: 'abc' is not an md5 sum; give 32 hex digits "
               "or null");
@@ -253,6 +264,30 @@ static void test_required_and_cross_checks(void) {
               "exp.yaml:2:31: model.stem: imagenet: resnet20 has only the CIFAR variant (torchvision does "
               "not ship it); use model.stem: cifar (or auto), or an arch torchvision has (resnet18..152, "
               "wide_resnet50_2, resnext50_32x4d, vgg*_bn, mobilenet_v2)");
+    /* model.width / groups / dropout where the architecture has none, or a value it cannot
+     * take (model/arch/arch_table.h's rows, checked here with the key's place) */
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: wrn16_8, stem: imagenet}\n"),
+              "exp.yaml:2:30: model.stem: imagenet: wrn16_8 has only the CIFAR variant (torchvision does "
+              "not ship it); use model.stem: cifar (or auto), or an arch torchvision has (resnet18..152, "
+              "wide_resnet50_2, resnext50_32x4d, vgg*_bn, mobilenet_v2)");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet50, width: 2}\n"),
+              "exp.yaml:2:32: model.width: resnet50 has no width setting (model.width applies to wrn*, "
+              "wide_resnet*, resnext* and mobilenet_v2); remove the key");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: wrn28_10, width: 2.5}\n"),
+              "exp.yaml:2:32: model.width: 2.5: wrn28_10's width is the widen factor k, a whole number >= 1 "
+              "(default 10)");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: mobilenet_v2, width: 8}\n"),
+              "exp.yaml:2:36: model.width: 8: mobilenet_v2's width multiplier must be in [0.05, 4] "
+              "(torchvision's pretrained ones: 0.35 .. 1.4; default 1.0)");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnext29_8x64d, width: 64, groups: 128}\n"),
+              "exp.yaml:2:39: model.width 64 x model.groups makes resnext29_8x64d's widest layer 32768 "
+              "channels; at most 16384 (lower model.width or model.groups)");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: vgg16_bn, groups: 4}\n"),
+              "exp.yaml:2:33: model.groups: vgg16_bn has no grouped convolutions (model.groups is the "
+              "cardinality of resnext*); remove the key, or use a resnext arch");
+    CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: preact_resnet18, dropout: 0.3}\n"),
+              "exp.yaml:2:41: model.dropout: preact_resnet18 has no dropout layer (model.dropout applies "
+              "to wrn*, vgg*_bn and mobilenet_v2); remove the key");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, stem: 7x7}\n"),
               "exp.yaml:2:31: model.stem: '7x7' is not one of auto, cifar, imagenet");
     CHECK_STR(fail("data: {dataset: cifar10}\nmodel: {arch: resnet18, init_head: fresh}\n"),

@@ -94,12 +94,12 @@ FIXTURE.update({
                     steps_batch=4, steps_size=8, runs=8, checked=True, optimizers=("sgd",)),
     "preact_resnet18": dict(model=dict(arch="preact_resnet18"), seed=1, grad_batch=2, grad_size=8,
                             steps_batch=2, steps_size=4, runs=4, checked=True, optimizers=("sgd",)),
-    "resnext29_4x2": dict(model=dict(arch="resnext29_8x64d", width=4, groups=2), seed=1, grad_batch=4,
-                          grad_size=8, steps_batch=2, steps_size=8, runs=8, checked=True, optimizers=("sgd",)),
+    "resnext29_4x2": dict(model=dict(arch="resnext29_8x64d", width=4, groups=2), seed=1, grad_batch=2,
+                          grad_size=8, steps_batch=4, steps_size=8, runs=8, checked=True, optimizers=("sgd",)),
     "vgg11_bn": dict(model=dict(arch="vgg11_bn", dropout=0.0), seed=1, grad_batch=2, grad_size=32,
                      steps_batch=2, steps_size=32, runs=4, checked=True, optimizers=("sgd",)),
-    "mobilenet_v2_w025": dict(model=dict(arch="mobilenet_v2", width=0.25, dropout=0.0), seed=1, grad_batch=4,
-                              grad_size=16, steps_batch=2, steps_size=8, runs=8, checked=True,
+    "mobilenet_v2_w025": dict(model=dict(arch="mobilenet_v2", width=0.25, dropout=0.0), seed=1, grad_batch=2,
+                              grad_size=16, steps_batch=2, steps_size=16, runs=8, checked=True,
                               optimizers=("sgd",)),
 })
 # Well conditioned, part 1: along the fp64 reference, every ReLU input is at least MARGIN
