@@ -30,8 +30,22 @@ static int check_stem(const safetensors_t *st, const net_t *n, const init_from_o
     if (arch && arch[0] && strcmp(arch, o->arch))
         return err_set(e, ERR_INPUT, "%s holds %s weights (its metadata says arch %s), and this run builds %s; "
                        "set model.arch: %s", o->path, arch, arch, o->arch, arch);
-    const st_tensor_t *f = safetensors_find(st, "conv1.weight");
-    const net_tensor_t *t = net_find_tensor(n, "conv1.weight");
+    const st_tensor_t *f = safetensors_find(st, "classifier.0.weight");
+    const net_tensor_t *t = net_find_tensor(n, "classifier.0.weight");
+    const arch_info_t *ai = arch_info(o->arch);
+    if (ai && ai->family == ARCH_FAM_VGG && f && t && f->ndim == 2 && !same_shape(f, t) && f->shape[1] != t->shape[1]) {
+        char a[64], b[64];
+        bool file_imagenet = f->shape[1] > 512;
+        return err_set(e, ERR_INPUT, "%s has classifier.0.weight %s, %s, but this run builds %s's %s variant "
+                       "(classifier.0.weight %s; %s); set model.stem: %s", o->path,
+                       shape_of(a, sizeof a, f->ndim, f->shape),
+                       file_imagenet ? "torchvision's ImageNet head (7x7 pool, 4096 wide)" : "the CIFAR variant's 512-wide head",
+                       o->arch, o->stem == ARCH_STEM_IMAGENET ? "ImageNet" : "CIFAR",
+                       shape_of(b, sizeof b, t->ndim, t->shape), o->stem_reason ? o->stem_reason : "model.stem",
+                       file_imagenet ? "imagenet" : "cifar");
+    }
+    f = safetensors_find(st, "conv1.weight");
+    t = net_find_tensor(n, "conv1.weight");
     if (!f || !t || f->ndim != 4 || same_shape(f, t)) return 0;
     char a[64], b[64];
     shape_of(a, sizeof a, f->ndim, f->shape);
@@ -52,25 +66,34 @@ static int check_stem(const safetensors_t *st, const net_t *n, const init_from_o
     return 0;
 }
 
-/* fc.* under strict: a class-count mismatch names both shapes and model.init_head. */
+/* "<classifier>." of the run's arch (fc. for the ResNets; arch_head): what reinit keeps. */
+static const char *head_prefix(const init_from_opts_t *o, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.", arch_head(o->arch));
+    return buf;
+}
+
+/* The classifier under strict: a class-count mismatch names both shapes and model.init_head. */
 static int check_head(const safetensors_t *st, const net_t *n, const init_from_opts_t *o, err_t *e) {
-    const st_tensor_t *f = safetensors_find(st, "fc.weight");
-    const net_tensor_t *t = net_find_tensor(n, "fc.weight");
+    char w[64];
+    snprintf(w, sizeof w, "%s.weight", arch_head(o->arch));
+    const st_tensor_t *f = safetensors_find(st, w);
+    const net_tensor_t *t = net_find_tensor(n, w);
     if (o->reinit_head || !f || !t || f->ndim != 2 || same_shape(f, t) || f->shape[1] != t->shape[1])
         return 0;   /* other in-features: an architecture mismatch, the loader's message */
     char a[64], b[64];
-    return err_set(e, ERR_INPUT, "%s: fc.weight has shape %s (%lld classes), and this model's is %s "
+    return err_set(e, ERR_INPUT, "%s: %s has shape %s (%lld classes), and this model's is %s "
                    "(model.num_classes %lld); set model.init_head: reinit to start the classifier afresh "
-                   "and load everything else, or model.num_classes: %lld", o->path,
+                   "and load everything else, or model.num_classes: %lld", o->path, w,
                    shape_of(a, sizeof a, f->ndim, f->shape), (long long)f->shape[0],
                    shape_of(b, sizeof b, t->ndim, t->shape), (long long)t->shape[0], (long long)f->shape[0]);
 }
 
 /* Opens o->path and runs every check; the file, or NULL with e set. */
 static safetensors_t *open_checked(const net_t *n, const init_from_opts_t *o, err_t *e) {
+    char head[64];
     safetensors_t *st = safetensors_open(o->path, 0, e);
     if (st && (check_stem(st, n, o, e) || check_head(st, n, o, e) ||
-               safetensors_check_net(n, st, o->reinit_head ? "fc." : NULL, e))) {
+               safetensors_check_net(n, st, o->reinit_head ? head_prefix(o, head, sizeof head) : NULL, e))) {
         safetensors_close(st);
         return NULL;
     }
@@ -87,7 +110,8 @@ int init_from_check(const net_t *n, const init_from_opts_t *o, err_t *e) {
 int init_from_load(net_t *n, const init_from_opts_t *o, err_t *e) {
     safetensors_t *st = open_checked(n, o, e);
     if (!st) return -1;
-    int rc = safetensors_load_net_from(n, st, o->reinit_head ? "fc." : NULL, e);
+    char head[64];
+    int rc = safetensors_load_net_from(n, st, o->reinit_head ? head_prefix(o, head, sizeof head) : NULL, e);
     safetensors_close(st);
     return rc;
 }

@@ -3,12 +3,15 @@
  * a torchvision .pth), with model.init_head deciding the classifier.
  *
  * Every parameter, BN running statistic and num_batches_tracked is loaded by name and
- * shape. strict: fc.* too, so a class-count mismatch is an error naming both shapes and
- * `model.init_head: reinit`; reinit: fc.weight / fc.bias keep the values net_init gave
- * them (this run's seed, torchvision's Linear init) and the file's fc.* are ignored,
- * whatever their shape. A file with another stem (conv1 7x7 into a CIFAR-stem net or the
- * reverse), another architecture (its metadata) or other input channels is refused with
- * a message naming the key to change. All of these are ERR_INPUT.
+ * shape. The classifier is fc.* (classifier.6.* for VGG, classifier.1.* for MobileNetV2,
+ * linear.* for PreAct, classifier.* for ResNeXt-29: arch_head). strict: it is loaded too,
+ * so a class-count mismatch is an error naming both shapes and `model.init_head: reinit`;
+ * reinit: its weight / bias keep the values net_init gave them (this run's seed, the
+ * architecture's init) and the file's are ignored, whatever their shape. A file with
+ * another stem or variant (conv1 7x7 into a CIFAR-stem net or the reverse; VGG's 25088-wide
+ * classifier.0 into the 512-wide CIFAR head), another architecture (its metadata) or
+ * other input channels is refused with a message naming the key to change. All of these
+ * are ERR_INPUT.
  */
 #ifndef RUNNER_INIT_FROM_H
 #define RUNNER_INIT_FROM_H
@@ -16,7 +19,7 @@
 #include <stdbool.h>
 
 #include "model/net.h"
-#include "model/arch/resnet.h"
+#include "model/arch/arch.h"
 #include "util/err.h"
 
 typedef struct init_from_opts {

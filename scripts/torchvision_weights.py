@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""torchvision_weights.py: a torchvision ResNet state dict (.pth) -> the safetensors file
-that the runner's `model.init_from` loads.
+"""torchvision_weights.py: a torchvision state dict (.pth) -> the safetensors file that the
+runner's `model.init_from` loads (ResNets, wide_resnet / resnext, vgg*_bn, mobilenet_v2).
 
 usage: scripts/torchvision_weights.py IN.pth OUT.safetensors [--arch resnet50]
 
@@ -11,13 +11,17 @@ scripts, Lightning), or a whole pickled model. "module." (DistributedDataParalle
 "_orig_mod." (torch.compile) prefixes are removed. Runs with Debian's python3-torch and
 nothing else: no network, no torchvision, no safetensors package.
 
-What it checks, before writing anything: the tensors are exactly those of
-torchvision.models.resnet18/34/50/101/152 (with the ImageNet 7x7 stem, or a CIFAR 3x3 stem
-as `runner export` writes), shape for shape; the architecture is inferred from the blocks
-(--arch, if given, must agree). Old checkpoints without num_batches_tracked get 0 for it,
+What it checks, before writing anything: the tensors are exactly those of one of
+torchvision.models.resnet18/34/50/101/152, wide_resnet50_2/101_2, resnext50_32x4d,
+resnext101_32x8d/64x4d (with the ImageNet 7x7 stem, or a CIFAR 3x3 stem as `runner export`
+writes), vgg11_bn/13_bn/16_bn/19_bn (torchvision's 4096-wide classifier, or the runner's
+512-wide CIFAR one) or mobilenet_v2 (any width_mult), shape for shape; the architecture
+(and width / groups) is inferred from the tensors (--arch, if given, must agree). Old checkpoints without num_batches_tracked get 0 for it,
 as torch's BatchNorm does when it loads them. Floating tensors are written as F32 (fp16 or
 bf16 checkpoints are widened), counters as I64. The metadata records format "pt", arch,
-stem, num_classes, in_channels and the source file name.
+stem, num_classes, in_channels, the source file name, and width / groups where the
+architecture has them (model.width / model.groups). mobilenet_v2's variants have the same
+tensors: the file says "imagenet" (torchvision's strides); --stem cifar records the other.
 
 Any problem: one message on stderr naming the file and the fix, exit 2. Then, in the
 experiment file:
@@ -32,54 +36,117 @@ import re
 import struct
 import sys
 
-ARCHS = {  # blocks per stage, bottleneck
-    "resnet18": ([2, 2, 2, 2], False),
-    "resnet34": ([3, 4, 6, 3], False),
-    "resnet50": ([3, 4, 6, 3], True),
-    "resnet101": ([3, 4, 23, 3], True),
-    "resnet152": ([3, 8, 36, 3], True),
+ARCHS = {  # torchvision's ResNet class: blocks per stage, bottleneck, width_per_group, groups
+    "resnet18": ([2, 2, 2, 2], False, 64, 1),
+    "resnet34": ([3, 4, 6, 3], False, 64, 1),
+    "resnet50": ([3, 4, 6, 3], True, 64, 1),
+    "resnet101": ([3, 4, 23, 3], True, 64, 1),
+    "resnet152": ([3, 8, 36, 3], True, 64, 1),
+    "wide_resnet50_2": ([3, 4, 6, 3], True, 128, 1),
+    "wide_resnet101_2": ([3, 4, 23, 3], True, 128, 1),
+    "resnext50_32x4d": ([3, 4, 6, 3], True, 4, 32),
+    "resnext101_32x8d": ([3, 4, 23, 3], True, 8, 32),
+    "resnext101_64x4d": ([3, 4, 23, 3], True, 4, 64),
 }
+VGGS = {"vgg11_bn": [1, 1, 2, 2, 2], "vgg13_bn": [2, 2, 2, 2, 2], "vgg16_bn": [2, 2, 3, 3, 3],
+        "vgg19_bn": [2, 2, 4, 4, 4]}   # 3x3 convs per stage
+ALL_ARCHS = sorted(ARCHS) + sorted(VGGS) + ["mobilenet_v2"]
 
 
 class InputError(Exception):
     pass
 
 
-def expected_shapes(arch, num_classes, in_ch, kernel):
-    """{name: shape} of torchvision's resnet state_dict, in its order."""
-    blocks, bottleneck = ARCHS[arch]
+def bn(out, p, c):
+    out.update({p + ".weight": [c], p + ".bias": [c], p + ".running_mean": [c],
+                p + ".running_var": [c], p + ".num_batches_tracked": []})
+
+
+def expected_shapes(arch, num_classes, in_ch, kernel, width=None, groups=None):
+    """{name: shape} of torchvision's ResNet class for arch (width_per_group / groups: the
+    arch's unless given), in its order."""
+    blocks, bottleneck, w0, g0 = ARCHS[arch]
+    wpg, groups = width or w0, groups or g0
     out = {}
-
-    def bn(p, c):
-        out.update({p + ".weight": [c], p + ".bias": [c], p + ".running_mean": [c],
-                    p + ".running_var": [c], p + ".num_batches_tracked": []})
-
     out["conv1.weight"] = [64, in_ch, kernel, kernel]
-    bn("bn1", 64)
+    bn(out, "bn1", 64)
     cin, exp = 64, 4 if bottleneck else 1
     for s, n in enumerate(blocks):
         w = 64 << s
+        mid = int(w * (wpg / 64.0)) * groups
         for b in range(n):
             p = "layer%d.%d" % (s + 1, b)
             stride = 2 if (b == 0 and s > 0) else 1
             if bottleneck:
-                out[p + ".conv1.weight"] = [w, cin, 1, 1]
-                bn(p + ".bn1", w)
-                out[p + ".conv2.weight"] = [w, w, 3, 3]
-                bn(p + ".bn2", w)
-                out[p + ".conv3.weight"] = [w * exp, w, 1, 1]
-                bn(p + ".bn3", w * exp)
+                out[p + ".conv1.weight"] = [mid, cin, 1, 1]
+                bn(out, p + ".bn1", mid)
+                out[p + ".conv2.weight"] = [mid, mid // groups, 3, 3]
+                bn(out, p + ".bn2", mid)
+                out[p + ".conv3.weight"] = [w * exp, mid, 1, 1]
+                bn(out, p + ".bn3", w * exp)
             else:
                 out[p + ".conv1.weight"] = [w, cin, 3, 3]
-                bn(p + ".bn1", w)
+                bn(out, p + ".bn1", w)
                 out[p + ".conv2.weight"] = [w, w, 3, 3]
-                bn(p + ".bn2", w)
+                bn(out, p + ".bn2", w)
             if stride != 1 or cin != w * exp:
                 out[p + ".downsample.0.weight"] = [w * exp, cin, 1, 1]
-                bn(p + ".downsample.1", w * exp)
+                bn(out, p + ".downsample.1", w * exp)
             cin = w * exp
     out["fc.weight"] = [num_classes, cin]
     out["fc.bias"] = [num_classes]
+    return out
+
+
+def vgg_shapes(arch, num_classes, in_ch, cifar):
+    """torchvision's vgg*_bn (cifar: the runner's 512-wide CIFAR classifier)."""
+    out, idx, cin = {}, 0, in_ch
+    for s, n in enumerate(VGGS[arch]):
+        c = [64, 128, 256, 512, 512][s]
+        for _ in range(n):
+            out["features.%d.weight" % idx] = [c, cin, 3, 3]
+            out["features.%d.bias" % idx] = [c]
+            bn(out, "features.%d" % (idx + 1), c)
+            idx, cin = idx + 3, c
+        idx += 1
+    hidden, flat = (512, 512) if cifar else (4096, 512 * 7 * 7)
+    for k, (i, o) in enumerate([(flat, hidden), (hidden, hidden), (hidden, num_classes)]):
+        out["classifier.%d.weight" % (3 * k)] = [o, i]
+        out["classifier.%d.bias" % (3 * k)] = [o]
+    return out
+
+
+def div8(v):
+    """torchvision's _make_divisible(v, 8)."""
+    r = max(8, int(v + 4) // 8 * 8)
+    return r + 8 if r < 0.9 * v else r
+
+
+def mobilenet_shapes(num_classes, in_ch, width):
+    """torchvision's mobilenet_v2(width_mult=width)."""
+    out, cin = {}, div8(32 * width)
+    out["features.0.0.weight"] = [cin, in_ch, 3, 3]
+    bn(out, "features.0.1", cin)
+    idx = 1
+    for t, c, n, _ in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)]:
+        cout = div8(c * width)
+        for _ in range(n):
+            hidden, k, p = cin * t, 0, "features.%d.conv" % idx
+            if t != 1:
+                out["%s.0.0.weight" % p] = [hidden, cin, 1, 1]
+                bn(out, "%s.0.1" % p, hidden)
+                k = 1
+            out["%s.%d.0.weight" % (p, k)] = [hidden, 1, 3, 3]
+            bn(out, "%s.%d.1" % (p, k), hidden)
+            out["%s.%d.weight" % (p, k + 1)] = [cout, hidden, 1, 1]
+            bn(out, "%s.%d" % (p, k + 2), cout)
+            idx, cin = idx + 1, cout
+    last = div8(1280 * max(1.0, width))
+    out["features.%d.0.weight" % idx] = [last, cin, 1, 1]
+    bn(out, "features.%d.1" % idx, last)
+    out["classifier.1.weight"] = [num_classes, last]
+    out["classifier.1.bias"] = [num_classes]
     return out
 
 
@@ -107,37 +174,80 @@ def load_state_dict(path):
     return sd
 
 
-def infer_arch(path, sd):
+def infer(path, sd, stem=None):
+    """(arch, {name: shape} expected, metadata) of the torchvision model sd holds."""
+    first = ", ".join(list(sd)[:4])
+    if "features.0.0.weight" in sd and "classifier.1.weight" in sd:   # mobilenet_v2
+        c0, fc = sd["features.0.0.weight"], sd["classifier.1.weight"]
+        if c0.dim() != 4 or fc.dim() != 2:
+            raise InputError("%s: features.0.0.weight / classifier.1.weight are not mobilenet_v2's" % path)
+        last = sd.get("features.18.0.weight")
+        for w in sorted({round(0.05 * i, 2) for i in range(1, 81)} | {0.35, 0.75, 1.3, 1.4}):
+            want = mobilenet_shapes(int(fc.shape[0]), int(c0.shape[1]), w)
+            if all(k in sd and list(sd[k].shape) == v for k, v in want.items() if not k.endswith("tracked")):
+                return "mobilenet_v2", want, {"stem": stem or "imagenet", "width": "%g" % w}
+        raise InputError("%s: features.0.0.weight %s%s: no width_mult of torchvision's mobilenet_v2 gives these "
+                         "shapes" % (path, list(c0.shape), "" if last is None else ", features.18.0.weight %s"
+                                     % list(last.shape)))
+    if "features.0.weight" in sd and "classifier.6.weight" in sd:     # vgg*_bn
+        convs = sorted(int(m.group(1)) for k in sd for m in [re.match(r"features\.(\d+)\.weight$", k)]
+                       if m and sd[k].dim() == 4)
+        fc0 = sd.get("classifier.0.weight")
+        if "features.1.running_mean" not in sd:
+            raise InputError("%s: a VGG without batch norm (no features.1.running_mean); only vgg*_bn convert"
+                             % path)
+        for arch, per_stage in VGGS.items():
+            if len(convs) == sum(per_stage) and fc0 is not None and fc0.dim() == 2:
+                cifar = int(fc0.shape[1]) == 512
+                want = vgg_shapes(arch, int(sd["classifier.6.weight"].shape[0]), int(sd["features.0.weight"].shape[1]),
+                                  cifar)
+                return arch, want, {"stem": "cifar" if cifar else "imagenet"}
+        raise InputError("%s: %d 3x3 convs match none of %s" % (path, len(convs), ", ".join(VGGS)))
     if "conv1.weight" not in sd or "fc.weight" not in sd:
-        raise InputError("%s: no conv1.weight / fc.weight: not a torchvision ResNet state dict "
-                         "(first keys: %s)" % (path, ", ".join(list(sd)[:4])))
+        raise InputError("%s: no conv1.weight / fc.weight, features.0.weight / classifier.6.weight or "
+                         "features.0.0.weight / classifier.1.weight: not a torchvision ResNet, VGG-BN or "
+                         "MobileNetV2 state dict (first keys: %s)" % (path, first))
     blocks = []
     for s in range(1, 5):
         idx = {int(m.group(1)) for k in sd for m in [re.match(r"layer%d\.(\d+)\." % s, k)] if m}
         blocks.append(max(idx) + 1 if idx else 0)
     bottleneck = "layer1.0.conv3.weight" in sd
-    for arch, (b, bn) in ARCHS.items():
-        if b == blocks and bn == bottleneck:
-            return arch
-    raise InputError("%s: blocks per stage %s%s match none of %s; only torchvision's resnet18/34/50/"
-                     "101/152 convert" % (path, blocks, " (bottleneck)" if bottleneck else "",
-                                          ", ".join(ARCHS)))
-
-
-def convert(sd, path, arch=None):
-    """Checks sd against torchvision's resnet and returns (tensors {name: torch tensor in
-    torchvision's order}, metadata)."""
-    import torch
-    found = infer_arch(path, sd)
-    if arch and arch != found:
-        raise InputError("%s: holds %s weights, not %s; use --arch %s (and model.arch: %s)"
-                         % (path, found, arch, found, found))
+    wpg, groups = 64, 1
+    c2 = sd.get("layer1.0.conv2.weight")
+    if bottleneck and c2 is not None and c2.dim() == 4 and c2.shape[1] > 0:
+        groups = int(c2.shape[0]) // int(c2.shape[1])
+        wpg = int(c2.shape[0]) // groups
     conv1, fc = sd["conv1.weight"], sd["fc.weight"]
     if conv1.dim() != 4 or conv1.shape[2] not in (3, 7) or fc.dim() != 2:
         raise InputError("%s: conv1.weight %s / fc.weight %s are not a ResNet's"
                          % (path, list(conv1.shape), list(fc.shape)))
-    kernel = int(conv1.shape[2])
-    want = expected_shapes(found, int(fc.shape[0]), int(conv1.shape[1]), kernel)
+    for arch, (b, bt, w, g) in ARCHS.items():
+        if b == blocks and bt == bottleneck and (w, g) == (wpg, groups):
+            kernel = int(conv1.shape[2])
+            meta = {"stem": "imagenet" if kernel == 7 else "cifar"}
+            if (w, g) != (64, 1):
+                meta.update({"width": str(w), "groups": str(g)} if g > 1 else {"width": str(w)})
+            return arch, expected_shapes(arch, int(fc.shape[0]), int(conv1.shape[1]), kernel), meta
+    raise InputError("%s: blocks per stage %s%s (width per group %d, groups %d) match none of %s"
+                     % (path, blocks, " (bottleneck)" if bottleneck else "", wpg, groups, ", ".join(ARCHS)))
+
+
+def classifier_of(arch):
+    return "classifier.6" if arch in VGGS else "classifier.1" if arch == "mobilenet_v2" else "fc"
+
+
+def first_conv_of(arch):
+    return "features.0" if arch in VGGS else "features.0.0" if arch == "mobilenet_v2" else "conv1"
+
+
+def convert(sd, path, arch=None, stem=None):
+    """Checks sd against torchvision's model and returns (tensors {name: torch tensor in
+    torchvision's order}, metadata)."""
+    import torch
+    found, want, extra_meta = infer(path, sd, stem)
+    if arch and arch != found:
+        raise InputError("%s: holds %s weights, not %s; use --arch %s (and model.arch: %s)"
+                         % (path, found, arch, found, found))
     extra = [k for k in sd if k not in want]
     if extra:
         raise InputError("%s: unexpected tensor %s (%d in all) for torchvision's %s; a modified model "
@@ -151,8 +261,8 @@ def convert(sd, path, arch=None):
             raise InputError("%s: missing tensor %s for torchvision's %s" % (path, name, found))
         t = sd[name]
         if list(t.shape) != shape:
-            raise InputError("%s: tensor %s has shape %s, torchvision's %s has %s (a variant such as "
-                             "wide_resnet or resnext does not convert)" % (path, name, list(t.shape), found, shape))
+            raise InputError("%s: tensor %s has shape %s, torchvision's %s has %s (a modified model does not "
+                             "convert)" % (path, name, list(t.shape), found, shape))
         if name.endswith("num_batches_tracked"):
             out[name] = t.detach().to(torch.int64).reshape(())
         else:
@@ -161,9 +271,9 @@ def convert(sd, path, arch=None):
             out[name] = t.detach().to(torch.float32).contiguous()
             if not torch.isfinite(out[name]).all():
                 raise InputError("%s: tensor %s holds NaN or infinite values" % (path, name))
-    meta = {"format": "pt", "arch": found, "stem": "imagenet" if kernel == 7 else "cifar",
-            "num_classes": str(int(fc.shape[0])), "in_channels": str(int(conv1.shape[1])),
-            "source": os.path.basename(path)}
+    meta = {"format": "pt", "arch": found, "num_classes": str(int(sd[classifier_of(found) + ".weight"].shape[0])),
+            "in_channels": str(int(sd[first_conv_of(found) + ".weight"].shape[1])),
+            "source": os.path.basename(path), **extra_meta}
     return out, meta
 
 
@@ -194,12 +304,14 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="a .pth written by torch.save")
     ap.add_argument("output", help="the .safetensors file to write")
-    ap.add_argument("--arch", choices=sorted(ARCHS), help="check the file holds this architecture")
+    ap.add_argument("--arch", choices=ALL_ARCHS, help="check the file holds this architecture")
+    ap.add_argument("--stem", choices=["cifar", "imagenet"],
+                    help="mobilenet_v2 only: the variant the weights were trained as (default imagenet)")
     a = ap.parse_args()
     try:
         if not os.path.isfile(a.input):
             raise InputError("%s: no such file" % a.input)
-        tensors, meta = convert(load_state_dict(a.input), a.input, a.arch)
+        tensors, meta = convert(load_state_dict(a.input), a.input, a.arch, a.stem)
         try:
             write_safetensors(a.output, tensors, meta)
         except OSError as e:

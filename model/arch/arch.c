@@ -37,6 +37,17 @@ const char *arch_stem_text(const char *arch, arch_stem_t stem) {
     }
 }
 
+const char *arch_head(const char *arch) {
+    const arch_info_t *a = arch_info(arch);
+    switch (a ? a->family : ARCH_FAM_RESNET) {
+    case ARCH_FAM_PREACT: return "linear";
+    case ARCH_FAM_RESNEXT_CIFAR: return "classifier";
+    case ARCH_FAM_VGG: return "classifier.6";
+    case ARCH_FAM_MOBILENET_V2: return "classifier.1";
+    default: return "fc";
+    }
+}
+
 bool arch_valid(const char *arch) { return arch_info(arch) != NULL; }
 
 const char *arch_list(void) { return ARCH_NAME_LIST; }

@@ -54,6 +54,11 @@ typedef struct arch_opts {
     double dropout;            /* model.dropout */
 } arch_opts_t;
 
+/* The module name of arch's classifier, the layer model.init_head: reinit starts afresh:
+ * "fc" (ResNets, WRN), "linear" (PreAct), "classifier" (ResNeXt-29), "classifier.6" (VGG),
+ * "classifier.1" (MobileNetV2); "fc" for an unknown arch. */
+const char *arch_head(const char *arch);
+
 /* True if arch is a name of the table. */
 bool arch_valid(const char *arch);
 /* Every name, comma-separated ("resnet18, resnet34, ..."). */
