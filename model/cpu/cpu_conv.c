@@ -258,7 +258,12 @@ static bool winograd_ok(const conv_shape_t *s) {
  * 8x8 64->64 are 5-15% slower blocked; at AVX-512 NHWC is faster on all of them:
  * bench_conv_layers --engine, bench/results/cpu_ops.md). Everything else prefers oneDNN's
  * NHWC kernels on our tensors, and takes the blocked ones where the NHWC ones are missing
- * (at SSE4.1 oneDNN has few NHWC kernels).
+ * (at SSE4.1 oneDNN has few NHWC kernels). Depthwise layers (groups == c) always prefer
+ * NHWC: oneDNN's NHWC depthwise kernels (brdgmm_dw at AVX-512, jit_dw below) were 1.5-3x
+ * faster than its blocked ones on every MobileNetV2-CIFAR layer at AVX-512 and AVX2 (one
+ * thread, process CPU time; bench_conv_layers, bench/results/cpu_ops.md), and as fast as
+ * PyTorch's channels-last depthwise convolutions. Grouped layers with >= 8 channels per
+ * group (ResNeXt) measured like dense ones and follow the dense rules.
  * Winograd: ~10x less precise than direct convolution (relative error ~1e-6 instead of
  * ~1e-7), outside the bound the CPU backend keeps by default (within 10x of PyTorch's own
  * fp32 error against fp64 on every tensor, tests/golden), so it is used only when the run
@@ -277,8 +282,9 @@ static int engine_candidates(const cpu_backend_t *c, const conv_shape_t *s, int 
               s->c >= 64 && s->k >= 64;
         bool small_wide = s->h * s->w <= 64 && s->c >= 128 && s->k >= 128;
         bool avx2_wide = c->avx2_blocked && s->h * s->w > 64 && s->c >= 64 && s->k >= 64;
+        bool depthwise = conv_groups(s) > 1 && conv_groups(s) == s->c;
         bool blocked_first = forced == CPU_CONV_DNNL_BLOCKED || forced == CPU_CONV_DNNL_WINOGRAD ||
-            (forced == CPU_CONV_AUTO && s->r > 1 && (small_wide || avx2_wide));
+            (forced == CPU_CONV_AUTO && s->r > 1 && !depthwise && (small_wide || avx2_wide));
         if (wino) out[n++] = CPU_CONV_DNNL_WINOGRAD;
         out[n++] = blocked_first ? CPU_CONV_DNNL_BLOCKED : CPU_CONV_DNNL;
         out[n++] = blocked_first ? CPU_CONV_DNNL : CPU_CONV_DNNL_BLOCKED;
