@@ -284,7 +284,8 @@ int main(int argc, char **argv) {
         if (profile && s == warmup) prof_install(&prof, be);
         double t0 = now_s();
         net_loss_out_t lo;
-        if (net_zero_grads(n, &e) < 0 || net_forward(n, net_input(n), batch, true, NULL, &e) < 0 ||
+        if (net_zero_grads(n, &e) < 0 || net_set_rng_key(n, 0, 0, (int64_t)s * batch, 1, &e) < 0 ||
+            net_forward(n, net_input(n), batch, true, NULL, &e) < 0 ||
             net_loss(n, lab, 0.0f, 1.0f / batch, &lo, &e) < 0 || net_backward(n, NULL, &e) < 0 ||
             optim_step(o, 0.01, &e) < 0 || be->ops->sync(be) < 0) {
             fprintf(stderr, "bench_cpu_vs_torch: step %d: %s\n", s, e.msg);

@@ -216,6 +216,11 @@ size_t net_activation_bytes(const net_t *n, int max_batch, int in_h, int in_w,
 /* One line per node ("12 bn_relu layer1.0.bn1 <- 11  [n,32,32,64]") to f; for debugging. */
 void net_print(const net_t *n, void *file /* FILE* */);
 
+/* Conv weight layout conversions between torchvision's OIHW and the net's KRSC, for one
+ * tensor of torchvision shape `shape` (grouped weights: shape[1] = in / groups). */
+void net_oihw_to_krsc(const float *src, float *dst, const int64_t shape[4]);
+void net_krsc_to_oihw(const float *src, float *dst, const int64_t shape[4]);
+
 /* ---- binding and memory ---- */
 
 /* Plans shapes for in_h x in_w inputs and allocates in be: params, grads, buffers, the

@@ -92,8 +92,4 @@ static inline void *net_act_at(const net_t *n, void *base, size_t elems) {
     return (char *)base + elems * n->esz;
 }
 
-/* Conv weight layout conversions (shape = torchvision OIHW), in net.c. */
-void net_oihw_to_krsc(const float *src, float *dst, const int64_t shape[4]);
-void net_krsc_to_oihw(const float *src, float *dst, const int64_t shape[4]);
-
 #endif

@@ -338,7 +338,7 @@ static int plan_device_work(trainer_t *t, err_t *e) {
     }
     for (int k = 0; k < 2; k++) {
         int b = train_sizes[k];
-        if (b > 0 && (net_forward(n, net_input(n), b, true, NULL, e) ||
+        if (b > 0 && (net_set_rng_key(n, t->e->seed, 0, 0, 1, e) || net_forward(n, net_input(n), b, true, NULL, e) ||
                       net_loss_async(n, NULL, 0.0f, 1.0f / (float)b, NULL, NULL, NULL, e) || net_backward(n, NULL, e)))
             goto out;
     }

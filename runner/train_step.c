@@ -51,6 +51,7 @@ typedef struct train_batch {
     const int32_t *labels;     /* host; NULL: already in net_labels on the device */
     const float *images;       /* host NHWC (CPU loader), NULL when already on the device */
     const float *targets;      /* mixup: host soft targets; NULL: in net_targets (or no mixup) */
+    int64_t first;             /* its first sample's place in this rank's epoch order */
     double data_wait_s;
 } train_batch_t;
 
@@ -88,6 +89,7 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
         if (t->mix && trainer_aug_mix_gpu(t, n, t->gpu_batch, e)) return -1;
         t->gpu_batch++;
         tb->n = n;
+        tb->first = first;
         tb->labels = NULL;   /* gathered into net_labels by the kernel */
         return 1;
     }
@@ -99,6 +101,7 @@ static int next_train_batch(trainer_t *t, train_batch_t *tb, err_t *e) {
     tb->labels = b->labels;
     tb->images = b->images;
     tb->targets = b->targets;
+    tb->first = b->index * t->p->micro_batch;
     tb->data_wait_s = b->data_wait_s;
 #ifdef RUNNER_HAVE_CUDA
     if (t->stager) {
@@ -248,6 +251,11 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
         if (r < 0) return -1;
         if (r == 0) return err_set(e, ERR_RUNTIME, "internal: the epoch ended %d micro-batches early", n_micro - m);
         ps->data_wait_s += b.data_wait_s;
+        /* dropout's key: the micro-batch's rows in the epoch's global order (the sampler
+         * gives rank r of W the places r, r + W, ...), so masks follow the samples */
+        int64_t world = t->train_opts.world_size, first = t->train_opts.rank + b.first * world;
+        if (t->dp) dp_set_rng_key(t->dp, t->e->seed, (uint64_t)t->epoch, first, world);
+        else if (net_set_rng_key(t->net, t->e->seed, (uint64_t)t->epoch, first, world, e)) return -1;
         if (t->dp) {
             net_loss_out_t out;
             if (dp_forward_backward(t->dp, b.images, b.labels, t->mix ? b.targets : NULL, b.n, b.n * n_micro, smoothing,

@@ -171,6 +171,18 @@ int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *ds
 int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
 int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
 
+/* cpu_layers.c */
+int cpu_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
+int cpu_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
+int cpu_channel_bias_fwd(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y);
+int cpu_channel_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db);
+int cpu_dropout_fwd(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *x, void *y);
+int cpu_dropout_bwd(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *dy, void *dx);
+int cpu_adaptive_avgpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y);
+int cpu_adaptive_avgpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy, void *dx);
+
 /* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */
 static inline int cpu_nchunks(int64_t n, int64_t grain) {
     return n <= 0 ? 0 : (int)((n + grain - 1) / grain);
