@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Loads a safetensors file written by `runner export` into the model
-scripts/torchvision_model.py builds from the file's metadata (torchvision's ResNet with the
-stem the metadata names, or the He et al. CIFAR ResNet) with load_state_dict(strict=True)
-and runs a forward pass (64x64 inputs for the imagenet stem, 32x32 otherwise).
+scripts/torchvision_model.py builds from the file's metadata (torchvision's model with the
+stem the metadata names, or the reference definition of a CIFAR architecture) with
+load_state_dict(strict=True) and runs a forward pass (64x64 inputs for the imagenet stem,
+32x32 otherwise).
 
 usage: check_export.py FILE ARCH NUM_CLASSES IN_CHANNELS STEPS
 Prints "loaded ARCH (STEM stem): N tensors, M parameters, logits finite, num_batches_tracked=STEPS".

@@ -1,0 +1,183 @@
+/* test_cli_archs.c: the families of issue 24 through the CLI, as a user drives them.
+ *
+ *  - One short CPU run (single mode, 32x32 synthetic data, 2 steps) of a small member of
+ *    each family with recipe keys on: wrn16_8 at width 1 with dropout 0.3, EMA and mixup;
+ *    preact_resnet18 with label smoothing, cosine schedule and warm-up; resnext29_8x64d at
+ *    width 4, groups 2 with Nesterov and gradient clipping; vgg11_bn (CIFAR variant, dropout
+ *    0.5) with EMA and cutmix; mobilenet_v2 at width 0.25 with bf16 AMP; mobilenet_v2's
+ *    ImageNet variant (model.stem: imagenet) at width 0.5; resnext50_32x4d with the
+ *    ImageNet stem. Each completes, evaluates finite losses and `runner export`s; the
+ *    exported files load with load_state_dict(strict=True) into the model
+ *    scripts/torchvision_model.py builds from their metadata (torchvision's own
+ *    mobilenet_v2 / resnext50_32x4d, the reference definitions for the CIFAR ones), checked
+ *    in one python process at the end (skipped without Debian's PyTorch).
+ *  - The plan names the variant and why (VGG and MobileNetV2 at 32 px and 96 px), prints the
+ *    model keys, and plan.json carries stem, arch_width, arch_groups, arch_dropout.
+ *  - Bad input is exit 2 with the key and the fix, before any run directory: vgg16_bn on
+ *    28x28 images (five max-pools need 32 px), vgg11_bn's ImageNet variant at 24 px, an
+ *    unknown arch (listing the known ones), a non-integer WRN width, model.groups on VGG.
+ */
+#include "tests/cli/cli_util.h"
+
+#include <unistd.h>
+
+static char out[1 << 16];
+static char tmp[512];
+static bool have_torch;
+static char py_checks[16384];
+
+/* tmp/name.yaml: synthetic px x px images, 16 train / 8 val, 4 classes, batch 8, 1 epoch. */
+static void write_exp(const char *name, int px, const char *model, const char *extra) {
+    char path[700], text[3000];
+    snprintf(path, sizeof path, "%s/%s.yaml", tmp, name);
+    snprintf(text, sizeof text,
+             "name: %s\nseed: 5\ndevice: cpu\n"
+             "data: {dataset: synthetic, synthetic: {train_size: 16, val_size: 8, image: [3, %d, %d], classes: 4}, "
+             "workers: 0, augment: {random_crop: {size: %d, padding: 2}, horizontal_flip: true, rotation: 0}}\n"
+             "model: %s\n"
+             "optimizer: {lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}\n"
+             "schedule: {name: constant, warmup_epochs: 0}\n"
+             "train: {epochs: 1, batch_size: 8}\nparallel: {mode: single}\n"
+             "checkpoint: {resume: never}\n%s",
+             name, px, px, px, model, extra ? extra : "");
+    test_write_file(path, text);
+}
+
+/* `runner ARGS`; the exit code (output in out, printed when it is not want). */
+static int runner(int want, const char *fmt, const char *a, const char *b) {
+    char args[4000];
+    snprintf(args, sizeof args, fmt, a, b);
+    int rc = run_runner(args, out, sizeof out);
+    if (rc != want) fprintf(stderr, "runner %s -> %d (expected %d):\n%s\n", args, rc, want, out);
+    return rc;
+}
+
+static void py_check(const char *fmt, const char *a, const char *b) {
+    size_t n = strlen(py_checks);
+    snprintf(py_checks + n, sizeof py_checks - n, "%s", n ? " ';' " : "");
+    n = strlen(py_checks);
+    snprintf(py_checks + n, sizeof py_checks - n, fmt, a, b);
+}
+
+/* Trains tmp/name.yaml (sets: more --set), checks the run, exports it and queues the
+ * strict-load check of the export. */
+static void family_run(const char *name, const char *arch, int px, const char *model, const char *extra,
+                       const char *sets) {
+    write_exp(name, px, model, extra);
+    char exp[700], root[700], args[3000];
+    snprintf(exp, sizeof exp, "%s/%s.yaml", tmp, name);
+    snprintf(root, sizeof root, "%s/%s", tmp, name);
+    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets ? sets : "");
+    int rc = run_runner(args, out, sizeof out);
+    if (rc) fprintf(stderr, "runner %s -> %d:\n%s\n", args, rc, out);
+    CHECK_INT(rc, 0);
+    const char *d = only_run_dir(root, name);
+    CHECK(d != NULL);
+    if (rc || !d) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", d);
+    double loss = cli_json_number(dir, "summary.json", "val_loss");
+    printf("%s: val_loss %.4f after 2 steps\n", name, loss);
+    CHECK(isfinite(loss) && loss > 0);
+    CHECK_INT(runner(0, "export %s%s", dir, ""), 0);
+    CHECK_CONTAINS(out, "model.safetensors");
+    char file[4200];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    CHECK(access(file, R_OK) == 0);
+    py_check("export %s %s 4 3 2", file, arch);
+}
+
+static void families_train_and_export(void) {
+    family_run("wrn", "wrn16_8", 32, "{arch: wrn16_8, width: 1, dropout: 0.3}", "",
+               "--set train.ema.decay=0.9 --set data.mixup.alpha=0.2");
+    family_run("preact", "preact_resnet18", 32, "{arch: preact_resnet18}", "",
+               "--set train.label_smoothing=0.1 --set schedule.name=cosine --set schedule.warmup_epochs=0.5");
+    family_run("resnext", "resnext29_8x64d", 32, "{arch: resnext29_8x64d, width: 4, groups: 2}", "",
+               "--set optimizer.nesterov=true --set optimizer.clip_grad_norm=1.0");
+    family_run("vgg", "vgg11_bn", 32, "{arch: vgg11_bn, dropout: 0.5}", "",
+               "--set train.ema.decay=0.9 --set data.mixup.cutmix_alpha=1.0");
+    family_run("mobilenet", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.25}", "amp: {enabled: true, dtype: bf16}\n", NULL);
+    family_run("mobilenet_tv", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.5, stem: imagenet}", "", NULL);
+    family_run("resnext50", "resnext50_32x4d", 64, "{arch: resnext50_32x4d, stem: imagenet}", "", NULL);
+}
+
+static void plan_names_the_variant(void) {
+    write_exp("pv", 32, "{arch: vgg11_bn}", "");
+    char exp[700];
+    snprintf(exp, sizeof exp, "%s/pv.yaml", tmp);
+    CHECK_INT(runner(0, "plan %s%s", exp, ""), 0);
+    CHECK_CONTAINS(out, "model        vgg11_bn (dropout 0.5), 9753348 parameters");
+    CHECK_CONTAINS(out, "stem         cifar: global average pool + 512-wide classifier (auto: 32x32 inputs are "
+                        "at most 64 px)");
+    CHECK_INT(runner(0, "plan %s --set data.synthetic.image=[3,96,96] --set data.augment.random_crop.size=96%s", exp,
+                     ""), 0);
+    CHECK_CONTAINS(out, "stem         imagenet: torchvision's 7x7 adaptive average pool + 4096-wide classifier "
+                        "(auto: 96x96 inputs are larger than 64 px)");
+    CHECK_INT(runner(0, "plan %s --set model.arch=mobilenet_v2 --set model.width=0.5%s", exp, ""), 0);
+    CHECK_CONTAINS(out, "model        mobilenet_v2 (width 0.5, dropout 0.2), 692804 parameters");
+    CHECK_CONTAINS(out, "stem         cifar: stride-1 conv1 and second stage (output stride 8) (auto: 32x32");
+    CHECK_INT(runner(0, "plan %s --set model.arch=resnext29_8x64d --json%s", exp, ""), 0);
+    CHECK_CONTAINS(out, "\"stem\": \"cifar\"");
+    CHECK_CONTAINS(out, "\"stem_reason\": \"auto: resnext29_8x64d has only the CIFAR variant\"");
+    CHECK_CONTAINS(out, "\"arch_width\": 64");
+    CHECK_CONTAINS(out, "\"arch_groups\": 8");
+    CHECK_CONTAINS(out, "\"arch_dropout\": -1");
+    CHECK_CONTAINS(out, "\"param_count\": 34420548");
+}
+
+static void bad_input_exit_2(void) {
+    write_exp("bad", 28, "{arch: vgg16_bn}", "");
+    char exp[700], runs[800];
+    snprintf(exp, sizeof exp, "%s/bad.yaml", tmp);
+    snprintf(runs, sizeof runs, "%s/bad_runs", tmp);
+    CHECK_INT(runner(2, "%s --set output.root=%s", exp, runs), 2);
+    CHECK_CONTAINS(out, "28x28 inputs are too small for vgg16_bn (cifar: global average pool + 512-wide "
+                        "classifier); it takes at least 32x32; use larger inputs (data.augment.random_crop.size, "
+                        "data.image_size) or another model.arch");
+    CHECK(access(runs, F_OK) != 0);   /* refused before any run directory */
+    CHECK_INT(runner(2, "plan %s --set data.synthetic.image=[3,24,24] --set data.augment.random_crop.size=24 "
+                     "--set model.arch=vgg11_bn --set model.stem=imagenet%s", exp, ""), 2);
+    CHECK_CONTAINS(out, "24x24 inputs are too small for vgg11_bn (imagenet: torchvision's 7x7 adaptive average pool "
+                        "+ 4096-wide classifier); it takes at least 32x32");
+    CHECK_CONTAINS(out, "the CIFAR variant (model.stem: cifar)");
+    CHECK_INT(runner(2, "plan %s --set model.arch=wrn40_4%s", exp, ""), 2);
+    CHECK_CONTAINS(out, "model.arch: 'wrn40_4' is not one of resnet18, resnet34");
+    CHECK_CONTAINS(out, "wrn16_8, wrn28_10, preact_resnet18, resnext29_8x64d, vgg11_bn, vgg13_bn");
+    CHECK_INT(runner(2, "plan %s --set model.arch=wrn28_10 --set model.width=4.5%s", exp, ""), 2);
+    CHECK_CONTAINS(out, "model.width: 4.5: wrn28_10's width is the widen factor k, a whole number >= 1 (default 10)");
+    CHECK_INT(runner(2, "plan %s --set model.groups=4%s", exp, ""), 2);
+    CHECK_CONTAINS(out, "model.groups: vgg16_bn has no grouped convolutions");
+}
+
+static void torch_loads_the_exports(void) {
+    if (!have_torch) {
+        printf("  (no PyTorch/torchvision at /usr/bin/python3: strict loads not checked)\n");
+        return;
+    }
+    if (!py_checks[0]) return;
+    char cmd[sizeof py_checks + 300];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/cli/torchvision_check.py %s", test_source_dir(), py_checks);
+    int rc = test_run_cmd(cmd, out, sizeof out);
+    if (rc) fprintf(stderr, "%s -> %d:\n%s\n", cmd, rc, out);
+    CHECK_INT(rc, 0);
+    printf("%s", out);
+    CHECK_CONTAINS(out, "loaded wrn16_8 (cifar stem): 82 tensors, 174676 parameters");
+    CHECK_CONTAINS(out, "loaded preact_resnet18 (cifar stem): 107 tensors, 11169092 parameters");
+    CHECK_CONTAINS(out, "loaded resnext29_8x64d (cifar stem): 188 tensors, 946884 parameters");
+    CHECK_CONTAINS(out, "loaded vgg11_bn (cifar stem): 62 tensors, 9753348 parameters");
+    CHECK_CONTAINS(out, "loaded mobilenet_v2 (cifar stem): 314 tensors, 243236 parameters");
+    CHECK_CONTAINS(out, "loaded mobilenet_v2 (imagenet stem): 314 tensors, 692804 parameters");
+    CHECK_CONTAINS(out, "loaded resnext50_32x4d (imagenet stem): 320 tensors, 22988100 parameters");
+}
+
+int main(void) {
+    if (test_tmpdir(tmp, sizeof tmp)) return 1;
+    have_torch = test_run_cmd("/usr/bin/python3 -c 'import torch, torchvision'", NULL, 0) == 0;
+    TEST_RUN(plan_names_the_variant);
+    TEST_RUN(bad_input_exit_2);
+    TEST_RUN(families_train_and_export);
+    TEST_RUN(torch_loads_the_exports);
+    int rc = test_main_end();
+    test_remove_dir_if_passed(tmp);
+    return rc;
+}
