@@ -177,12 +177,14 @@ static double compare(ctx_t *c, const char *prefix, const float *pbase, bool par
 }
 
 /* The net of the fixture: its metadata's arch and model options (make_fixtures.py's
- * "model": width, groups, dropout) with the CIFAR stem, or MODEL itself (resnet20 and
- * resnet50 fixtures record none). */
+ * "model": width, groups, dropout, stem; the CIFAR one by default), or MODEL itself with
+ * the CIFAR stem (resnet20 and resnet50 fixtures record none). */
 static net_t *build_net(const safetensors_t *gold, int classes, err_t *e) {
     const char *arch = safetensors_meta(gold, "arch"), *w = safetensors_meta(gold, "width"),
-               *g = safetensors_meta(gold, "groups"), *d = safetensors_meta(gold, "dropout");
-    arch_opts_t o = {.stem = ARCH_STEM_CIFAR, .in_channels = 3, .num_classes = classes,
+               *g = safetensors_meta(gold, "groups"), *d = safetensors_meta(gold, "dropout"),
+               *stem = safetensors_meta(gold, "stem");
+    arch_opts_t o = {.stem = stem && !strcmp(stem, "imagenet") ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR,
+                     .in_channels = 3, .num_classes = classes,
                      .width = w ? atof(w) : 0, .groups = g ? atoi(g) : 0, .dropout = d ? atof(d) : -1};
     return arch_build(arch && arch[0] ? arch : g_model, &o, e);
 }
