@@ -109,7 +109,7 @@ FIXTURE.update({
                               grad_size=16, steps_batch=2, steps_size=16, runs=8, checked=False,
                               optimizers=("sgd",)),
     "mobilenet_v2_tv050": dict(model=dict(arch="mobilenet_v2", width=0.5, dropout=0.0, stem="imagenet"), seed=1,
-                               grad_batch=2, grad_size=32, steps_batch=2, steps_size=32, runs=8, checked=False,
+                               grad_batch=2, grad_size=64, steps_batch=2, steps_size=64, runs=8, checked=False,
                                optimizers=("sgd",)),
 })
 # Well conditioned, part 1: along the fp64 reference, every ReLU input is at least MARGIN

@@ -15,7 +15,9 @@
  *      num_batches_tracked and optimizer buffer after each step.
  *
  * The reference is PyTorch in float64; tolerances are relative L2 errors per tensor
- * (||ours - ref|| / ||ref||): max(the base stated per check below, 10 x PyTorch's own
+ * (||ours - ref|| / max(||ref||, floor), the floor only for tensors that are zero up to
+ * rounding in exact arithmetic, see make_fixtures.py's FLOOR): max(the base stated per
+ * check below, 10 x PyTorch's own
  * fp32 error on that tensor), PyTorch's error being the worst of its plain fp32 run and
  * its runs with rounding-sized noise on every convolution (err.<name>, sens.<name>). Both
  * sides are fp32 but sum in different orders (OpenBLAS/oneDNN vs PyTorch's kernels), so
@@ -25,6 +27,10 @@
  * under rounding-sized noise), so the verdict is the same on every CPU and ISA level
  * (ctest runs it at each: tests/isa_run.sh); resnet50's is not (BN-bias gradients at batch
  * 4 move ~1e-2 with rounding), and its tolerances come from the measured sensitivity.
+ * MODEL may also be a fixture of the families of issue 24 (make_fixtures.py's FIXTURE:
+ * wrn16_1, preact_resnet18, resnext29_4x2, vgg11_bn, mobilenet_v2_w025, mobilenet_v2_tv050):
+ * the net is built from the golden file's metadata (arch, width, groups, dropout, stem)
+ * through arch_build; their fixtures hold SGD steps only.
  */
 #include <stdlib.h>
 
