@@ -1,8 +1,12 @@
-/* cpu_vs_torch.c: training throughput of the runner's CPU backend for one ResNet, the C
- * half of bench/cpu_vs_torch (which runs PyTorch beside it and prints the ratio).
+/* cpu_vs_torch.c: training throughput of the runner's CPU backend for one architecture of
+ * model.arch, the C half of bench/cpu_vs_torch (which runs PyTorch beside it and prints the
+ * ratio).
  *
  * Usage: bench_cpu_vs_torch --model M --batch B [--steps N] [--warmup W] [--threads T]
  *                           [--size S] [--channels C] [--classes K] [--profile] [--winograd]
+ *                           [--width W] [--groups G] [--dropout P] [--stem cifar|imagenet]
+ * (--width / --groups / --dropout: model.width / model.groups / model.dropout, 0 / 0 / -1
+ * the architecture's own; --stem: the variant, cifar by default)
  * Measures full training steps (zero grads, forward, loss, backward, SGD momentum step)
  * on synthetic data already in backend memory, and prints
  *   runner: <images/s> img/s (median of N steps, <ms> ms/step)
@@ -23,18 +27,20 @@
 #include "model/backend.h"
 #include "model/net.h"
 #include "model/optim.h"
-#include "model/arch/resnet.h"
+#include "model/arch/arch.h"
 #include "util/clock.h"
 #include "util/rng.h"
 
 /* ---- profiling wrapper: a copy of the op table whose slots time the originals ---- */
 
 enum { P_CONV_FWD, P_CONV_BWD_DATA, P_CONV_BWD_FILTER, P_BN_STATS, P_BN_APPLY, P_BN_RUNNING,
-       P_BN_BWD_REDUCE, P_BN_BWD_APPLY, P_ADD, P_POOL, P_LINEAR, P_LOSS, P_SGD, P_ZERO, P_COPY, P_N };
+       P_BN_BWD_REDUCE, P_BN_BWD_APPLY, P_ADD, P_POOL, P_LINEAR, P_LOSS, P_SGD, P_ZERO, P_COPY,
+       P_RELU, P_BIAS, P_DROPOUT, P_MAXPOOL, P_N };
 static const char *const P_NAMES[P_N] = {"conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_filter",
     "bn_stats", "bn_apply", "bn_update_running", "bn_bwd_reduce", "bn_bwd_apply", "add",
-    "avgpool", "linear", "softmax_xent", "sgd_step", "zero", "copy"};
-_Static_assert(P_N == 15, "P_NAMES must list every profiled op");
+    "avgpool", "linear", "softmax_xent", "sgd_step", "zero", "copy", "relu/relu6",
+    "conv bias", "dropout", "max/adaptive pool"};
+_Static_assert(P_N == 19, "P_NAMES must list every profiled op");
 
 /* One distinct convolution (shape, direction) seen while profiling, with the kernel the
  * backend ran it on. */
@@ -168,6 +174,44 @@ static int w_sgd(backend_t *be, int64_t n, float *p, const float *g, float *buf,
                  double damp, double wd, bool nest, const step_ctl_t *ctl) {
     TIMED(P_SGD, PROF(be)->orig->sgd_step(be, n, p, g, buf, lr, mom, damp, wd, nest, ctl));
 }
+static int w_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
+    TIMED(P_RELU, PROF(be)->orig->relu_fwd(be, n, dt, x, y));
+}
+static int w_relu_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
+    TIMED(P_RELU, PROF(be)->orig->relu_bwd(be, n, dt, y, dy, dx));
+}
+static int w_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
+    TIMED(P_RELU, PROF(be)->orig->relu6_fwd(be, n, dt, x, y));
+}
+static int w_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
+    TIMED(P_RELU, PROF(be)->orig->relu6_bwd(be, n, dt, y, dy, dx));
+}
+static int w_bias_fwd(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y) {
+    TIMED(P_BIAS, PROF(be)->orig->channel_bias_fwd(be, m, c, dt, b, y));
+}
+static int w_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db) {
+    TIMED(P_BIAS, PROF(be)->orig->channel_bias_bwd(be, m, c, dt, dy, db));
+}
+static int w_drop_fwd(backend_t *be, int n, int64_t per, dtype_t dt, double p, uint32_t node,
+                      const dropout_key_t *key, const void *x, void *y) {
+    TIMED(P_DROPOUT, PROF(be)->orig->dropout_fwd(be, n, per, dt, p, node, key, x, y));
+}
+static int w_drop_bwd(backend_t *be, int n, int64_t per, dtype_t dt, double p, uint32_t node,
+                      const dropout_key_t *key, const void *dy, void *dx) {
+    TIMED(P_DROPOUT, PROF(be)->orig->dropout_bwd(be, n, per, dt, p, node, key, dy, dx));
+}
+static int w_max_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y) {
+    TIMED(P_MAXPOOL, PROF(be)->orig->maxpool_fwd(be, s, dt, x, y));
+}
+static int w_max_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, const void *dy, void *dx) {
+    TIMED(P_MAXPOOL, PROF(be)->orig->maxpool_bwd(be, s, dt, x, dy, dx));
+}
+static int w_apool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y) {
+    TIMED(P_MAXPOOL, PROF(be)->orig->adaptive_avgpool_fwd(be, s, dt, x, y));
+}
+static int w_apool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy, void *dx) {
+    TIMED(P_MAXPOOL, PROF(be)->orig->adaptive_avgpool_bwd(be, s, dt, dy, dx));
+}
 static int w_zero(backend_t *be, void *dst, size_t bytes) {
     TIMED(P_ZERO, PROF(be)->orig->zero(be, dst, bytes));
 }
@@ -197,6 +241,14 @@ static void prof_install(prof_t *p, backend_t *be) {
     p->ops.sgd_step = w_sgd;
     p->ops.zero = w_zero;
     p->ops.copy = w_copy;
+    /* the ops of the other families (issue 24); a backend without one keeps NULL */
+    if (p->orig->relu_fwd) p->ops.relu_fwd = w_relu_fwd, p->ops.relu_bwd = w_relu_bwd;
+    if (p->orig->relu6_fwd) p->ops.relu6_fwd = w_relu6_fwd, p->ops.relu6_bwd = w_relu6_bwd;
+    if (p->orig->channel_bias_fwd) p->ops.channel_bias_fwd = w_bias_fwd, p->ops.channel_bias_bwd = w_bias_bwd;
+    if (p->orig->dropout_fwd) p->ops.dropout_fwd = w_drop_fwd, p->ops.dropout_bwd = w_drop_bwd;
+    if (p->orig->maxpool_fwd) p->ops.maxpool_fwd = w_max_fwd, p->ops.maxpool_bwd = w_max_bwd;
+    if (p->orig->adaptive_avgpool_fwd)
+        p->ops.adaptive_avgpool_fwd = w_apool_fwd, p->ops.adaptive_avgpool_bwd = w_apool_bwd;
     be->ops = &p->ops;
 }
 
@@ -214,11 +266,13 @@ static void prof_report(const prof_t *p, double total, int steps) {
            1e3 * p->conv1x1[1] / steps, 1e3 * p->conv1x1[2] / steps);
     printf("  outside ops: %.2f ms/step\n", 1e3 * (total - sum) / steps);
     static const char *const dir[3] = {"fwd", "bwd_data", "bwd_filter"};
-    printf("  conv kernels (shape n hxw c->k kernel/stride: direction, engine and kernel, time):\n");
+    printf("  conv kernels (shape n hxw c->k kernel/stride [groups]: direction, engine and kernel, time):\n");
     for (int i = 0; i < p->nconv; i++) {
         const prof_conv_t *c = &p->conv[i];
-        printf("    n%d %dx%d %d->%d k%d s%d  %-10s %-28s %7.2f ms/step (%ld calls/step)\n", c->s.n,
-               c->s.h, c->s.w, c->s.c, c->s.k, c->s.r, c->s.stride, dir[c->which], c->engine,
+        char g[16] = "";
+        if (conv_groups(&c->s) > 1) snprintf(g, sizeof g, " g%d", conv_groups(&c->s));
+        printf("    n%d %dx%d %d->%d k%d s%d%-6s %-10s %-28s %7.2f ms/step (%ld calls/step)\n", c->s.n,
+               c->s.h, c->s.w, c->s.c, c->s.k, c->s.r, c->s.stride, g, dir[c->which], c->engine,
                1e3 * c->t / steps, c->calls / steps);
     }
 }
@@ -232,6 +286,7 @@ int main(int argc, char **argv) {
     const char *model = "resnet20";
     int batch = 128, steps = 10, warmup = 2, threads = 0, size = 32, channels = 3, classes = 10;
     bool profile = false, winograd = false;
+    arch_opts_t ao = {.dropout = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--profile")) { profile = true; continue; }
@@ -245,6 +300,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--size")) size = atoi(v);
         else if (!strcmp(a, "--channels")) channels = atoi(v);
         else if (!strcmp(a, "--classes")) classes = atoi(v);
+        else if (!strcmp(a, "--width")) ao.width = atof(v);
+        else if (!strcmp(a, "--groups")) ao.groups = atoi(v);
+        else if (!strcmp(a, "--dropout")) ao.dropout = atof(v);
+        else if (!strcmp(a, "--stem")) ao.stem = !strcmp(v, "imagenet") ? ARCH_STEM_IMAGENET : ARCH_STEM_CIFAR;
         else { fprintf(stderr, "bench_cpu_vs_torch: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -256,7 +315,9 @@ int main(int argc, char **argv) {
     backend_opts_t bo = {.kind = BACKEND_CPU, .threads = threads, .deterministic = true,
                          .cpu_winograd = winograd};
     backend_t *be = backend_create(&bo, &e);
-    net_t *n = be ? resnet_build(model, channels, classes, false, &e) : NULL;
+    ao.in_channels = channels;
+    ao.num_classes = classes;
+    net_t *n = be ? arch_build(model, &ao, &e) : NULL;
     if (!n || net_bind(n, be, batch, size, size, DT_F32, &e) < 0 || net_init(n, 0, &e) < 0) {
         fprintf(stderr, "bench_cpu_vs_torch: %s\n", e.msg);
         return e.code ? e.code : 1;

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""cpu_vs_torch.py: PyTorch CPU training throughput for the same ResNets the runner builds.
+"""cpu_vs_torch.py: PyTorch CPU training throughput for the same networks the runner builds.
 
-The PyTorch half of bench/cpu_vs_torch. Builds the model as the runner does (CIFAR
-stem: 3x3 stride-1 conv1, no max-pool; resnet20..110 are He et al. CIFAR ResNets with
-1x1 projection shortcuts), runs full training steps (zero_grad, forward, cross-entropy,
-backward, SGD momentum 0.9 + weight decay) on one synthetic batch, with
+The PyTorch half of bench/cpu_vs_torch. Builds the model as the runner does, through
+scripts/torchvision_model.py (torchvision's models with the variant's stem; He et al.'s
+CIFAR ResNets; the reference definitions of WRN, PreAct-ResNet, ResNeXt-29 and the CIFAR
+variants of VGG and MobileNetV2), runs full training steps (zero_grad, forward,
+cross-entropy, backward, SGD momentum 0.9 + weight decay) on one synthetic batch, with
 torch.set_num_threads(nproc), in both NCHW and channels_last, and reports the faster:
   torch: <images/s> img/s (median of N steps, <ms> ms/step, <layout>)
 Usage: cpu_vs_torch.py --model M --batch B [--steps N] [--warmup W] [--layout auto|nchw|cl]
-                        [--threads T]
+                        [--threads T] [--width W] [--groups G] [--dropout P] [--stem S]
+(width / groups 0 and dropout -1: the architecture's own, as model.width etc.)
 """
 import argparse
 import os
@@ -20,17 +22,19 @@ import torch
 import torch.nn as nn
 import torchvision
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
-from make_fixtures import CifarResNet  # noqa: E402  (the same He et al. CIFAR ResNet as the golden tests)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import torchvision_model  # noqa: E402  (the runner's architectures in PyTorch)
 
 
-def build(model, classes, channels):
-    if model in ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110"):
-        return CifarResNet(int(model[6:]), classes, channels)
-    m = getattr(torchvision.models, model)(num_classes=classes)
-    m.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
-    m.maxpool = nn.Identity()
-    return m
+def build(model, classes, channels, stem="cifar", width=0, groups=0, dropout=-1):
+    meta = {"arch": model, "num_classes": str(classes), "in_channels": str(channels), "stem": stem}
+    if width:
+        meta["width"] = str(width)
+    if groups:
+        meta["groups"] = str(groups)
+    if dropout >= 0:
+        meta["dropout"] = str(dropout)
+    return torchvision_model.build(meta)
 
 
 def measure(model, x, y, steps, warmup, channels_last):
@@ -62,10 +66,14 @@ def main():
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--layout", default="auto", choices=["auto", "nchw", "cl"])
     ap.add_argument("--threads", type=int, default=0, help="0: nproc")
+    ap.add_argument("--width", type=float, default=0)
+    ap.add_argument("--groups", type=int, default=0)
+    ap.add_argument("--dropout", type=float, default=-1)
+    ap.add_argument("--stem", default="cifar", choices=["cifar", "imagenet"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
     torch.manual_seed(0)
-    model = build(a.model, a.classes, a.channels)
+    model = build(a.model, a.classes, a.channels, a.stem, a.width, a.groups, a.dropout)
     x = torch.randn(a.batch, a.channels, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch,))
     layouts = {"auto": [False, True], "nchw": [False], "cl": [True]}[a.layout]

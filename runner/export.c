@@ -235,9 +235,11 @@ void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
         char why[96];
         if (tv) snprintf(why, sizeof why, "torchvision's %s() has 3", in->arch);
         else snprintf(why, sizeof why, "a 3-channel model does not take these weights");
-        fprintf(f, "runner: note: the data has %d channel%s, so the first conv must be built with %d input "
+        const char *first = resnet ? "conv1" : a && a->family == ARCH_FAM_VGG ? "features.0"
+                          : a && a->family == ARCH_FAM_MOBILENET_V2 ? "features.0.0" : "the first conv";
+        fprintf(f, "runner: note: the data has %d channel%s, so %s must be built with %d input "
                 "channel%s (%s); the code below does that\n", in->in_channels, in->in_channels == 1 ? "" : "s",
-                in->in_channels, in->in_channels == 1 ? "" : "s", why);
+                first, in->in_channels, in->in_channels == 1 ? "" : "s", why);
     }
     if (in->n_norm) {
         fprintf(f, "runner: inputs were normalised per channel as (x / 255 - mean) / std, mean [");

@@ -125,6 +125,43 @@ static void plan_names_the_variant(void) {
     CHECK_CONTAINS(out, "\"param_count\": 34420548");
 }
 
+/* The shipped experiment files of the families plan (on the CPU, data to be downloaded),
+ * with PyTorch's parameter counts (arch_vs_torch.py checks the same numbers against
+ * torchvision and the reference definitions); so does every member of compare_archs.yaml
+ * (its base file with the member's model keys). */
+static void shipped_experiments_plan(void) {
+    struct { const char *file, *model; } c[] = {
+        {"wrn28_10_cifar100", "model        wrn28_10 (width 10, dropout 0.3), 36536884 parameters, 10.487 GFLOP"},
+        {"preact_resnet18_cifar10", "model        preact_resnet18, 11172170 parameters, 1.111 GFLOP"},
+        {"resnext29_8x64d_cifar10", "model        resnext29_8x64d (width 64, groups 8), 34426698 parameters, 10.775"},
+        {"vgg16_bn_cifar10", "model        vgg16_bn (dropout 0.5), 15253578 parameters, 0.627 GFLOP"},
+        {"mobilenet_v2_cifar10", "model        mobilenet_v2 (width 1, dropout 0.2), 2236682 parameters, 0.176 GFLOP"},
+    };
+    char path[1200];
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(path, sizeof path, "%s/experiments/%s.yaml", test_source_dir(), c[i].file);
+        CHECK_INT(runner(0, "plan %s --set device=cpu --set output.root=%s/plans", path, tmp), 0);
+        CHECK_CONTAINS(out, c[i].model);
+    }
+    const char *members[] = {"resnet56", "preact_resnet18", "wrn16_8 --set model.dropout=0.3", "resnext29_8x64d",
+                             "vgg16_bn", "mobilenet_v2"};
+    snprintf(path, sizeof path, "%s/experiments/preact_resnet18_cifar10.yaml", test_source_dir());
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++) {
+        char sets[200];
+        snprintf(sets, sizeof sets, "--set device=cpu --set train.epochs=30 --set model.arch=%s", members[i]);
+        CHECK_INT(runner(0, "plan %s %s", path, sets), 0);
+    }
+    snprintf(path, sizeof path, "%s/experiments/compare_archs.yaml", test_source_dir());
+    char *text = test_read_file(path, NULL);
+    CHECK(text != NULL);
+    for (size_t i = 0; text && i < sizeof members / sizeof members[0]; i++) {
+        char want[80];
+        snprintf(want, sizeof want, "model.arch: %.*s", (int)strcspn(members[i], " "), members[i]);
+        CHECK_CONTAINS(text, want);
+    }
+    free(text);
+}
+
 static void bad_input_exit_2(void) {
     write_exp("bad", 28, "{arch: vgg16_bn}", "");
     char exp[700], runs[800];
@@ -175,6 +212,7 @@ int main(void) {
     have_torch = test_run_cmd("/usr/bin/python3 -c 'import torch, torchvision'", NULL, 0) == 0;
     TEST_RUN(plan_names_the_variant);
     TEST_RUN(bad_input_exit_2);
+    TEST_RUN(shipped_experiments_plan);
     TEST_RUN(families_train_and_export);
     TEST_RUN(torch_loads_the_exports);
     int rc = test_main_end();
