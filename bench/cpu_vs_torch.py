@@ -20,21 +20,9 @@ import time
 
 import torch
 import torch.nn as nn
-import torchvision
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import torchvision_model  # noqa: E402  (the runner's architectures in PyTorch)
-
-
-def build(model, classes, channels, stem="cifar", width=0, groups=0, dropout=-1):
-    meta = {"arch": model, "num_classes": str(classes), "in_channels": str(channels), "stem": stem}
-    if width:
-        meta["width"] = str(width)
-    if groups:
-        meta["groups"] = str(groups)
-    if dropout >= 0:
-        meta["dropout"] = str(dropout)
-    return torchvision_model.build(meta)
 
 
 def measure(model, x, y, steps, warmup, channels_last):
@@ -73,7 +61,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
     torch.manual_seed(0)
-    model = build(a.model, a.classes, a.channels, a.stem, a.width, a.groups, a.dropout)
+    model = torchvision_model.build_arch(a.model, a.classes, a.channels, a.stem, a.width, a.groups, a.dropout)
     x = torch.randn(a.batch, a.channels, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch,))
     layouts = {"auto": [False, True], "nchw": [False], "cl": [True]}[a.layout]

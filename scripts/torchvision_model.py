@@ -361,6 +361,18 @@ def options(meta):
             width, groups, drop)
 
 
+def build_arch(arch, classes, cin=3, stem="cifar", width=0, groups=0, dropout=-1):
+    """build() from the runner's options (width, groups 0 and dropout -1: the arch's own)."""
+    meta = {"arch": arch, "num_classes": str(classes), "in_channels": str(cin), "stem": stem}
+    if width:
+        meta["width"] = str(width)
+    if groups:
+        meta["groups"] = str(groups)
+    if dropout >= 0:
+        meta["dropout"] = str(dropout)
+    return build(meta)
+
+
 def build(meta):
     """An untrained model matching the metadata of a runner export."""
     arch, classes, cin, stem, width, groups, drop = options(meta)

@@ -13,6 +13,12 @@
  *    in one python process at the end (skipped without Debian's PyTorch).
  *  - The plan names the variant and why (VGG and MobileNetV2 at 32 px and 96 px), prints the
  *    model keys, and plan.json carries stem, arch_width, arch_groups, arch_dropout.
+ *  - Fine-tuning from torchvision's own weights: mobilenet_v2(num_classes=4) saved as a .pth
+ *    (3 training forwards: running statistics moved), converted by
+ *    scripts/torchvision_weights.py, loaded with model.init_from into the ImageNet variant:
+ *    with lr 1e-30 the exported parameters are torchvision's (atol 1e-20); with
+ *    model.init_head: reinit and 6 classes everything but classifier.1.* is. A CIFAR-variant
+ *    VGG export into the ImageNet variant is refused (exit 2) naming model.stem.
  *  - Bad input is exit 2 with the key and the fix, before any run directory: vgg16_bn on
  *    28x28 images (five max-pools need 32 px), vgg11_bn's ImageNet variant at 24 px, an
  *    unknown arch (listing the known ones), a non-integer WRN width, model.groups on VGG.
@@ -53,6 +59,7 @@ static int runner(int want, const char *fmt, const char *a, const char *b) {
 }
 
 static void py_check(const char *fmt, const char *a, const char *b) {
+    if (!have_torch) return;
     size_t n = strlen(py_checks);
     snprintf(py_checks + n, sizeof py_checks - n, "%s", n ? " ';' " : "");
     n = strlen(py_checks);
@@ -62,7 +69,7 @@ static void py_check(const char *fmt, const char *a, const char *b) {
 /* Trains tmp/name.yaml (sets: more --set), checks the run, exports it and queues the
  * strict-load check of the export. */
 static void family_run(const char *name, const char *arch, int px, const char *model, const char *extra,
-                       const char *sets) {
+                       const char *sets, const char *usage) {
     write_exp(name, px, model, extra);
     char exp[700], root[700], args[3000];
     snprintf(exp, sizeof exp, "%s/%s.yaml", tmp, name);
@@ -81,6 +88,7 @@ static void family_run(const char *name, const char *arch, int px, const char *m
     CHECK(isfinite(loss) && loss > 0);
     CHECK_INT(runner(0, "export %s%s", dir, ""), 0);
     CHECK_CONTAINS(out, "model.safetensors");
+    CHECK_CONTAINS(out, usage);   /* how to build the model in PyTorch */
     char file[4200];
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     CHECK(access(file, R_OK) == 0);
@@ -89,16 +97,23 @@ static void family_run(const char *name, const char *arch, int px, const char *m
 
 static void families_train_and_export(void) {
     family_run("wrn", "wrn16_8", 32, "{arch: wrn16_8, width: 1, dropout: 0.3}", "",
-               "--set train.ema.decay=0.9 --set data.mixup.alpha=0.2");
+               "--set train.ema.decay=0.9 --set data.mixup.alpha=0.2",
+               "torchvision's own constructor does not build wrn16_8 as exported (torchvision does not ship it)");
     family_run("preact", "preact_resnet18", 32, "{arch: preact_resnet18}", "",
-               "--set train.label_smoothing=0.1 --set schedule.name=cosine --set schedule.warmup_epochs=0.5");
+               "--set train.label_smoothing=0.1 --set schedule.name=cosine --set schedule.warmup_epochs=0.5",
+               "from torchvision_model import load");
     family_run("resnext", "resnext29_8x64d", 32, "{arch: resnext29_8x64d, width: 4, groups: 2}", "",
-               "--set optimizer.nesterov=true --set optimizer.clip_grad_norm=1.0");
+               "--set optimizer.nesterov=true --set optimizer.clip_grad_norm=1.0",
+               "runner: resnext29_8x64d, cifar variant (conv 3x3/1, no max-pool), 3 input channels, 4 classes");
     family_run("vgg", "vgg11_bn", 32, "{arch: vgg11_bn, dropout: 0.5}", "",
-               "--set train.ema.decay=0.9 --set data.mixup.cutmix_alpha=1.0");
-    family_run("mobilenet", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.25}", "amp: {enabled: true, dtype: bf16}\n", NULL);
-    family_run("mobilenet_tv", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.5, stem: imagenet}", "", NULL);
-    family_run("resnext50", "resnext50_32x4d", 64, "{arch: resnext50_32x4d, stem: imagenet}", "", NULL);
+               "--set train.ema.decay=0.9 --set data.mixup.cutmix_alpha=1.0",
+               "does not build vgg11_bn as exported (the CIFAR variant or another width)");
+    family_run("mobilenet", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.25}", "amp: {enabled: true, dtype: bf16}\n",
+               NULL, "runner: mobilenet_v2, cifar variant (stride-1 conv1 and second stage (output stride 8))");
+    family_run("mobilenet_tv", "mobilenet_v2", 32, "{arch: mobilenet_v2, width: 0.5, stem: imagenet}", "", NULL,
+               "model = load(");
+    family_run("resnext50", "resnext50_32x4d", 64, "{arch: resnext50_32x4d, stem: imagenet}", "", NULL,
+               "    model = torchvision.models.resnext50_32x4d(num_classes=4)\n    model.load_state_dict(load_file(");
 }
 
 static void plan_names_the_variant(void) {
@@ -186,6 +201,66 @@ static void bad_input_exit_2(void) {
     CHECK_CONTAINS(out, "model.groups: vgg16_bn has no grouped convolutions");
 }
 
+/* `runner NAME.yaml SETS` under tmp/NAME; its export (static path) or NULL. */
+static const char *train_export(const char *name, const char *sets) {
+    static char file[4300];
+    char exp[700], root[700], args[3000];
+    snprintf(exp, sizeof exp, "%s/%s.yaml", tmp, name);
+    snprintf(root, sizeof root, "%s/%s", tmp, name);
+    snprintf(args, sizeof args, "%s --set output.root=%s %s", exp, root, sets);
+    if (run_runner(args, out, sizeof out)) {
+        fprintf(stderr, "runner %s:\n%s\n", args, out);
+        return NULL;
+    }
+    const char *d = only_run_dir(root, name);
+    if (!d) return NULL;
+    snprintf(file, sizeof file, "%s/model.safetensors", d);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", d);
+    return runner(0, "export %s%s", dir, "") == 0 ? file : NULL;
+}
+
+static void finetune_from_torchvision(void) {
+    if (!have_torch) {
+        printf("  (no PyTorch/torchvision at /usr/bin/python3: fine-tuning cases skipped)\n");
+        return;
+    }
+    char pth[700], st[700], cmd[3000], sets[2000];
+    snprintf(pth, sizeof pth, "%s/tv_mobilenet.pth", tmp);
+    snprintf(st, sizeof st, "%s/tv_mobilenet.safetensors", tmp);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/cli/torchvision_check.py make mobilenet_v2 4 5 %s && "
+             "/usr/bin/python3 %s/scripts/torchvision_weights.py %s %s --arch mobilenet_v2", test_source_dir(), pth,
+             test_source_dir(), pth, st);
+    int rc = test_run_cmd(cmd, out, sizeof out);
+    if (rc) fprintf(stderr, "%s\n", out);
+    CHECK_INT(rc, 0);
+    CHECK_CONTAINS(out, "mobilenet_v2, imagenet stem, 4 classes, 3 input channels, 314 tensors");
+    if (rc) return;
+    write_exp("ft", 32, "{arch: mobilenet_v2, stem: imagenet}", "");
+    snprintf(sets, sizeof sets, "--set model.init_from=%s --set optimizer.lr=1e-30 --set optimizer.momentum=0", st);
+    const char *file = train_export("ft", sets);
+    CHECK(file != NULL);
+    if (file) py_check("compare %s %s --atol 1e-20", file, pth);   /* every parameter torchvision's */
+    snprintf(sets, sizeof sets, "--set model.init_from=%s --set model.init_head=reinit --set model.num_classes=6 "
+             "--set optimizer.lr=1e-30 --set optimizer.momentum=0", st);
+    write_exp("ft_reinit", 32, "{arch: mobilenet_v2, stem: imagenet}", "");
+    file = train_export("ft_reinit", sets);
+    CHECK(file != NULL);
+    if (file) py_check("compare %s %s --skip classifier.1. --atol 1e-20", file, pth);
+    /* a CIFAR-variant VGG's export into the ImageNet variant */
+    char vgg[700];
+    snprintf(vgg, sizeof vgg, "%s/vgg", tmp);
+    const char *d = only_run_dir(vgg, "vgg");
+    CHECK(d != NULL);
+    if (!d) return;
+    snprintf(sets, sizeof sets, "%s/vgg.yaml --set model.stem=imagenet --set model.init_from=%s/model.safetensors "
+             "--set output.root=%s/bad", tmp, d, tmp);
+    CHECK_INT(runner(2, "%s%s", sets, ""), 2);
+    CHECK_CONTAINS(out, "has classifier.0.weight [512,512], the CIFAR variant's 512-wide head, but this run builds "
+                        "vgg11_bn's ImageNet variant (classifier.0.weight [4096,25088]; model.stem: imagenet); set "
+                        "model.stem: cifar");
+}
+
 static void torch_loads_the_exports(void) {
     if (!have_torch) {
         printf("  (no PyTorch/torchvision at /usr/bin/python3: strict loads not checked)\n");
@@ -205,6 +280,8 @@ static void torch_loads_the_exports(void) {
     CHECK_CONTAINS(out, "loaded mobilenet_v2 (cifar stem): 314 tensors, 243236 parameters");
     CHECK_CONTAINS(out, "loaded mobilenet_v2 (imagenet stem): 314 tensors, 692804 parameters");
     CHECK_CONTAINS(out, "loaded resnext50_32x4d (imagenet stem): 320 tensors, 22988100 parameters");
+    CHECK_CONTAINS(out, "compare: 158 tensors within 1e-20");   /* strict: torchvision's parameters */
+    CHECK_CONTAINS(out, "compare: 156 tensors within 1e-20");   /* reinit: all but classifier.1.* */
 }
 
 int main(void) {
@@ -214,6 +291,7 @@ int main(void) {
     TEST_RUN(bad_input_exit_2);
     TEST_RUN(shipped_experiments_plan);
     TEST_RUN(families_train_and_export);
+    TEST_RUN(finetune_from_torchvision);
     TEST_RUN(torch_loads_the_exports);
     int rc = test_main_end();
     test_remove_dir_if_passed(tmp);

@@ -28,7 +28,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from torchvision_model import build  # noqa: E402
+from torchvision_model import build_arch  # noqa: E402
 
 # (arch, stem, in_channels, classes, input side, width, groups, dropout); width/groups 0 and
 # dropout -1: the architecture's own
@@ -71,17 +71,6 @@ PLANS = [("wrn16_8", "width: 2, dropout: 0.3", 32), ("preact_resnet18", "", 32),
          ("resnext50_32x4d", "", 96), ("wide_resnet50_2", "width: 64", 32)]
 
 
-def meta(arch, stem, cin, classes, width, groups, dropout):
-    m = {"arch": arch, "stem": stem, "in_channels": str(cin), "num_classes": str(classes)}
-    if width:
-        m["width"] = str(width)
-    if groups:
-        m["groups"] = str(groups)
-    if dropout >= 0:
-        m["dropout"] = str(dropout)
-    return m
-
-
 def torch_flops(model, cin, side):
     """2 x multiply-adds of the convolutions and linears of one forward of a 1-sample batch."""
     total = [0]
@@ -121,7 +110,7 @@ def runner_dump(dump, arch, stem, cin, classes, side, width, groups, dropout):
 def check_case(dump, case):
     arch, stem, cin, classes, side, width, groups, dropout = case
     torch.manual_seed(0)
-    m = build(meta(arch, stem, cin, classes, width, groups, dropout))
+    m = build_arch(arch, classes, cin, stem, width, groups, dropout)
     ref = {k: list(v.shape) for k, v in m.state_dict().items()}
     ours = runner_dump(dump, *case)
     label = "%s (%s, in %d, classes %d, %d px, width %g, groups %d, dropout %g)" % case
@@ -153,7 +142,7 @@ def check_plan(runner, tmp, arch, keys, side):
     kv = dict(kv.split(": ") for kv in keys.split(", ")) if keys else {}
     stem = "imagenet" if side > 64 else "cifar"
     case = (arch, stem, 3, 10, side, float(kv.get("width", 0)), int(kv.get("groups", 0)), float(kv.get("dropout", -1)))
-    m = build(meta(*case[:4], *case[5:]))
+    m = build_arch(arch, 10, 3, stem, case[5], case[6], case[7])
     params, flops = sum(q.numel() for q in m.parameters()), torch_flops(m, 3, side)
     assert p["stem"] == stem, "%s: plan stem %s, expected %s" % (path, p["stem"], stem)
     assert p["param_count"] == params, "%s: plan param_count %d, PyTorch %d" % (path, p["param_count"], params)
