@@ -1,5 +1,6 @@
 /* test_cpu_layers.c: the CPU backend's ops for the new families' layers (cpu_layers.c):
- * relu6, the per-channel conv bias, dropout and adaptive average pooling, against
+ * relu6, the per-channel conv bias, dropout and adaptive average pooling, and VGG's 2x2
+ * stride-2 max pool (cpu_ops.c), against
  * double-precision references and values PyTorch 1.13 gives (quoted where used).
  *
  * Tolerances: the bias gradient and the pools sum in double and round once, so they agree
@@ -237,6 +238,32 @@ static void test_adaptive_avgpool(void) {
     for (int i = 0; i < 2 * 16 * 6; i++) CHECK_NEAR(d1[i], d2[i], 0, 1.2e-7);
 }
 
+/* VGG's max pool, 2x2 stride 2 pad 0, on an odd 7x5 map (the last row and column are
+ * dropped) with ties (x = ((3h + 5w + 7c) mod 4) - 1, integers), against PyTorch 1.13
+ * (max_pool2d and its backward, float64; dy = (pq + 1)(c + 1) / 2), fp32 and bf16. */
+static void test_maxpool_vgg(void) {
+    enum { H = 7, W = 5, CH = 2, P = 3, Q = 2 };
+    static const float want_y[P * Q * CH] = {2, 2, 2, 1, 2, 1, 2, 2, 2, 2, 2, 1};
+    static const float want_dx[H * W * CH] = {
+        0, 1, 0, 0, 0, 0, 1, 2, 0, 0, 0.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.5, 3, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+        0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 3, 6, 0, 0, 2.5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    float x[H * W * CH], dy[P * Q * CH], y[P * Q * CH], dx[H * W * CH];
+    for (int h = 0; h < H; h++)
+        for (int w = 0; w < W; w++)
+            for (int c = 0; c < CH; c++) x[(h * W + w) * CH + c] = (float)((3 * h + 5 * w + 7 * c) % 4 - 1);
+    for (int p = 0; p < P * Q; p++)
+        for (int c = 0; c < CH; c++) dy[p * CH + c] = (float)((p + 1) * (c + 1)) * 0.5f;
+    pool_shape_t s = {.n = 1, .h = H, .w = W, .c = CH, .kernel = 2, .stride = 2, .pad = 0, .p = P, .q = Q};
+    for (int d = 0; d < 2; d++) {
+        dtype_t dt = d ? DT_BF16 : DT_F32;
+        for (int i = 0; i < H * W * CH; i++) dx[i] = 99.0f;   /* overwritten */
+        CHECK_INT(g_be->ops->maxpool_fwd(g_be, &s, dt, x, y), 0);
+        CHECK_INT(g_be->ops->maxpool_bwd(g_be, &s, dt, x, dy, dx), 0);
+        CHECK(memcmp(y, want_y, sizeof y) == 0);
+        CHECK(memcmp(dx, want_dx, sizeof dx) == 0);
+    }
+}
+
 int main(void) {
     g_be = make_cpu(2);
     TEST_RUN(test_relu6);
@@ -245,6 +272,7 @@ int main(void) {
     TEST_RUN(test_dropout_draws_pinned);
     TEST_RUN(test_dropout_op);
     TEST_RUN(test_adaptive_avgpool);
+    TEST_RUN(test_maxpool_vgg);
     backend_free(g_be);
     return test_main_end();
 }
