@@ -17,8 +17,9 @@ the key layout util/dropout.h documents (seed, epoch, sample = FIRST + i * STRID
 element in NHWC order), so the test also checks that the C mask function is what the
 document says. The scale is torch's: mask.float().div_(1 - p).
 
-Writes OUT/families_init.safetensors (the init, torchvision-style names; fc1.weight with
-its columns in the runner's NHWC flattening order) and OUT/families_gold.safetensors:
+Writes OUT/families_init.safetensors (the init, torchvision-style names and layouts: fc1.weight
+in torch's NCHW flattening order, which safetensors_load_net permutes to the runner's NHWC
+one because the tensor records its 2x2x8 map) and OUT/families_gold.safetensors:
 input (NHWC), labels, and from a train-mode forward + backward of the mean cross-entropy
 (label smoothing 0.1) in float64: logits, grad.<param> (fc1's permuted like its weight),
 fwd.<buffer> (BN running stats after the forward), mask.4 / mask.18 (NHWC, 0/1), flops
@@ -45,7 +46,7 @@ KEY = dict(seed=0x1234_5678_9ABC, epoch=3, first=5, stride=2)   # as test_net_to
 DROP = {4: 0.25, 18: 0.5}
 SMOOTHING = 0.1
 MARGIN = 1e-5
-VERSION = "2"
+VERSION = "3"   # 3: fc1.weight in torch's NCHW layout in the init file
 STREAM_DROPOUT = 8
 M32 = np.uint64(0xFFFFFFFF)
 
@@ -221,7 +222,7 @@ def main():
     for k, v in ref.items():
         gold[k] = v.numpy().astype(np.float32)
         gold["err." + k] = np.array([float((f32[k].double() - v).norm())], dtype=np.float32)
-    sd = {k: (nhwc_columns(v) if k == "fc1.weight" else v).numpy().astype(np.float32) for k, v in g.items()}
+    sd = {k: v.numpy().astype(np.float32) for k, v in g.items()}
     for k in [k for k in g if k.endswith(".running_mean")]:
         sd[k[: -len("running_mean")] + "num_batches_tracked"] = np.array(0, dtype=np.int64)
     save_safetensors(init_path, sd)
