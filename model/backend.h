@@ -76,6 +76,9 @@ typedef struct step_ctl {
     float growth_factor;      /* 2 */
     float backoff_factor;     /* 0.5 */
     int64_t optim_steps;      /* optimizer steps taken; skipped steps do not count */
+    double lr;                /* this step's learning rate, written by the host before the
+                               * step (optim_set_lr); sgd_step/adamw_step read it when
+                               * given lr NaN, so a recorded step takes each step's value */
 } step_ctl_t;
 
 /* Options for creating a backend. Zero-initialise and set what you need. */
@@ -173,7 +176,10 @@ typedef struct backend_ops {
      * device: nothing is written when ctl->found_inf is set; SGD initialises the momentum
      * buffer when ctl->optim_steps == 0, AdamW bias-corrects with step ctl->optim_steps + 1
      * (the count is advanced afterwards by step_ctl_update). beta1/beta2/lr/dampening/
-     * weight_decay are given as the doubles torch would hold (see optim.c). */
+     * weight_decay are given as the doubles torch would hold (see optim.c). lr NaN: the
+     * learning rate is ctl->lr, read where the op runs (on the device), with the same
+     * arithmetic as a value passed here; that is how a step recorded into a graph takes
+     * the schedule's value of every step it is replayed for. */
     int (*sgd_step)(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
                     double momentum, double dampening, double weight_decay, bool nesterov,
                     const step_ctl_t *ctl);                       /* torch.optim.SGD */
@@ -199,12 +205,28 @@ typedef struct backend_ops {
      * x - (x - ema) * (1 - w), each operation rounded to fp32 (torch.lerp's formula);
      * decay 0 copies x. */
     int (*ema_update)(backend_t *be, int64_t n, float *ema, const float *x, double decay);
+    /* ema_update with the decay read where the op runs from *decay (one double of backend
+     * memory that the host writes before the step), so a recorded step takes each step's
+     * decay (timm's warm-up changes it every step). Same arithmetic. */
+    int (*ema_update_dev)(backend_t *be, int64_t n, float *ema, const float *x, const double *decay);
     /* mixed precision */
     int (*cast)(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
                 dtype_t dst_dt);
     int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
         /* g *= (float)(1 / (double)ctl->loss_scale); ctl->found_inf |= any non-finite g */
     int (*scale)(backend_t *be, int64_t n, float *x, float alpha); /* x *= alpha */
+    /* SyncBN on the device: gathered holds `world` records of 2c floats in rank order, each
+     * a rank's batch mean [c] then biased variance [c] over `count` rows (every rank the
+     * same count); writes the statistics of the union (mean, biased variance) to mean and
+     * var, combined in double in rank order exactly as model/bn_combine.h (torch's
+     * batch_norm_gather_stats_with_counts). (optional) */
+    int (*bn_combine)(backend_t *be, int world, int c, const float *gathered, int64_t count,
+                      float *mean, float *var);
+    /* Runs fn(ctx) on the host in queue order: after the ops issued before it, before the
+     * ops issued after it; recorded like an op between graph_capture_begin/end (the cpu
+     * backend's host collectives of DDP over shm inside a recorded step). fn reports
+     * failures through ctx. (optional; the cpu backend has it) */
+    int (*host_task)(backend_t *be, void (*fn)(void *ctx), void *ctx);
     /* Graphs (optional; NULL where the backend has none): record the ops issued between
      * graph_capture_begin and graph_capture_end instead of running them, then replay the
      * recording with one launch. Pointers and scalars are baked in, so only a sequence
@@ -213,7 +235,11 @@ typedef struct backend_ops {
      * be recorded). An op that fails while recording leaves its error in be->err; the
      * caller then calls graph_capture_end, which discards the recording and leaves the
      * backend usable. graph_launch returns 1 without running anything when memory the
-     * recording uses was reallocated since (a workspace grew): free it and record again. */
+     * recording uses was reallocated since (a workspace grew): free it and record again.
+     * While recording, what a capture cannot hold fails the recording: host transfers
+     * (upload, download), sync, alloc and release. The cpu backend has these ops only with
+     * RUNNER_CPU_GRAPHS=1 in the environment (a test hook: model/cpu/cpu_graph.c records
+     * the op calls and replays them with a CUDA graph's semantics). */
     int (*graph_capture_begin)(backend_t *be);
     int (*graph_capture_end)(backend_t *be, void **graph);        /* *graph NULL on failure */
     int (*graph_launch)(backend_t *be, void *graph);

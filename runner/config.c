@@ -72,6 +72,9 @@ void config_defaults(experiment_t *e) {
     e->train.max_steps = -1;
     e->train.eval_every = 1;
     e->train.deterministic = true;
+    /* The one line to flip once a GPU run has shown whole-step graphs exact and faster:
+     * GRAPHS_AUTO (docs/experiment-files.md train.cuda_graphs). */
+    e->train.cuda_graphs = GRAPHS_FALSE;
     e->train.ema.warmup_gamma = 1.0;
     e->train.ema.warmup_power = 2.0 / 3.0;
     e->train.early_stopping.patience = 3;

@@ -39,6 +39,8 @@ typedef enum {
     METRIC_VAL_TOP1_EMA, METRIC_VAL_TOP5_EMA, METRIC_TRAIN_LOSS, METRIC_TRAIN_TOP1, METRIC_COUNT
 } metric_t;
 typedef enum { STOP_MODE_AUTO = 0, STOP_MODE_MIN, STOP_MODE_MAX } stop_mode_t;
+/* train.cuda_graphs: false | true | auto (the YAML words; true/false also yes/no/on/off) */
+typedef enum { GRAPHS_FALSE = 0, GRAPHS_TRUE, GRAPHS_AUTO } graphs_mode_t;
 
 typedef struct experiment {
     char name[CFG_STR];           /* default: the file's stem */
@@ -145,7 +147,8 @@ typedef struct experiment {
         int64_t max_steps;        /* -1 = null */
         int eval_every;           /* 1 */
         bool deterministic;       /* true */
-        bool cuda_graphs;         /* false (project key: replay each micro-batch as a CUDA graph) */
+        graphs_mode_t cuda_graphs;/* false (project key: record whole steps as CUDA graphs);
+                                     auto: where bit-identical (plan.c plan_cuda_graphs) */
         struct {                  /* timm ModelEmaV3 of params and BN buffers */
             double decay;         /* 0 = null (off); else in (0, 1) */
             bool warmup;          /* false: timm's --model-ema-warmup */

@@ -365,7 +365,13 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_ENUM: {
-        /* a nullable enum's null is its first value, whose name is NULL */
+        /* a nullable enum's null is its first value, whose name is NULL; a F_BOOLS enum
+         * takes every bool word for its "false" / "true" */
+        if ((r->flags & F_BOOLS) && val->type == YAML_SCALAR_NODE && !bool_text(val, &b)) {
+            int i = b ? 1 : 0;
+            memcpy(f, &i, sizeof i);
+            return 0;
+        }
         int i = cfg_is_null(val) && (r->flags & F_NULLABLE) ? 0 : get_name(c, loc, key, r, val);
         if (i < 0) return -1;
         memcpy(f, &i, sizeof i);

@@ -65,8 +65,10 @@ enum {
                              added later leaves the hash of every run that does not use it
                              unchanged */
     F_AUTO = 1 << 14,     /* int: `auto` accepted, stored as -1 (data.workers) */
-    F_IMAGES = 1 << 15    /* with F_HASH: hashed only for data.dataset image_folder, the only
+    F_IMAGES = 1 << 15,   /* with F_HASH: hashed only for data.dataset image_folder, the only
                              dataset they change (other runs keep their hash) */
+    F_BOOLS = 1 << 16     /* enum whose names start "false", "true": yes/no/on/off are
+                             accepted for them as for a bool (train.cuda_graphs) */
 };
 
 typedef struct cfg_row {

@@ -40,6 +40,7 @@ static const char *const INIT_HEADS[] = {"strict", "reinit"};
 static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", "val_loss_ema",
                                       "val_top1_ema", "val_top5_ema", "train_loss", "train_top1"};
 static const char *const STOP_MODES[] = {"auto", "min", "max"};
+static const char *const GRAPHS[] = {"false", "true", "auto"};   /* graphs_mode_t */
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 /* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
 #define HASH_NEW (F_HASH | F_HASH_SET)
@@ -194,8 +195,9 @@ const cfg_row_t cfg_rows[] = {
     ROW_INT("train.eval_every", train.eval_every, 1, 1000000, 0, "validate every N epochs"),
     ROW_BOOL("train.deterministic", train.deterministic, F_HASH,
              "bit-exact on CPU; deterministic algorithms on CUDA"),
-    ROW_BOOL("train.cuda_graphs", train.cuda_graphs, 0,
-             "project key: record a micro-batch's forward+backward once and replay it as a CUDA graph"),
+    ROW_ENUM("train.cuda_graphs", train.cuda_graphs, GRAPHS, F_BOOLS,
+             "false | true | auto: project key: record whole steps once per shape and replay them as "
+             "CUDA graphs (auto: where bit-identical to false)"),
     ROW_FLT("train.ema.decay", train.ema.decay, 0, 1, F_LO_OPEN | F_HI_OPEN | F_NULLABLE | F_HASH | F_HASH_SET,
             "null | EMA of weights and BN buffers, timm ModelEmaV3 decay (e.g. 0.9998)"),
     ROW_BOOL("train.ema.warmup", train.ema.warmup, F_HASH | F_HASH_SET,
@@ -281,7 +283,7 @@ _Static_assert(sizeof(device_t) == sizeof(int) && sizeof(par_mode_t) == sizeof(i
                    sizeof(optim_name_t) == sizeof(int) && sizeof(sched_name_t) == sizeof(int) &&
                    sizeof(wandb_mode_t) == sizeof(int) && sizeof(model_stem_t) == sizeof(int) &&
                    sizeof(init_head_t) == sizeof(int) && sizeof(metric_t) == sizeof(int) &&
-                   sizeof(stop_mode_t) == sizeof(int),
+                   sizeof(stop_mode_t) == sizeof(int) && sizeof(graphs_mode_t) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
 

@@ -36,6 +36,40 @@ void plan_schedule(const experiment_t *e, schedule_t *s) {
     s->min_lr = e->schedule.min_lr;
 }
 
+/* train.cuda_graphs resolved (runner/train_graph.c records). Whole steps can be recorded
+ * on CUDA in single mode and in DDP over NCCL (its collectives are recorded with the
+ * kernels); there they replay the same kernels with the same arguments, so the result is
+ * the bits of normal launches and auto turns them on. Not: the cpu backend (ops run as
+ * they are issued: no launches to save; RUNNER_CPU_GRAPHS=1, a test hook, gives it graphs
+ * with CUDA's semantics, and then single and DDP over shm are recorded), DP (one process
+ * drives several GPUs and scatters host batches each step), DDP over shm with GPUs (its
+ * collectives run on the host between the GPU's kernels, which a graph cannot hold). */
+static void plan_cuda_graphs(const experiment_t *e, plan_t *p) {
+    const char *hook = getenv("RUNNER_CPU_GRAPHS");
+    bool cuda = !strcmp(p->device, "cuda"), cpu_graphs = !cuda && hook && *hook && strcmp(hook, "0");
+    const char *no = NULL;
+    if (!cuda && !cpu_graphs)
+        no = "the cpu backend runs ops as they are issued (no launches to save)";
+    else if (e->parallel.mode == PAR_DP)
+        no = "dp drives several GPUs from one process and scatters host batches every step";
+    else if (e->parallel.mode == PAR_DDP && cuda && strcmp(p->comm_backend, "nccl"))
+        no = "ddp over shm runs its all-reduces on the host between the GPU's kernels, which a graph cannot "
+             "hold (parallel.backend nccl can)";
+    graphs_mode_t g = e->train.cuda_graphs;
+    const char *key = g == GRAPHS_AUTO ? "auto" : g == GRAPHS_TRUE ? "true" : "false";
+    p->cuda_graphs = g != GRAPHS_FALSE && !no;
+    if (g == GRAPHS_FALSE)
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs false");
+    else if (no)
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs %s: not here: %s", key, no);
+    else
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs %s: each step (%s) and "
+                 "evaluation batch recorded once per shape and replayed with one launch; the same bits as "
+                 "without%s", key, !strcmp(p->mode, "ddp") ? "all-reduces included" : "forward to optimizer",
+                 cuda ? "" : " (RUNNER_CPU_GRAPHS: the cpu backend's recording test hook)");
+}
+
+
 /* Picks the device and checks that what the experiment asks for exists. */
 static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     p->gpus_visible = backend_cuda_device_count();
@@ -111,6 +145,7 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     /* CPU compute threads beyond the cores make every step slower (threads wait for each
      * other at every op), so say so; loader threads mostly wait and are not counted */
     p->oversubscribed = !cuda && per * p->threads_per_rank > p->cpu_cores;
+    plan_cuda_graphs(e, p);
     if (p->oversubscribed)
         snprintf(p->warning, sizeof p->warning, "%d %s x %d thread%s = %d compute threads on %d core%s: "
                  "oversubscribed, so each step will be slower than with fewer ranks; use "
@@ -543,6 +578,7 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
                 p->cpu_cores == 1 ? "" : "s", p->oversubscribed ? " (oversubscribed)" : "");
     }
     fprintf(f, "precision    %s\n", p->precision);
+    fprintf(f, "graphs       %s: %s\n", p->cuda_graphs ? "on" : "off", p->cuda_graphs_why);
     char cwd[CFG_PATH] = "";
     bool rel = p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
     fprintf(f, "data         %s from %s%s%s%s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
@@ -611,6 +647,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_kint(&w, "cpu_cores", p->cpu_cores);
     jw_kbool(&w, "oversubscribed", p->oversubscribed);
     jw_kstr(&w, "precision", p->precision);
+    jw_kbool(&w, "cuda_graphs", p->cuda_graphs);
+    jw_kstr(&w, "cuda_graphs_why", p->cuda_graphs_why);
     jw_kstr(&w, "dataset", p->dataset);
     jw_kstr(&w, "data_root", p->data_root);
     jw_kbool(&w, "data_present", p->data_present);

@@ -39,6 +39,8 @@ typedef struct plan {
     bool oversubscribed;       /* cpu: ranks x threads on this host > cpu_cores */
     char warning[512];         /* "" or one line the plan and the run print (oversubscription) */
     char precision[8];         /* "fp32" | "fp16" | "bf16" */
+    bool cuda_graphs;          /* train.cuda_graphs resolved: whole steps recorded as graphs */
+    char cuda_graphs_why[320]; /* which value gave it and why (auto: where it is exact) */
     /* data */
     char dataset[32];
     char data_root[CFG_PATH];

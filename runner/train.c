@@ -146,7 +146,9 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
     if (bytes > ((size_t)4 << 30)) return 0;
     backend_t *be = t->be;
     int mb = t->p->micro_batch;
-    if (!(t->gpu_pixels = be->ops->alloc(be, bytes)) || !(t->gpu_indices = be->ops->alloc(be, (size_t)mb * 8)) ||
+    if (!(t->gpu_pixels = be->ops->alloc(be, bytes)) ||
+        !(t->gpu_indices = be->ops->alloc(be, (size_t)mb * t->p->grad_accum * sizeof(int64_t))) ||
+        !(t->gpu_epoch = be->ops->alloc(be, sizeof(int64_t))) ||
         !(t->gpu_labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t))) ||
         be->ops->upload(be, t->gpu_pixels, dataset_pixels(t->train_ds), bytes) ||
         be->ops->upload(be, t->gpu_labels, dataset_labels(t->train_ds), (size_t)n * sizeof(int32_t))) {
@@ -278,13 +280,8 @@ static int setup_model(trainer_t *t, err_t *e) {
         *e = t->be->err;
         return -1;
     }
-    /* CUDA graphs: single mode only (DDP's hooks run host code between the ops) */
-    t->graphs = x->train.cuda_graphs && t->be->kind == BACKEND_CUDA && !t->dp_mode && !t->ddp_mode &&
-                t->be->ops->graph_capture_begin;
-    if (t->graphs && !(t->graph_out = t->be->ops->alloc(t->be, 4 * sizeof(int32_t)))) {
-        *e = t->be->err;
-        return -1;
-    }
+    /* train.cuda_graphs as the plan resolved it (runner plan says where and why) */
+    t->graphs = t->p->cuda_graphs && !t->dp && t->be->ops->graph_capture_begin;
     t->host_recs = malloc(rec_bytes);
     t->pending = calloc((size_t)t->window, sizeof *t->pending);
     t->pending_loss = calloc((size_t)t->window, sizeof *t->pending_loss);
@@ -545,14 +542,13 @@ static int gather_hosts(trainer_t *t, err_t *e) {
 static void trainer_teardown(trainer_t *t) {
     loader_free(t->train_ld);
     loader_free(t->val_ld);
+    if (t->be) trainer_graphs_free(t);   /* before the communicator its recordings use */
     dp_free(t->dp);
     ddp_free(t->ddp);
     if (t->comm_scratch) t->be->ops->release(t->be, t->comm_scratch);
     comm_free(t->comm);
     store_close(t->store);
     if (t->srv) store_server_stop(t->srv);
-    if (t->graph) t->be->ops->graph_free(t->be, t->graph);
-    if (t->graph_out) t->be->ops->release(t->be, t->graph_out);
     if (t->step_recs) t->be->ops->release(t->be, t->step_recs);
     free(t->host_recs);
     free(t->pending);
@@ -562,6 +558,7 @@ static void trainer_teardown(trainer_t *t) {
     optim_free(t->opt);
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
+    if (t->gpu_epoch) t->be->ops->release(t->be, t->gpu_epoch);
     if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
     if (t->be) trainer_aug_free(t);
 #ifdef RUNNER_HAVE_CUDA
@@ -657,6 +654,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
         goto done;
     }
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
+    if (trainer_graphs_setup(&t, e)) goto done;
     trainer_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
     if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;

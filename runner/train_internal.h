@@ -33,6 +33,28 @@ typedef struct pending_step {
     double data_wait_s, comm_exposed_s, comm_allreduce_s;
 } pending_step_t;
 
+/* train.cuda_graphs (train_graph.c): what a recording depends on. A training segment
+ * (train_step.c): micro-batches [first, first + count) of a step of n_micro, the step's
+ * last of n_last samples (0 when the segment does not hold it), bcast: DDP's BN buffer
+ * broadcast first. An evaluation batch: its size. */
+enum { GRAPH_TRAIN = 0, GRAPH_EVAL = 1 };
+typedef struct graph_key {
+    int kind;
+    int first, count, n_micro, n_last;
+    bool bcast;
+    int batch;
+} graph_key_t;
+
+/* One key's graph: recorded on the key's second run (the first runs normally), then
+ * replayed; delta is what the recorded calls advance the BN num_batches_tracked counters
+ * by (host values, applied after each replay). */
+typedef struct graph_entry {
+    graph_key_t key;
+    int runs;                               /* runs without a graph so far */
+    void *graph;
+    int64_t *delta;                         /* net_num_counters entries */
+} graph_entry_t;
+
 typedef struct trainer {
     const experiment_t *e;
     const plan_t *p;
@@ -64,7 +86,9 @@ typedef struct trainer {
      * augmented on the device from the same sampler indices the CPU loader would use */
     bool gpu_data;
     uint8_t *gpu_pixels;                    /* backend memory, the whole train split */
-    int64_t *gpu_indices;                   /* backend memory, one micro-batch of indices */
+    int64_t *gpu_indices;                   /* backend memory, grad_accum slots of one
+                                               micro-batch of indices */
+    int64_t *gpu_epoch;                     /* backend memory: the epoch the kernel draws for */
     int32_t *gpu_labels;                    /* backend memory, the train split's labels */
     struct cuda_stager *stager;             /* cuda, CPU loader: the copy stream's uploads */
     sampler_t gpu_sampler;
@@ -77,7 +101,8 @@ typedef struct trainer {
     void *gpu_aa_table;                     /* auto-augment op table (backend memory) */
     uint8_t *gpu_aa_scratch;                /* 2 x micro-batch uint8 images between ops */
     float *gpu_mix_in;                      /* the micro-batch in fp32 before mixing */
-    void *gpu_mix_samples;                  /* mix_sample_t x micro-batch (backend memory) */
+    void *gpu_mix_samples;                  /* mix_sample_t x micro-batch x grad_accum slots
+                                               (backend memory) */
     mix_sample_t *mix_host;                 /* their host copy */
 
     track_t *track;
@@ -109,13 +134,14 @@ typedef struct trainer {
     int32_t *step_recs;                     /* backend memory: window records */
     int32_t *host_recs;                     /* their host copy */
     double window_t0;                       /* when the window's first step was issued */
-    /* train.cuda_graphs: one recorded micro-batch (forward, loss, backward) */
-    bool graphs;                            /* on for this run (CUDA, single mode) */
-    void *graph;                            /* the recording, NULL before the first */
-    int graph_batch;                        /* the micro-batch size and gradient factor */
-    float graph_scale;                      /*   it was recorded for (or last ran eagerly) */
-    bool graph_ran_once;                    /* graph_batch/graph_scale ran once eagerly */
-    float *graph_out;                       /* backend memory: the recording's loss, hits */
+    /* train.cuda_graphs (train_graph.c): recorded step segments and evaluation batches */
+    bool graphs;                            /* on for this run (the plan's cuda_graphs) */
+    graph_entry_t *gcache;                  /* one entry per key seen */
+    int n_gcache, cap_gcache;
+    int32_t *graph_rec;                     /* backend memory: the record a recorded step
+                                               writes (copied to the window's slot) */
+    float *eval_out;                        /* backend memory: an evaluation batch's loss, hits */
+    int64_t graph_recordings, graph_launches; /* this process's (summary.json) */
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
     double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;
@@ -159,12 +185,14 @@ void trainer_aug_opts(const experiment_t *x, int classes, loader_opts_t *lo);
 int trainer_aug_soft_targets(trainer_t *t, err_t *e);   /* after the nets are bound */
 void trainer_aug_free(trainer_t *t);
 #ifdef RUNNER_HAVE_CUDA
-struct cuda_augment_desc;
 int trainer_aug_setup_gpu(trainer_t *t, err_t *e);      /* GPU data path buffers */
-void trainer_aug_desc(const trainer_t *t, struct cuda_augment_desc *d);
-/* Mixes micro-batch `batch` of n (augmented in fp32 into gpu_mix_in) into the net's input
- * and soft targets. */
-int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e);
+/* Host side of mixup on the GPU data path: draws micro-batch `batch`'s mixing (n samples)
+ * and uploads it into sample slot `slot`. */
+int trainer_aug_mix_draw(trainer_t *t, int n, int64_t batch, int slot, err_t *e);
+/* Device side of micro-batch slot m of the step (n samples; indices and mixing already in
+ * their slots): the augmentation kernel into the net's input (or, with mixup, gpu_mix_in,
+ * then mixed into the input and soft targets). Reads the epoch from gpu_epoch. */
+int trainer_gpu_batch(trainer_t *t, int m, int n, err_t *e);
 #endif
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */
@@ -173,6 +201,8 @@ int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e);
 int trainer_allreduce_small(trainer_t *t, float *vals, int n, err_t *e);
 /* 32-bit words of one step record in step_recs. */
 int trainer_step_rec_words(int grad_accum);
+/* Uploads n host labels into the net's label buffer, each checked to be a class. */
+int trainer_upload_labels(trainer_t *t, const int32_t *labels, int n, err_t *e);
 /* Starts the training epoch t->epoch at micro-batch t->start_batch (loader or GPU sampler). */
 int trainer_start_epoch(trainer_t *t, err_t *e);
 /* Enqueues one optimizer step of n_micro micro-batches at lr; its numbers go to the
@@ -182,6 +212,20 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
  * ranks (stop flags, global loss/accuracy) and tracks every step; *stop: TRAINER_STOP_*
  * that some rank received (SIGINT wins over a preemption signal). */
 int trainer_flush_window(trainer_t *t, int *stop, err_t *e);
+
+/* train_graph.c: train.cuda_graphs. trainer_graph_run runs fn(t, arg) — device work only,
+ * nothing on the host that changes between runs of key k — directly when graphs are off;
+ * with graphs, the key's first run directly, its second recorded and launched, later ones
+ * launched (DDP: every rank records the same steps and agrees before using a recording).
+ * trainer_graphs_setup allocates what recorded steps use (train.c, after the nets and the
+ * DDP state); trainer_graphs_free frees the recordings. */
+int trainer_graph_run(trainer_t *t, const graph_key_t *k, int (*fn)(trainer_t *t, void *arg, err_t *e), void *arg,
+                      err_t *e);
+int trainer_graphs_setup(trainer_t *t, err_t *e);
+void trainer_graphs_free(trainer_t *t);
+/* One evaluation batch of n (its images in the net's input, labels in its label buffer):
+ * forward and loss, recorded per batch size like a step; *out gets the loss sum and hits. */
+int trainer_eval_batch(trainer_t *t, int n, net_loss_out_t *out, err_t *e);
 
 /* train_loop.c: the epochs (evaluation, metrics rows, checkpoints, early stopping, stops);
  * returns 0, ERR_INTERRUPT or ERR_PREEMPTED, or -1. */

@@ -29,9 +29,8 @@ static int eval_pass(trainer_t *t, double out[3], err_t *e) {
     track_eval_progress(t->track, t->epoch + 1, 0, batches, 0);
     while ((r = loader_next(t->val_ld, &b, e)) == 1) {
         net_loss_out_t lo;
-        if (net_upload_input(t->net, b->images, b->n, e) ||
-            net_forward(t->net, net_input(t->net), b->n, false, NULL, e) ||
-            net_loss(t->net, b->labels, (float)t->e->train.label_smoothing, 0.0f, &lo, e))
+        if (net_upload_input(t->net, b->images, b->n, e) || trainer_upload_labels(t, b->labels, b->n, e) ||
+            trainer_eval_batch(t, b->n, &lo, e))
             return -1;
         loss += lo.loss_sum;
         c1 += lo.correct1;

@@ -512,6 +512,8 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
      * much of that the step waited for (the rest was hidden behind backward) */
     jw_knum(&w, "comm_allreduce_seconds", t->ddp ? t->sum_comm_allreduce_s : 0);
     jw_knum(&w, "comm_exposed_seconds", t->ddp ? t->sum_comm_exposed_s : 0);
+    jw_kint(&w, "graph_recordings", t->graph_recordings);
+    jw_kint(&w, "graph_launches", t->graph_launches);
     jw_kstr(&w, "mode", t->p->mode);
     jw_kint(&w, "world_size", t->p->world_size);
     jw_kstr(&w, "precision", t->p->precision);

@@ -188,6 +188,7 @@ static int cpu_download(backend_t *be, void *dst, const void *src, size_t bytes)
 
 static void cpu_destroy(backend_t *be) {
     cpu_backend_t *c = cpu_of(be);
+    cpu_graph_abandon(c);
     cpu_pool_deinit(&c->pool);
 #ifdef RUNNER_HAVE_DNNL
     cpu_dnnl_free(c->dnnl);
@@ -195,6 +196,13 @@ static void cpu_destroy(backend_t *be) {
     free(c->choices);
     free(c->scratch);
     free(c);
+}
+
+/* The cpu backend runs ops as they are issued, so queue order is now. */
+static int cpu_host_task(backend_t *be, void (*fn)(void *ctx), void *ctx) {
+    (void)be;
+    fn(ctx);
+    return 0;
 }
 
 /* "oneDNN 2.6.3 (isa avx2), OpenBLAS 0.3.21 ... (core Haswell)": what the CPU kernels run
@@ -244,9 +252,12 @@ static const backend_ops_t cpu_ops = {
     .step_ctl_update = cpu_step_ctl_update,
     .clip_grad_norm = cpu_clip_grad_norm,
     .ema_update = cpu_ema_update,
+    .ema_update_dev = cpu_ema_update_dev,
     .cast = cpu_cast,
     .unscale_check_finite = cpu_unscale_check_finite,
     .scale = cpu_scale,
+    .bn_combine = cpu_bn_combine,
+    .host_task = cpu_host_task,
     .conv_engine = cpu_backend_conv_describe,
     .libraries = cpu_libraries,
 };
@@ -288,6 +299,9 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
     }
     c->avx2_blocked = cpu_dnnl_isa_is_avx2();
 #endif
+    /* test hook: graphs with CUDA semantics (cpu_graph.c), for the trainer's recorded steps */
+    const char *g = getenv("RUNNER_CPU_GRAPHS");
+    if (g && *g && strcmp(g, "0")) cpu_graph_install(c, !strcmp(g, "stale"));
     return &c->base;
 }
 

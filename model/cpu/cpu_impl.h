@@ -59,6 +59,8 @@ typedef struct cpu_conv_choice {
     char impl[48];                /* oneDNN's kernel name ("jit:avx2"), "" for GEMM */
 } cpu_conv_choice_t;
 
+typedef struct cpu_graph cpu_graph_t;   /* a recording (cpu_graph.c) */
+
 /* The backend context. */
 typedef struct cpu_backend {
     backend_t base;               /* must be first */
@@ -73,6 +75,11 @@ typedef struct cpu_backend {
     float *scratch;               /* grow-only workspace for im2col and AMP rounding */
     size_t scratch_floats;
     cpu_dnnl_t *dnnl;             /* NULL without oneDNN */
+    /* graphs (cpu_graph.c, RUNNER_CPU_GRAPHS): ops is graph_ops, plain the cpu table */
+    const backend_ops_t *plain;
+    backend_ops_t graph_ops;
+    cpu_graph_t *rec;             /* the recording in progress, NULL when not recording */
+    int stale_every, launches;    /* RUNNER_CPU_GRAPHS=stale: every 5th launch reports stale */
 } cpu_backend_t;
 
 static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be; }
@@ -166,10 +173,19 @@ int cpu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
 int cpu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
                        float *norm);
 int cpu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay);
+int cpu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, const double *decay);
+int cpu_bn_combine(backend_t *be, int world, int c, const float *gathered, int64_t count, float *mean,
+                   float *var);
 int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
              dtype_t dst_dt);
 int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
 int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
+
+/* cpu_graph.c: makes c's op table the recording one (graph_* ops with CUDA graph
+ * semantics); stale: every 5th launch reports the graph stale. abandon: frees a recording
+ * left open (destroy). */
+void cpu_graph_install(cpu_backend_t *c, bool stale);
+void cpu_graph_abandon(cpu_backend_t *c);
 
 /* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */
 static inline int cpu_nchunks(int64_t n, int64_t grain) {

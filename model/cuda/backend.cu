@@ -243,6 +243,8 @@ static backend_ops_t make_ops(void) {
     o.step_ctl_update = cu_step_ctl_update;
     o.clip_grad_norm = cu_clip_grad_norm;
     o.ema_update = cu_ema_update;
+    o.ema_update_dev = cu_ema_update_dev;
+    o.bn_combine = cu_bn_combine;
     o.cast = cu_cast;
     o.unscale_check_finite = cu_unscale_check_finite;
     o.scale = cu_scale;
