@@ -153,9 +153,9 @@ int trainer_graph_run(trainer_t *t, const graph_key_t *k, int (*fn)(trainer_t *t
         be->ops->graph_free(be, g->graph);
         g->graph = NULL;
         if (collective)
-            return err_set(e, ERR_RUNTIME, "train.cuda_graphs: memory a recorded DDP step uses was reallocated on "
-                           "rank %d (a workspace grew after the shapes were planned), and a rank cannot record "
-                           "again alone; set train.cuda_graphs: false", t->env->rank);
+            return err_set(e, ERR_RUNTIME, "train.cuda_graphs: a rank cannot record a DDP step again alone, and "
+                           "memory rank %d's recording uses was reallocated (a workspace grew after the shapes "
+                           "were planned); set train.cuda_graphs: false", t->env->rank);
         return record(t, g, fn, arg, false, e);
     }
     if (g->runs++ == 0) return fn(t, arg, e);

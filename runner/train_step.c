@@ -260,7 +260,8 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
     }
 #endif
     int words = REC_HEAD + 3 * n_micro;
-    step_seg_t s = {.n_micro = n_micro, .bcast = t->ddp && !t->buffers_synced,
+    /* BN buffers from rank 0 first (not under SyncBN, nor after an EMA step already did) */
+    step_seg_t s = {.n_micro = n_micro, .bcast = t->ddp && !t->buffers_synced && !t->e->parallel.sync_bn,
                     .rec = t->graphs ? t->graph_rec : rec};
     bool one_segment = t->graphs && t->gpu_data;   /* every micro-batch's inputs written first */
     int first = 0;
