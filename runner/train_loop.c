@@ -53,6 +53,9 @@ static int eval_pass(trainer_t *t, double out[3], err_t *e) {
  * for the pass and back, so nothing the step uses changes address). */
 static int evaluate(trainer_t *t, err_t *e) {
     if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    /* in queue order (recorded steps, nccl) nothing waited for that broadcast: wait here,
+     * within parallel.timeout_s, before the evaluation's downloads wait without a bound */
+    if (t->graphs && t->comm && (comm_mark(t->comm, e) || comm_fence(t->comm, e))) return -1;
     double v[3];
     if (eval_pass(t, v, e)) return -1;
     t->val_loss = v[0]; t->val_top1 = v[1]; t->val_top5 = v[2];
