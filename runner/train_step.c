@@ -151,6 +151,9 @@ static int device_micro(trainer_t *t, const step_seg_t *s, int m, err_t *e) {
 #ifdef RUNNER_HAVE_CUDA
     if (t->gpu_data && trainer_gpu_batch(t, m, nb, e)) return -1;
 #endif
+    /* (a per-micro-batch value the host decides, e.g. a dropout RNG key, must come from
+     * slot m of an array the host half filled, copied here into the word the net reads,
+     * since one recording may hold several micro-batches) */
     if (t->ddp) {
         ddp_set_sync(t->ddp, m == s->n_micro - 1);
         ddp_begin_backward(t->ddp);
@@ -261,8 +264,9 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
 #endif
     int words = REC_HEAD + 3 * n_micro;
     /* BN buffers from rank 0 first (not under SyncBN, nor after an EMA step already did) */
+    bool fixed_rec = t->graphs;   /* (a failed recording may turn graphs off mid-step) */
     step_seg_t s = {.n_micro = n_micro, .bcast = t->ddp && !t->buffers_synced && !t->e->parallel.sync_bn,
-                    .rec = t->graphs ? t->graph_rec : rec};
+                    .rec = fixed_rec ? t->graph_rec : rec};
     bool one_segment = t->graphs && t->gpu_data;   /* every micro-batch's inputs written first */
     int first = 0;
     for (int m = 0; m < n_micro; m++) {
@@ -282,7 +286,7 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
         first = m + 1;
     }
     t->buffers_synced = t->ema && t->ddp;
-    if (t->graphs && be->ops->copy(be, rec, t->graph_rec, (size_t)words * sizeof(int32_t))) {
+    if (fixed_rec && be->ops->copy(be, rec, t->graph_rec, (size_t)words * sizeof(int32_t))) {
         *e = be->err;
         return -1;
     }

@@ -2,8 +2,8 @@
  * semantics, so that the trainer's recorded steps (runner/train_graph.c) can be tested
  * where there is no GPU. A test hook: cpu_backend_create turns it on when
  * RUNNER_CPU_GRAPHS is set in the environment ("1"; "stale": every 5th launch of a graph
- * reports it stale, as a CUDA graph whose workspace was reallocated), and normal runs
- * never have it.
+ * reports it stale, as a CUDA graph whose workspace was reallocated; "fail": every
+ * recording fails, "fail-rank<r>": those of rank r only), and normal runs never have it.
  *
  * Between graph_capture_begin and graph_capture_end every compute op (and copy, zero,
  * host_task) is stored with its arguments instead of running: pointers and scalars are
@@ -337,6 +337,11 @@ static int capture_end(backend_t *be, void **graph) {
         graph_free(be, g);
         return -1;   /* be->err holds the op that spoiled it */
     }
+    if (c->fail_recordings) {
+        graph_free(be, g);
+        return err_set(&be->err, ERR_RUNTIME, "cpu graphs: recording refused (RUNNER_CPU_GRAPHS=%s)",
+                       getenv("RUNNER_CPU_GRAPHS"));
+    }
     *graph = g;
     return 0;
 }
@@ -352,7 +357,7 @@ static int launch(backend_t *be, void *graph) {
     return 0;
 }
 
-void cpu_graph_install(cpu_backend_t *c, bool stale) {
+void cpu_graph_install(cpu_backend_t *c, const char *mode) {
     backend_ops_t *o = &c->graph_ops;
     c->plain = c->base.ops;
     *o = *c->plain;
@@ -397,7 +402,12 @@ void cpu_graph_install(cpu_backend_t *c, bool stale) {
     o->graph_capture_end = capture_end;
     o->graph_launch = launch;
     o->graph_free = graph_free;
-    c->stale_every = stale ? 5 : 0;
+    c->stale_every = !strcmp(mode, "stale") ? 5 : 0;
+    /* "fail": every recording fails at its end; "fail-rank<r>": only in the process of
+     * rank r (RANK, set by the launcher), for the ranks' agreement after a recording */
+    const char *rank = getenv("RANK");
+    c->fail_recordings = !strcmp(mode, "fail") ||
+                         (!strncmp(mode, "fail-rank", 9) && rank && !strcmp(rank, mode + 9));
     c->base.ops = o;
 }
 

@@ -80,6 +80,7 @@ typedef struct cpu_backend {
     backend_ops_t graph_ops;
     cpu_graph_t *rec;             /* the recording in progress, NULL when not recording */
     int stale_every, launches;    /* RUNNER_CPU_GRAPHS=stale: every 5th launch reports stale */
+    bool fail_recordings;         /* RUNNER_CPU_GRAPHS=fail[-rank<r>] */
 } cpu_backend_t;
 
 static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be; }
@@ -182,9 +183,9 @@ int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl
 int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
 
 /* cpu_graph.c: makes c's op table the recording one (graph_* ops with CUDA graph
- * semantics); stale: every 5th launch reports the graph stale. abandon: frees a recording
- * left open (destroy). */
-void cpu_graph_install(cpu_backend_t *c, bool stale);
+ * semantics); mode: RUNNER_CPU_GRAPHS ("stale", "fail", "fail-rank<r>": see there).
+ * abandon: frees a recording left open (destroy). */
+void cpu_graph_install(cpu_backend_t *c, const char *mode);
 void cpu_graph_abandon(cpu_backend_t *c);
 
 /* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */

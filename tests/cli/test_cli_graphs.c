@@ -24,7 +24,9 @@
  *  5. RUNNER_CPU_GRAPHS=stale: recordings reported stale now and then are recorded again
  *     (single: same bits); in DDP a stale recording fails the run with the reason (a rank
  *     cannot record alone).
- *  6. the key: auto / true / false / yes parse, a bad value is exit 2 naming the choices;
+ *  6. RUNNER_CPU_GRAPHS=fail / fail-rank1: a failed recording (one rank's, in DDP) turns
+ *     graphs off for every rank with one console line, and the run ends as without graphs.
+ *  7. the key: auto / true / false / yes parse, a bad value is exit 2 naming the choices;
  *     `runner plan` says on or off and why; without the hook auto is off on the cpu.
  */
 #include "tests/cli/cli_util.h"
@@ -284,6 +286,40 @@ static void stale_recordings(void) {
     unsetenv("RUNNER_CPU_GRAPHS");
 }
 
+/* A recording that fails turns graphs off with one console line and the run goes on
+ * normally, to the same bits; in DDP one rank's failure (fail-rank1) makes every rank go
+ * on without graphs, after agreeing on it. */
+static void failed_recordings_fall_back(void) {
+    char exp[700], r[1024], ref[4096];
+    write_exp(exp, sizeof exp, "fallback", "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n");
+    const char *modes[2] = {"fail", "fail-rank1"};
+    const char *sets[2] = {"", "--set parallel.mode=ddp --set parallel.world_size=2 --set parallel.backend=shm"};
+    for (int k = 0; k < 2; k++) {
+        char a[1024];
+        setenv("RUNNER_CPU_GRAPHS", "1", 1);
+        snprintf(r, sizeof r, "%s/fallback%d-off", tmp, k);
+        snprintf(a, sizeof a, "--set train.cuda_graphs=false %s", sets[k]);
+        const char *d = cli_run(exp, r, a, 6, out, sizeof out);
+        CHECK(d != NULL);
+        snprintf(ref, sizeof ref, "%s", d ? d : "");
+        setenv("RUNNER_CPU_GRAPHS", modes[k], 1);
+        snprintf(r, sizeof r, "%s/fallback%d-on", tmp, k);
+        snprintf(a, sizeof a, "--set train.cuda_graphs=true %s", sets[k]);
+        d = cli_run(exp, r, a, 7, out, sizeof out);
+        CHECK(d != NULL);
+        unsetenv("RUNNER_CPU_GRAPHS");
+        if (!d || !ref[0]) continue;
+        CHECK_CONTAINS(out, k == 0 ? "train.cuda_graphs: recording a step failed, running without graphs: cpu "
+                                     "graphs: recording refused"
+                                   : "train.cuda_graphs: recording a step failed on another rank");
+        CHECK(summary_number(d, "graph_launches") == 0);
+        const char *sections[] = {"params", "buffers", "optim.momentum_buffer"};
+        cli_check_same_sections(d, ref, sections, 3);
+        static const int step_cols[] = {0, 1, 2, 3, 4};
+        cli_check_same_csv(d, ref, "steps.csv", step_cols, 5);
+    }
+}
+
 static void the_key(void) {
     char exp[700], args[1024];
     write_exp(exp, sizeof exp, "key", "");
@@ -323,6 +359,7 @@ int main(void) {
     TEST_RUN(ddp_shm_world2);
     TEST_RUN(resume_mid_epoch);
     TEST_RUN(stale_recordings);
+    TEST_RUN(failed_recordings_fall_back);
     int rc = test_main_end();
     if (rc == 0) {
         char cmd[700];
