@@ -54,22 +54,6 @@ static const char *recipe =
 
 static int steps_of(const char *dir) { return (int)cli_json_number(dir, "summary.json", "steps"); }
 
-/* The bn_counters array of DIR's last.ckpt meta as text ("" when missing). */
-static void bn_counters(const char *dir, char *buf, size_t len) {
-    size_t n = 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
-    char *meta = ckpt_section_copy(path, "meta", &n);
-    buf[0] = '\0';
-    if (!meta) return;
-    meta = realloc(meta, n + 1);
-    meta[n] = '\0';
-    const char *p = strstr(meta, "\"bn_counters\"");
-    const char *q = p ? strchr(p, ']') : NULL;
-    if (p && q) snprintf(buf, len, "%.*s", (int)(q - p + 1), p);
-    free(meta);
-}
-
 /* Rows 1..rows of column `name` of two runs' steps.csv that differ as text; unlike
  * gc_same_cells, two empty cells agree (grad_norm of an overflowed fp16 step is inf,
  * written empty), but most must be filled. */
@@ -103,8 +87,8 @@ static void same_runs(const char *on, const char *off, int steps, const char *op
         CHECK(a == b);
     }
     char ca[4096], cb[4096];
-    bn_counters(on, ca, sizeof ca);
-    bn_counters(off, cb, sizeof cb);
+    gc_bn_counters(on, ca, sizeof ca);
+    gc_bn_counters(off, cb, sizeof cb);
     CHECK(ca[0] != '\0');
     CHECK_STR(ca, cb);
     const char *sc[] = {"loss", "top1", "loss_scale", "grad_norm"};

@@ -38,7 +38,7 @@ static backend_t *make_be(const char *graphs) {
     err_t e = {0};
     if (graphs) setenv("RUNNER_CPU_GRAPHS", graphs, 1);
     else unsetenv("RUNNER_CPU_GRAPHS");
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 2};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
     backend_t *be = cpu_backend_create(&bo, &e);
     unsetenv("RUNNER_CPU_GRAPHS");
     if (!be) {
@@ -81,7 +81,7 @@ static void every_slot_wrapped(void) {
 
 /* ---- 2. a whole step recorded == run ---- */
 
-enum { B = 6, HW = 8, CLASSES = 5, STEPS = 6 };
+enum { B = 6, HW = 8, CLASSES = 5, STEPS = 4 };
 
 typedef struct side {
     backend_t *be;
