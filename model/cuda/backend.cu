@@ -344,6 +344,7 @@ void cuda_backend_clear_caches(backend_t *be) {
     cudaStreamSynchronize(cb->stream);
     cu_conv_free_plans(cb);
     cu_linear_free_plans(cb);
+    cb->mem_gen++;   /* a graph recorded before uses the workspace freed here: stale */
     cb_free(cb, cb->ws.p);
     cb->ws.p = NULL;
     cb->ws.bytes = 0;
