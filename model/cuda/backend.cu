@@ -250,6 +250,7 @@ static backend_ops_t make_ops(void) {
     o.graph_capture_end = cu_graph_capture_end;
     o.graph_launch = cu_graph_launch;
     o.graph_free = cu_graph_free;
+    o.conv_engine = cu_conv_describe;
     return o;
 }
 static const backend_ops_t cuda_ops = make_ops();
