@@ -88,37 +88,57 @@ static net_loss_out_t run_step(net_t *n, const float *img, const int32_t *labels
     return out;
 }
 
-/* fp32: the GPU against the CPU, to fp32 rounding. */
-static void test_step_fp32(void) {
-    pair_t p = pair_make(true, false);
-    side_t s[2] = {side_make(p.cpu, DT_F32, BATCH, 32), side_make(p.gpu, DT_F32, BATCH, 32)};
-    size_t np = net_num_params(s[0].net), nb = net_num_buffers(s[0].net);
+/* n nets on the fixed batch (image tag 91, labels 7i mod 10), each on its backend and
+ * dtype: one step each, the results on the host. */
+typedef struct runs {
+    int n;
+    side_t s[3];
+    net_loss_out_t out[3];
+    float *grads[3], *bufs[3];
+    size_t np, nb;
+} runs_t;
+
+static void runs_do(runs_t *r, int n, backend_t *const *be, const dtype_t *dt) {
     float *img = hrand((int64_t)BATCH * 32 * 32 * 3, 91, -2.0f, 2.0f);
     int32_t labels[BATCH];
     for (int i = 0; i < BATCH; i++) labels[i] = (i * 7) % CLASSES;
-    net_loss_out_t out[2];
-    float *grads[2], *bufs[2];
-    for (int i = 0; i < 2; i++) {
-        grads[i] = hbuf((int64_t)np);
-        bufs[i] = hbuf((int64_t)nb);
-        out[i] = run_step(s[i].net, img, labels, grads[i], bufs[i]);
+    r->n = n;
+    for (int i = 0; i < n; i++) {
+        r->s[i] = side_make(be[i], dt[i], BATCH, 32);
+        r->np = net_num_params(r->s[i].net);
+        r->nb = net_num_buffers(r->s[i].net);
+        r->grads[i] = hbuf((int64_t)r->np);
+        r->bufs[i] = hbuf((int64_t)r->nb);
+        r->out[i] = run_step(r->s[i].net, img, labels, r->grads[i], r->bufs[i]);
     }
-    double gl2 = rel_l2(grads[1], grads[0], np), bl2 = rel_l2(bufs[1], bufs[0], nb);
-    fprintf(stderr, "  fp32: loss cpu %.6f gpu %.6f, grads rel L2 %.3g, buffers rel L2 %.3g\n", out[0].loss_sum,
-            out[1].loss_sum, gl2, bl2);
-    CHECK_NEAR(out[1].loss_sum, out[0].loss_sum, 0.0, 1e-4);
-    CHECK_INT(out[1].correct1, out[0].correct1);
+    free(img);
+}
+
+static void runs_free(runs_t *r) {
+    for (int i = 0; i < r->n; i++) {
+        free(r->grads[i]);
+        free(r->bufs[i]);
+        net_free(r->s[i].net);
+    }
+}
+
+/* fp32: the GPU against the CPU, to fp32 rounding. */
+static void test_step_fp32(void) {
+    pair_t p = pair_make(true, false);
+    runs_t r;
+    runs_do(&r, 2, (backend_t *[]){p.cpu, p.gpu}, (dtype_t[]){DT_F32, DT_F32});
+    size_t np = r.np;
+    double gl2 = rel_l2(r.grads[1], r.grads[0], np), bl2 = rel_l2(r.bufs[1], r.bufs[0], r.nb);
+    fprintf(stderr, "  fp32: loss cpu %.6f gpu %.6f, grads rel L2 %.3g, buffers rel L2 %.3g\n", r.out[0].loss_sum,
+            r.out[1].loss_sum, gl2, bl2);
+    CHECK_NEAR(r.out[1].loss_sum, r.out[0].loss_sum, 0.0, 1e-4);
+    CHECK_INT(r.out[1].correct1, r.out[0].correct1);
     CHECK(gl2 <= 1e-3);
     CHECK(bl2 <= 1e-3);
     double gn = 0;
-    for (size_t i = 0; i < np; i++) gn += fabs(grads[0][i]);
+    for (size_t i = 0; i < np; i++) gn += fabs(r.grads[0][i]);
     CHECK(gn > 0.0);   /* a non-trivial gradient */
-    for (int i = 0; i < 2; i++) {
-        free(grads[i]);
-        free(bufs[i]);
-        net_free(s[i].net);
-    }
-    free(img);
+    runs_free(&r);
     pair_free(&p);
 }
 
@@ -128,19 +148,11 @@ static void test_step_fp32(void) {
 static void check_step_half(dtype_t dt, double loss_tol) {
     pair_t p = pair_make(true, false);
     /* [0] CPU fp32 (the reference), [1] CPU in dt (the emulation), [2] GPU in dt */
-    side_t s[3] = {side_make(p.cpu, DT_F32, BATCH, 32), side_make(p.cpu, dt, BATCH, 32),
-                   side_make(p.gpu, dt, BATCH, 32)};
-    size_t np = net_num_params(s[0].net), nb = net_num_buffers(s[0].net);
-    float *img = hrand((int64_t)BATCH * 32 * 32 * 3, 91, -2.0f, 2.0f);
-    int32_t labels[BATCH];
-    for (int i = 0; i < BATCH; i++) labels[i] = (i * 7) % CLASSES;
-    net_loss_out_t out[3];
-    float *grads[3], *bufs[3];
-    for (int i = 0; i < 3; i++) {
-        grads[i] = hbuf((int64_t)np);
-        bufs[i] = hbuf((int64_t)nb);
-        out[i] = run_step(s[i].net, img, labels, grads[i], bufs[i]);
-    }
+    runs_t r;
+    runs_do(&r, 3, (backend_t *[]){p.cpu, p.cpu, p.gpu}, (dtype_t[]){DT_F32, dt, dt});
+    size_t np = r.np, nb = r.nb;
+    float **grads = r.grads, **bufs = r.bufs;
+    net_loss_out_t *out = r.out;
     double gc = rel_l2(grads[1], grads[0], np), gg = rel_l2(grads[2], grads[0], np);
     double bc = rel_l2(bufs[1], bufs[0], nb), bg = rel_l2(bufs[2], bufs[0], nb);
     fprintf(stderr, "  %s: loss fp32 %.6f cpu %.6f gpu %.6f; grads rel L2 to fp32: cpu %.3g gpu %.3g (%.2fx); "
@@ -151,8 +163,8 @@ static void check_step_half(dtype_t dt, double loss_tol) {
     double unit = dt == DT_F16 ? 0x1p-11 : 0x1p-8, worst = 0;
     const char *worst_name = "";
     int over = 0;
-    for (int t = 0; t < net_num_tensors(s[0].net); t++) {
-        const net_tensor_t *nt = net_tensor(s[0].net, t);
+    for (int t = 0; t < net_num_tensors(r.s[0].net); t++) {
+        const net_tensor_t *nt = net_tensor(r.s[0].net, t);
         if (nt->store != NET_STORE_PARAM) continue;
         double c = rel_l2(grads[1] + nt->offset, grads[0] + nt->offset, nt->numel);
         double g = rel_l2(grads[2] + nt->offset, grads[0] + nt->offset, nt->numel);
@@ -167,12 +179,7 @@ static void check_step_half(dtype_t dt, double loss_tol) {
     CHECK(gg <= HALF_RATIO * gc);
     CHECK(bg <= HALF_RATIO * bc);
     CHECK_NEAR(out[2].loss_sum, out[1].loss_sum, 0.0, loss_tol);
-    for (int i = 0; i < 3; i++) {
-        free(grads[i]);
-        free(bufs[i]);
-        net_free(s[i].net);
-    }
-    free(img);
+    runs_free(&r);
     pair_free(&p);
 }
 
