@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_gpu_tests_json.py: gpu_tests_json.py (which writes bench/results/gpu_tests.json in
-a GPU session) on the first GPU run's ctest log (fixtures/ctest_h200_2026-11-26.log: 13
+a GPU session) on the first GPU run's ctest log (bench/results/gpu_h200_2026-11-26/ctest.log: 13
 passed, 2 failed, 2 skipped), on the same log cut off mid-run, and on sanitizer logs with
 errors, none, and no summary."""
 import json
@@ -11,7 +11,7 @@ import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 script = os.path.join(here, "gpu_tests_json.py")
-log = os.path.join(here, "fixtures", "ctest_h200_2026-11-26.log")
+log = os.path.join(here, "..", "..", "bench", "results", "gpu_h200_2026-11-26", "ctest.log")
 failures = 0
 
 
