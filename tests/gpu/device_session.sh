@@ -307,3 +307,4 @@ tar czf "$O/logs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$L" . 2>/de
 files=("$O"/*)
 echo "== summary ($(el) s of $BUDGET; files in $O: ${files[*]##*/})"
 printf '%s\n' "${summary[@]}"
+sleep 1   # let tee finish session.log
