@@ -208,17 +208,25 @@ stage_e2e() {
     {
         e2e_run e2e_bf16_default "$bf16" $single || rc=1
         e2e_run e2e_bf16_graphs_true "$bf16" $single --set train.cuda_graphs=true || rc=1
-        e2e_run e2e_bf16_graphs_false "$bf16" $single --set train.cuda_graphs=false || rc=1
         e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
         e2e_run e2e_fp16_default "$fp16" $single || rc=1
+        # what the default resolved to: a run with the same value again would repeat one
+        local dflt="" res
+        for res in "$L"/runs/e2e_bf16_default/*/resolved.yaml; do
+            [ -f "$res" ] && dflt=$(sed -nE 's/^\s+cuda_graphs:\s*([a-z]+).*/\1/p' "$res" | head -1)
+        done
+        echo "train.cuda_graphs defaults to ${dflt:-?}"
+        [ "$dflt" != false ] && { e2e_run e2e_bf16_graphs_false "$bf16" $single --set train.cuda_graphs=false || rc=1; }
         if rr "$B/runner" plan experiments/resnet50_cifar100.yaml --set device=$DEV --set data.dataset=synthetic \
             --set "data.synthetic=$E2E_SYN" $single --set train.cuda_graphs=auto >/dev/null 2>&1; then
-            e2e_run e2e_bf16_graphs_auto "$bf16" $single --set train.cuda_graphs=auto || rc=1
-            e2e_run e2e_ddp1_nccl_bf16_graphs_auto "$bf16" $ddp --set train.cuda_graphs=auto || rc=1
+            if [ "$dflt" != auto ]; then
+                e2e_run e2e_bf16_graphs_auto "$bf16" $single --set train.cuda_graphs=auto || rc=1
+                e2e_run e2e_ddp1_nccl_bf16_graphs_auto "$bf16" $ddp --set train.cuda_graphs=auto || rc=1
+            fi
+            e2e_run e2e_ddp1_nccl_bf16_graphs_true "$bf16" $ddp --set train.cuda_graphs=true || rc=1
         else
-            echo "train.cuda_graphs: auto is not a value this build knows (graphs22 adds it); skipped"
+            echo "train.cuda_graphs: auto is not a value this build knows (graphs22 adds it, and DDP graphs)"
         fi
-        e2e_run e2e_ddp1_nccl_bf16_graphs_true "$bf16" $ddp --set train.cuda_graphs=true || rc=1
     }
     return $rc
 }
@@ -231,8 +239,7 @@ stage_fashion() {
     # run's rates: 94 host-bound steps of ~7 ms), plus ~5 s per runner start and ~15 s
     # for PyTorch's: the epochs that fit the time left, the same for both
     if [ -z "$epochs" ]; then
-        if [ "$l" -ge 200 ]; then epochs=15; elif [ "$l" -ge 130 ]; then epochs=12
-        elif [ "$l" -ge 95 ]; then epochs=8; else epochs=5; fi
+        if [ "$l" -ge 150 ]; then epochs=12; elif [ "$l" -ge 100 ]; then epochs=8; else epochs=5; fi
     fi
     local extra=""
     [ -n "$DRY" ] && extra="--precision fp32 --threads 2 --python ${TORCH_PYTHON:-/usr/bin/python3}"
