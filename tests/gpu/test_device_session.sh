@@ -4,7 +4,7 @@
 # backend, Fashion-MNIST 1 epoch of 1 seed on a 128/128-image subset (PyTorch too, when
 # /usr/bin/python3 has it), and the result files must come out complete: at most 8 files
 # in $OUT, gpu_tests.json with the fake device and driver and every gpu test counted,
-# gpu_e2e.json with the four configurations of a build without graphs: auto completed, gpu_resnet50_cifar.json
+# gpu_e2e.json with the four configurations a build without `train.cuda_graphs: auto` runs, gpu_resnet50_cifar.json
 # with the runner's row (rate, host time, profile), the Fashion-MNIST JSON with the
 # runner's seed. Also bash -n and (where installed) shellcheck on the session scripts.
 # Usage: test_device_session.sh BUILD_DIR     (a CPU-capable build with runner and
