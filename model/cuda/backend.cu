@@ -252,6 +252,7 @@ static backend_ops_t make_ops(void) {
     o.graph_capture_end = cu_graph_capture_end;
     o.graph_launch = cu_graph_launch;
     o.graph_free = cu_graph_free;
+    o.conv_engine = cu_conv_describe;
     return o;
 }
 static const backend_ops_t cuda_ops = make_ops();
@@ -346,6 +347,7 @@ void cuda_backend_clear_caches(backend_t *be) {
     cudaStreamSynchronize(cb->stream);
     cu_conv_free_plans(cb);
     cu_linear_free_plans(cb);
+    cb->mem_gen++;   /* a graph recorded before uses the workspace freed here: stale */
     cb_free(cb, cb->ws.p);
     cb->ws.p = NULL;
     cb->ws.bytes = 0;

@@ -14,6 +14,13 @@ int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const v
 int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
                          const void *dy, float *dw);
 
+/* backend_ops_t.conv_engine: the algorithm each plan of shape s uses in direction which
+ * (0 fwd, 1 bwd data, 2 bwd filter) and how it was chosen, e.g. "cudnn fwd
+ * IMPLICIT_PRECOMP_GEMM tensor_op, ws 12.0 MB, gpu 0.123 ms, host 9 us; by gpu+host cost
+ * of 5 usable" (several plans of the shape, e.g. two dtypes: joined by " | ", each
+ * prefixed with its dtype). -1 (buf says so) before the first call of the shape. */
+int cu_conv_describe(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
+
 struct cuda_be;
 /* Destroys every cached plan (descriptors and chosen algorithms). */
 void cu_conv_free_plans(struct cuda_be *cb);

@@ -87,7 +87,8 @@ void cuda_stager_free(cuda_stager_t *s);
 int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);
 
 /* Releases cached convolution algorithms and the shared workspace (the next use of a shape
- * searches again). For benchmarks that switch dtypes. */
+ * searches again). For benchmarks that switch dtypes. Graphs recorded before are stale
+ * afterwards (graph_launch returns 1): they use the freed workspace. */
 void cuda_backend_clear_caches(backend_t *be);
 
 #ifdef __cplusplus

@@ -8,6 +8,13 @@
  * a wrong layout or index is off by O(rms) and still fails). TF32 products carry ~5e-4
  * relative error each, so TF32 results are held to 1e-3 in relative L2 norm and 4e-3 per
  * element.
+ *
+ * Dry runs (no GPU needed): RUNNER_GPU_TEST_DRYRUN=cpu makes the "gpu" side of every pair
+ * a second CPU backend whose convolutions run on im2col + OpenBLAS GEMM instead of
+ * oneDNN (another summation order, as the GPU's is), and gpu_or_skip no longer skips; run
+ * it with RUNNER_TEST_ONLY naming the cases that use pairs alone. The "gpu" twin then
+ * holds rounded fp32 values like the CPU side. RUNNER_GPU_TEST_PLANT plants a defect in
+ * one side's ops (gpu_plant.h), to show that a test's checks catch it.
  */
 #ifndef RUNNER_TESTS_GPU_TEST_UTIL_H
 #define RUNNER_TESTS_GPU_TEST_UTIL_H
@@ -22,10 +29,17 @@
 #include "util/half.h"
 #include "util/rng.h"
 #include "tests/test.h"
+#include "tests/gpu/gpu_plant.h"
 
-/* Exits 77 (skipped) when no CUDA GPU is visible. */
+/* RUNNER_GPU_TEST_DRYRUN=cpu: the "gpu" side is a CPU backend (see the top). */
+static inline bool gpu_dryrun(void) {
+    const char *v = getenv("RUNNER_GPU_TEST_DRYRUN");
+    return v && !strcmp(v, "cpu");
+}
+
+/* Exits 77 (skipped) when no CUDA GPU is visible (and this is no dry run). */
 static inline void gpu_or_skip(void) {
-    if (cuda_device_count() == 0) test_skip("no CUDA GPU");
+    if (!gpu_dryrun() && cuda_device_count() == 0) test_skip("no CUDA GPU");
 }
 
 static inline double dt_tol(dtype_t dt) { return dt == DT_F32 ? 1e-3 : (dt == DT_F16 ? 1e-2 : 3e-2); }
@@ -42,12 +56,19 @@ static inline pair_t pair_make(bool deterministic, bool tf32) {
     o.threads = 2;
     p.cpu = cpu_backend_create(&o, &e);
     if (!p.cpu) { fprintf(stderr, "cpu_backend_create: %s\n", e.msg); exit(1); }
-    o.kind = BACKEND_CUDA;
-    o.device = 0;
-    o.deterministic = deterministic;
-    o.allow_tf32 = tf32;
-    p.gpu = cuda_backend_create(&o, &e);
-    if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
+    if (gpu_dryrun()) {
+        p.gpu = cpu_backend_create(&o, &e);
+        if (!p.gpu) { fprintf(stderr, "cpu_backend_create: %s\n", e.msg); exit(1); }
+        cpu_backend_set_conv_engine(p.gpu, 1);   /* im2col + GEMM */
+    } else {
+        o.kind = BACKEND_CUDA;
+        o.device = 0;
+        o.deterministic = deterministic;
+        o.allow_tf32 = tf32;
+        p.gpu = cuda_backend_create(&o, &e);
+        if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
+    }
+    gpu_plant(p.cpu, p.gpu);
     return p;
 }
 
@@ -88,7 +109,8 @@ typedef struct twin {
 /* Allocates the twin and fills both sides from host (rounded to dt); host NULL = zeros. */
 static inline twin_t twin_new(pair_t *p, int64_t n, dtype_t dt, const float *host) {
     twin_t t = {NULL, NULL, n, dt};
-    size_t gsz = dt == DT_F32 ? 4 : 2;
+    bool half = dt != DT_F32 && p->gpu->kind == BACKEND_CUDA;   /* 2-byte values on the gpu side */
+    size_t gsz = half ? 2 : 4;
     t.c = p->cpu->ops->alloc(p->cpu, (size_t)n * 4);
     t.g = p->gpu->ops->alloc(p->gpu, (size_t)n * gsz);
     if (!t.c || !t.g) { fprintf(stderr, "twin alloc failed\n"); exit(1); }
@@ -101,8 +123,7 @@ static inline twin_t twin_new(pair_t *p, int64_t n, dtype_t dt, const float *hos
         if (dt == DT_BF16) h[i] = f32_to_bf16(v);
     }
     OK(p->cpu, p->cpu->ops->upload(p->cpu, t.c, r, (size_t)n * 4));
-    OK(p->gpu, p->gpu->ops->upload(p->gpu, t.g, dt == DT_F32 ? (const void *)r : (const void *)h,
-                                   (size_t)n * gsz));
+    OK(p->gpu, p->gpu->ops->upload(p->gpu, t.g, half ? (const void *)h : (const void *)r, (size_t)n * gsz));
     free(r);
     free(h);
     return t;
@@ -113,7 +134,7 @@ static inline void twin_get(pair_t *p, const twin_t *t, float **cv, float **gv) 
     *cv = hbuf(t->n);
     *gv = hbuf(t->n);
     OK(p->cpu, p->cpu->ops->download(p->cpu, *cv, t->c, (size_t)t->n * 4));
-    if (t->dt == DT_F32) {
+    if (t->dt == DT_F32 || p->gpu->kind != BACKEND_CUDA) {
         OK(p->gpu, p->gpu->ops->download(p->gpu, *gv, t->g, (size_t)t->n * 4));
     } else {
         uint16_t *h = (uint16_t *)calloc((size_t)(t->n > 0 ? t->n : 1), 2);

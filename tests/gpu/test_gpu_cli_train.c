@@ -97,6 +97,19 @@ static void check_summary(const char *dir, const char *device, const char *mode,
     CHECK_INT(cli_json_number(dir, "summary.json", "world_size"), world);
     CHECK_INT(cli_json_number(dir, "summary.json", "steps"), STEPS);
     CHECK_INT(cli_json_number(dir, "summary.json", "exit_code"), 0);
+    /* env.json names the convolution algorithms that ran (the conv_engine op) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/env.json", dir);
+    char *env = test_read_file(path, NULL);
+    CHECK(env != NULL);
+    if (env && !strcmp(device, "cuda") && strcmp(mode, "dp")) {
+        CHECK_CONTAINS(env, "\"fwd\": \"cudnn fwd ");
+        CHECK_CONTAINS(env, "\"bwd_filter\": \"cudnn bwd_filter ");
+        CHECK_CONTAINS(env, "deterministic, heuristic order");
+    } else if (env) {
+        CHECK_CONTAINS(env, "\"conv_engines\"");
+    }
+    free(env);
 }
 
 /* The GPU run's curves against the CPU run's, within the tolerances of case 1. */

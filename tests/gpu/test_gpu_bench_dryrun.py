@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""test_gpu_bench_dryrun.py: bench_gpu_bench --profile's counting, on the CPU backend.
+
+The GPU times of the op-kind profiler (bench/gpu_prof) need a GPU; what it counts does
+not: one resnet20 step (batch 4, fp16 AMP, 10 classes) with --backend cpu --profile 1
+must report the calls each op kind gets from the net's structure (21 convolutions and
+BN layers, 20 data gradients: the stem's input needs none; one classifier, loss,
+optimizer, shadow cast and unscale), the bn_apply bytes of gpu_prof.c's formula worked
+out here by hand from resnet20's layers (4-byte elements: the CPU backend's), the
+memory-bound total as the sum of its kinds, and one conv_engines entry per distinct
+convolution shape (8). Usage: test_gpu_bench_dryrun.py BENCH_GPU_BENCH
+"""
+import json
+import subprocess
+import sys
+
+bench = sys.argv[1]
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("CHECK failed:", what)
+
+
+B = 4
+r = subprocess.run([bench, "--backend", "cpu", "--arch", "resnet20", "--classes", "10", "--batch", str(B),
+                    "--precision", "fp16", "--warmup", "0", "--steps", "1", "--profile", "1", "--profile-steps", "1"],
+                   capture_output=True, text=True, timeout=240)
+check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}")
+line = json.loads(r.stdout.strip().splitlines()[-1])
+prof = line["profile"]
+kinds = {k["kind"]: k for k in prof["kinds"]}
+want_calls = {"conv_fwd": 21, "conv_bwd_data": 20, "conv_bwd_filter": 21, "bn_stats": 21, "bn_apply": 21,
+              "bn_update_running": 21, "bn_bwd_reduce": 21, "bn_bwd_apply": 21, "linear_fwd": 1, "linear_bwd": 1,
+              "avgpool_fwd": 1, "avgpool_bwd": 1, "softmax_xent": 1, "sgd_step": 1, "step_ctl_update": 1,
+              "cast": 1, "unscale_check_finite": 1}
+for k, n in want_calls.items():
+    check(kinds.get(k, {}).get("calls") == n, f"{k} calls {kinds.get(k, {}).get('calls')} != {n}")
+
+# bn_apply: e*m*c*(2, or 3 with the shortcut z) + 16c per BN layer (e = 4 on the CPU)
+e = 4
+layers = []  # (rows x channels per sample, channels, has z)
+layers.append((32 * 32 * 16, 16, False))                  # stem
+for _ in range(3):                                          # layer1
+    layers += [(32 * 32 * 16, 16, False), (32 * 32 * 16, 16, True)]
+for hw, c in ((16, 32), (8, 64)):                           # layer2, layer3
+    layers.append((hw * hw * c, c, False))                  # downsample BN
+    for _ in range(3):
+        layers += [(hw * hw * c, c, False), (hw * hw * c, c, True)]
+want = sum(e * B * mc * (3 if z else 2) + 16 * c for mc, c, z in layers)
+check(len(layers) == 21, f"{len(layers)} BN layers")
+check(kinds["bn_apply"]["bytes"] == want, f"bn_apply bytes {kinds['bn_apply']['bytes']} != {want}")
+mem = sum(k["bytes"] for k in prof["kinds"] if k["memory_bound"])
+check(abs(prof["nonconv_bytes"] - mem) <= 1, f"nonconv_bytes {prof['nonconv_bytes']} != {mem}")
+check(not kinds["conv_fwd"]["memory_bound"] and kinds["bn_stats"]["memory_bound"], "memory_bound flags")
+# conv FLOPs: forward of every conv = the net's forward FLOPs minus the classifier's
+check(kinds["conv_fwd"]["flops"] > 0 and kinds["conv_bwd_filter"]["flops"] == kinds["conv_fwd"]["flops"],
+      "conv flops")
+check(len(line["conv_engines"]) == 8, f"{len(line['conv_engines'])} conv shapes")
+check(all("fwd" in c for c in line["conv_engines"]), "every shape names its forward engine")
+check(line["host_ms"] > 0 and line["step_ms"] > 0, "host_ms, step_ms")
+check("memory-bound kinds:" in r.stderr and "op kind" in r.stderr, "the table on stderr")
+print("ok" if not failures else f"{failures} checks failed")
+sys.exit(1 if failures else 0)
