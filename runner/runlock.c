@@ -64,6 +64,22 @@ static int read_holder(int fd, char *out, size_t len, long *pid, char *host, siz
     return 0;
 }
 
+/* True when the holder named in the lock file ran on this host and is gone or a zombie:
+ * its lock is being released. */
+static bool holder_exiting(long pid, const char *host) {
+    char me[256] = "", path[64], stat[512];
+    gethostname(me, sizeof me - 1);
+    if (pid <= 0 || strcmp(host, me)) return false;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *rp = strrchr(stat, ')');   /* the name may hold spaces and parentheses */
+    return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 /* Replaces the lock file's content with this process's holder line. Best effort: the
  * lock itself is what keeps a second writer out. */
 static void write_holder(int fd, const char *command) {
@@ -124,11 +140,21 @@ int run_lock_take(const char *run_dir, const char *command, run_lock_t *l, err_t
         if (raw <= 2) close(raw);
         if (fd < 0) return err_errno(e, ERR_RUNTIME, "%s", path);
     }
-    int r = ofd_lock(fd);
-    if (r == EAGAIN || r == EACCES) {
+    /* A holder that was just killed keeps the lock until the kernel has torn down all its
+     * threads (one in fsync can take a while) and the ranks it passed the lock to have
+     * died with it: a holder gone from this host is waited for (30 s at most). A live
+     * one, or one on another host, is not: this process stops at once. */
+    int r;
+    for (double waited = 0;; waited += 0.05) {
+        r = ofd_lock(fd);
+        if (r != EAGAIN && r != EACCES) break;
         char who[1024], host[256];
         long pid;
         read_holder(fd, who, sizeof who, &pid, host, sizeof host);
+        if (waited < 30.0 && holder_exiting(pid, host)) {
+            usleep(50000);
+            continue;
+        }
         close(fd);
         char stop[400] = "";
         if (pid > 0) snprintf(stop, sizeof stop, ", or stop it (kill -INT %ld%s%s: it saves a checkpoint first)", pid,

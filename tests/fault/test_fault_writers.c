@@ -224,7 +224,7 @@ static void ddp_races(void) {
         "model: {arch: resnet20}\n"
         "optimizer: {name: sgd, lr: 0.02, momentum: 0.9}\n"
         "schedule: {name: constant, warmup_epochs: 0}\n"
-        "train: {epochs: 12, batch_size: 16}\n"
+        "train: {epochs: 30, batch_size: 16}\n"
         "parallel: {mode: ddp, world_size: 2, backend: shm, max_restarts: 1}\n"
         "logging: {print_every: 1}\n"
         "checkpoint: {every_epochs: 1, every_steps: 3, keep_last: 2, resume: auto}\n";
@@ -275,8 +275,8 @@ static void ddp_races(void) {
     /* the last racers; the winner runs to the end */
     if (race(two, 2, run, 0, END_FINISH) < 0) return;
     CHECK(fault_completed(run));
-    check_csv(run, "metrics.csv", 0, 1, 12);
-    check_csv(run, "steps.csv", 0, 1, 48);
+    check_csv(run, "metrics.csv", 0, 1, 30);
+    check_csv(run, "steps.csv", 0, 1, 120);
     snprintf(args, sizeof args, "report %s --output %s/dreport", run, tmp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
 }
