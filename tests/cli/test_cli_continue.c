@@ -1,4 +1,5 @@
-/* test_cli_continue.c: extending a finished run (README "Continue a finished run").
+/* test_cli_continue.c: extending a finished run (README "Continue a run, or extend a
+ * finished one").
  *
  * - A run stopped by train.max_steps is "completed". The same command with a larger
  *   train.max_steps continues it (no second run directory): it says so, records the change
@@ -12,44 +13,9 @@
  *   run; with cosine (whose learning rate follows train.epochs) it is a new run, and the
  *   plan prints the `runner resume DIR --set train.epochs=N` line, which works.
  */
-#include <dirent.h>
-
-#include "tests/cli/cli_util.h"
+#include "tests/fault/fault_util.h"
 
 static char tmp[512], out[1 << 17];
-
-static const char *exp_text =
-    "name: %s\n"
-    "seed: 11\n"
-    "device: cpu\n"
-    "data:\n"
-    "  dataset: synthetic\n"
-    "  synthetic: {train_size: 64, val_size: 16, image: [3, 8, 8], classes: 4}\n"
-    "  workers: 1\n"
-    "model: {arch: resnet20}\n"
-    "optimizer: {name: sgd, lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}\n"
-    "schedule: {name: %s, warmup_epochs: 0}\n"
-    "train: {epochs: %d, batch_size: 16}\n"
-    "parallel: {mode: single}\n"
-    "logging: {print_every: 1}\n";
-
-static void write_exp(char *path, size_t len, const char *name, const char *schedule, int epochs) {
-    char text[2048];
-    snprintf(text, sizeof text, exp_text, name, schedule, epochs);
-    snprintf(path, len, "%s/%s.yaml", tmp, name);
-    test_write_file(path, text);
-}
-
-static int count_runs(const char *root, const char *name) {
-    char parent[1200];
-    snprintf(parent, sizeof parent, "%s/%s", root, name);
-    DIR *d = opendir(parent);
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d))) n += de->d_name[0] != '.';
-    if (d) closedir(d);
-    return n;
-}
 
 /* The training state and the CSV rows (timing columns aside) of two runs agree. */
 static void check_same_run(const char *a, const char *b) {
@@ -62,8 +28,10 @@ static void check_same_run(const char *a, const char *b) {
 
 static void larger_max_steps_continues(void) {
     char exp[700], root[700], ref_root[700], args[4096], run[4096];
-    write_exp(exp, sizeof exp, "ms", "constant", 4);   /* 4 steps per epoch, 16 in all */
+    fault_write_exp(exp, sizeof exp, tmp, "ms", 4, "single");   /* 4 steps per epoch, 16 in all */
     snprintf(root, sizeof root, "%s/runs", tmp);
+    char root_ms[800];
+    snprintf(root_ms, sizeof root_ms, "%s/ms", root);
     const char *d = cli_run(exp, root, "--set train.max_steps=6", 0, out, sizeof out);
     CHECK(d != NULL);
     if (!d) return;
@@ -78,7 +46,7 @@ static void larger_max_steps_continues(void) {
     CHECK_CONTAINS(out, want);
     d = cli_run(exp, root, "--set train.max_steps=10", 1, out, sizeof out);
     CHECK(d != NULL && !strcmp(d, run));   /* the same directory: no new run */
-    CHECK_INT(count_runs(root, "ms"), 1);
+    CHECK_INT(fault_dir_entries(root_ms), 1);
     snprintf(want, sizeof want, "runner: continuing the completed run %s: train.max_steps 6 -> 10, from step 6 to "
              "10. To start a new run instead: --set checkpoint.resume=never", run);
     CHECK_CONTAINS(out, want);
@@ -107,7 +75,7 @@ static void larger_max_steps_continues(void) {
 static void larger_epochs_continues_unless_cosine(void) {
     char exp[700], root[700], ref_root[700], args[4096], run[4096], want[4400];
     /* constant: continued, equal to a 3-epoch run */
-    write_exp(exp, sizeof exp, "ep", "constant", 2);
+    fault_write_exp(exp, sizeof exp, tmp, "ep", 2, "single");
     snprintf(root, sizeof root, "%s/runs", tmp);
     const char *d = cli_run(exp, root, NULL, 3, out, sizeof out);
     CHECK(d != NULL);
@@ -123,12 +91,15 @@ static void larger_epochs_continues_unless_cosine(void) {
     if (ref) check_same_run(ref, run);
 
     /* cosine: a new run; the plan gives the command that continues the old one anyway */
-    write_exp(exp, sizeof exp, "cos", "cosine", 2);
-    d = cli_run(exp, root, NULL, 6, out, sizeof out);
+    fault_write_exp(exp, sizeof exp, tmp, "cos", 2, "single");
+    char root_cos[800];
+    snprintf(root_cos, sizeof root_cos, "%s/cos", root);
+    d = cli_run(exp, root, "--set schedule.name=cosine", 6, out, sizeof out);
     CHECK(d != NULL);
     if (!d) return;
     snprintf(run, sizeof run, "%s", d);
-    snprintf(args, sizeof args, "plan %s --set output.root=%s --set train.epochs=3", exp, root);
+    snprintf(args, sizeof args, "plan %s --set output.root=%s --set schedule.name=cosine --set train.epochs=3", exp,
+             root);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "(new: created when the run starts");
     snprintf(want, sizeof want, "not continuing the completed run %s: its cosine schedule decays to train.epochs 2, "
@@ -139,7 +110,7 @@ static void larger_epochs_continues_unless_cosine(void) {
     snprintf(args, sizeof args, "resume %s --set train.epochs=3", run);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_INT(cli_json_number(run, "summary.json", "steps"), 12);
-    CHECK_INT(count_runs(root, "cos"), 1);
+    CHECK_INT(fault_dir_entries(root_cos), 1);
 }
 
 int main(void) {

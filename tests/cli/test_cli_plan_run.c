@@ -23,26 +23,10 @@
 
 static char tmp[512], out[1 << 17];
 
-static const char *exp_text =
-    "name: pr\n"
-    "seed: 3\n"
-    "device: cpu\n"
-    "data:\n"
-    "  dataset: synthetic\n"
-    "  synthetic: {train_size: 64, val_size: 16, image: [3, 8, 8], classes: 4}\n"
-    "  workers: 1\n"
-    "model: {arch: resnet20}\n"
-    "optimizer: {name: sgd, lr: 0.02, momentum: 0.9}\n"
-    "train: {epochs: %d, batch_size: 16}\n"
-    "parallel: {mode: %s}\n"
-    "logging: {print_every: 1}\n";
-
-/* tmp/pr.yaml (name pr) with train.epochs and parallel.mode single or ddp (world size 2). */
+/* tmp/pr.yaml: fault_util.h's experiment named pr, with train.epochs and parallel.mode
+ * single or ddp (world size 2): 4 steps per epoch. */
 static void write_exp(char *path, size_t len, int epochs, const char *mode) {
-    char text[2048];
-    snprintf(text, sizeof text, exp_text, epochs, mode);
-    snprintf(path, len, "%s/pr.yaml", tmp);
-    test_write_file(path, text);
+    fault_write_exp(path, len, tmp, "pr", epochs, mode);
 }
 
 /* The value of the line starting with prefix in text, up to the end of the line. */

@@ -14,7 +14,7 @@
  * run's bit for bit.
  * DDP (world 2 over shm): the same race, and a launcher restarting its ranks
  * (parallel.max_restarts) keeps the directory locked across the restart: a `runner
- * resume DIR` during it exits 2 naming the launcher.
+ * resume DIR` during it exits 2 naming the launcher, and `runner plan` says it is in use.
  *
  * On the old code (no lock) every racer resumes: the first round fails with all of them
  * exiting 0/130, and the CSVs end up with lines of other field counts.
@@ -56,15 +56,6 @@ static int count_in_file(const char *path, const char *needle) {
     int n = 0;
     for (const char *p = s; p && (p = strstr(p, needle)); p++) n++;
     free(s);
-    return n;
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d))) n += de->d_name[0] != '.';
-    if (d) closedir(d);
     return n;
 }
 
@@ -139,132 +130,117 @@ static int race(const char *const *const *args, int n, const char *run, int step
     return winner;
 }
 
-/* Starts the run and interrupts it with SIGINT once steps.csv has `steps` rows. Returns
- * its run directory (static) or NULL. */
-static const char *interrupted_run(const char *exp, const char *root, const char *name, int steps) {
-    char set[800], log[700];
-    snprintf(set, sizeof set, "output.root=%s", root);
+/* One run the racers fight over: fault_util.h's experiment on 16x16 images (a resumed run
+ * then lasts seconds, long after every racer has decided), TensorBoard on. */
+typedef struct race_run {
+    char exp[700], root[700], set[760], run[4200];
+    const char *args[8];      /* `runner EXP --set output.root=ROOT --set ...` */
+    const char *resume[3];    /* `runner resume RUN` */
+} race_run_t;
+
+/* Writes the experiment, starts it and interrupts it with SIGINT after 5 steps. */
+static bool start_run(race_run_t *r, const char *name, int epochs, const char *mode) {
+    fault_write_exp(r->exp, sizeof r->exp, tmp, name, epochs, mode);
+    snprintf(r->root, sizeof r->root, "%s/%s_runs", tmp, name);
+    snprintf(r->set, sizeof r->set, "output.root=%s", r->root);
+    const char *args[] = {r->exp, "--set", r->set, "--set", "data.synthetic.image=[3,16,16]", "--set",
+                          "logging.tensorboard=true", NULL};
+    memcpy(r->args, args, sizeof args);
+    char log[700];
     snprintf(log, sizeof log, "%s/%s_first.log", tmp, name);
-    const char *args[] = {exp, "--set", set, NULL};
-    pid_t pid = fault_spawn(args, NULL, log);
-    const char *d = cli_wait_steps(root, name, steps);
+    pid_t pid = fault_spawn(r->args, NULL, log);
+    const char *d = cli_wait_steps(r->root, name, 5);
     kill(pid, SIGINT);
     CHECK_INT(fault_wait(pid), 130);
-    return d;
+    CHECK(d != NULL);
+    snprintf(r->run, sizeof r->run, "%s", d ? d : "");
+    r->resume[0] = "resume";
+    r->resume[1] = r->run;
+    r->resume[2] = NULL;
+    return d != NULL;
+}
+
+/* The run completed and is whole: epochs x 4 steps, every CSV line complete, one row per
+ * epoch and per step in order, `runner report` reads it. */
+static void check_whole(const race_run_t *r, int epochs) {
+    CHECK(fault_completed(r->run));
+    check_csv(r->run, "metrics.csv", 0, 1, epochs);
+    check_csv(r->run, "steps.csv", 0, 1, epochs * 4L);
+    char args[4400], out[8192];
+    snprintf(args, sizeof args, "report %s --output %s/report_%d", r->run, tmp, epochs);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
 }
 
 /* Rounds of 2 and 8 racers over one single-process run, then the comparison with an
  * uninterrupted run. */
 static void single_process_races(void) {
-    char exp[700], root[700], ref_root[700], set[760], ref_set[760], log[800];
-    static const char yaml[] =
-        "name: race\nseed: 5\ndevice: cpu\n"
-        "data:\n  dataset: synthetic\n  synthetic: {train_size: 64, val_size: 16, image: [3, 16, 16], classes: 4}\n"
-        "  workers: 1\n"
-        "model: {arch: resnet20}\n"
-        "optimizer: {name: sgd, lr: 0.02, momentum: 0.9, weight_decay: 5.0e-4}\n"
-        "schedule: {name: constant, warmup_epochs: 0}\n"
-        "train: {epochs: 20, batch_size: 16}\n"
-        "parallel: {mode: single}\n"
-        "logging: {print_every: 1, tensorboard: true}\n"
-        "checkpoint: {every_epochs: 1, every_steps: 3, keep_last: 2, resume: auto}\n";
-    snprintf(exp, sizeof exp, "%s/race.yaml", tmp);
-    test_write_file(exp, yaml);
-    snprintf(root, sizeof root, "%s/runs", tmp);
-    snprintf(set, sizeof set, "output.root=%s", root);
-    const char *d = interrupted_run(exp, root, "race", 5);
-    CHECK(d != NULL);
-    if (!d) return;
-    char run[4200];
-    snprintf(run, sizeof run, "%s", d);
-    const char *same[] = {exp, "--set", set, NULL};
-    const char *resume[] = {"resume", run, NULL};
-    const char *const *two[] = {same, same};
-    const char *const *eight[] = {same, same, same, same, same, same, same, same};
-    const char *const *mixed[] = {resume, same, resume, same};
+    race_run_t r;
+    if (!start_run(&r, "race", 20, "single")) return;
+    const char *const *two[] = {r.args, r.args};
+    const char *const *eight[] = {r.args, r.args, r.args, r.args, r.args, r.args, r.args, r.args};
+    const char *const *mixed[] = {r.resume, r.args, r.resume, r.args};
     int trained = 1;   /* processes that trained in run: each writes one TensorBoard file */
-    if (race(two, 2, run, 4, END_SIGINT) < 0) return;
+    if (race(two, 2, r.run, 4, END_SIGINT) < 0) return;
     trained++;
-    if (race(eight, 8, run, 4, END_SIGINT) < 0) return;
+    if (race(eight, 8, r.run, 4, END_SIGINT) < 0) return;
     trained++;
-    if (race(mixed, 4, run, 4, END_SIGKILL) < 0) return;   /* no stale lock after this */
+    if (race(mixed, 4, r.run, 4, END_SIGKILL) < 0) return;   /* no stale lock after this */
     trained++;
-    if (race(two, 2, run, 4, END_SIGINT) < 0) return;
+    if (race(two, 2, r.run, 4, END_SIGINT) < 0) return;
     trained++;
-    if (race(eight, 8, run, 0, END_FINISH) < 0) return;
+    if (race(eight, 8, r.run, 0, END_FINISH) < 0) return;
     trained++;
-    CHECK(fault_completed(run));
-    check_csv(run, "metrics.csv", 0, 1, 20);
-    check_csv(run, "steps.csv", 0, 1, 80);
+    check_whole(&r, 20);
     char tb[4300];
-    snprintf(tb, sizeof tb, "%s/tensorboard", run);
-    int segments = count_files(tb);
+    snprintf(tb, sizeof tb, "%s/tensorboard", r.run);
+    int segments = fault_dir_entries(tb);
     CHECK(segments >= 1 && segments <= trained);
-    char args[4400], out[8192];
-    snprintf(args, sizeof args, "report %s --output %s/report", run, tmp);
-    CHECK_INT(run_runner(args, out, sizeof out), 0);
     /* nothing lost, nothing twice: the uninterrupted run's numbers */
+    char ref_root[700], ref_set[760], log[800];
     snprintf(ref_root, sizeof ref_root, "%s/ref", tmp);
     snprintf(ref_set, sizeof ref_set, "output.root=%s", ref_root);
     snprintf(log, sizeof log, "%s/ref.log", tmp);
-    const char *ref_args[] = {exp, "--set", ref_set, NULL};
+    const char *ref_args[] = {r.exp, "--set", ref_set, "--set", "data.synthetic.image=[3,16,16]", NULL};
     CHECK_INT(fault_wait(fault_spawn(ref_args, NULL, log)), 0);
     const char *ref = only_run_dir(ref_root, "race");
     CHECK(ref != NULL);
-    if (ref) fault_check_same_run(ref, run);
+    if (ref) fault_check_same_run(ref, r.run);
 }
 
 /* DDP, world 2 over shm: racers against a launcher, and a launcher's restart. */
 static void ddp_races(void) {
-    char exp[700], root[700], set[760];
-    static const char yaml[] =
-        "name: drace\nseed: 5\ndevice: cpu\n"
-        "data:\n  dataset: synthetic\n  synthetic: {train_size: 64, val_size: 16, image: [3, 16, 16], classes: 4}\n"
-        "  workers: 1\n"
-        "model: {arch: resnet20}\n"
-        "optimizer: {name: sgd, lr: 0.02, momentum: 0.9}\n"
-        "schedule: {name: constant, warmup_epochs: 0}\n"
-        "train: {epochs: 30, batch_size: 16}\n"
-        "parallel: {mode: ddp, world_size: 2, backend: shm, max_restarts: 1}\n"
-        "logging: {print_every: 1}\n"
-        "checkpoint: {every_epochs: 1, every_steps: 3, keep_last: 2, resume: auto}\n";
-    snprintf(exp, sizeof exp, "%s/drace.yaml", tmp);
-    test_write_file(exp, yaml);
-    snprintf(root, sizeof root, "%s/druns", tmp);
-    snprintf(set, sizeof set, "output.root=%s", root);
-    const char *d = interrupted_run(exp, root, "drace", 5);
-    CHECK(d != NULL);
-    if (!d) return;
-    char run[4200];
-    snprintf(run, sizeof run, "%s", d);
-    const char *same[] = {exp, "--set", set, NULL};
-    const char *resume[] = {"resume", run, NULL};
-    const char *const *two[] = {same, resume};
-    if (race(two, 2, run, 4, END_SIGINT) < 0) return;
+    race_run_t r;
+    if (!start_run(&r, "drace", 30, "ddp, world_size: 2, backend: shm, max_restarts: 1")) return;
+    const char *const *two[] = {r.args, r.resume};
+    if (race(two, 2, r.run, 4, END_SIGINT) < 0) return;
 
     /* a restart: rank 1 killed, the launcher starts both ranks again from the checkpoint;
      * all the while the directory is locked by the launcher */
-    char log[700], path[4400], out[8192], args[4400], holder[64];
+    char log[700], path[4400], out[8192], args[4400], holder[128];
     snprintf(log, sizeof log, "%s/drace_restart.log", tmp);
-    pid_t launcher = fault_spawn(same, NULL, log);
-    snprintf(path, sizeof path, "%s/steps.csv", run);
+    pid_t launcher = fault_spawn(r.args, NULL, log);
+    snprintf(path, sizeof path, "%s/steps.csv", r.run);
     int rows = test_count_lines(path);
     double t0 = dist_now();
     while (test_count_lines(path) < rows + 3 && dist_now() - t0 < 120) usleep(10000);
     pid_t kids[8];
     int nk = dist_children_of(launcher, kids, 8);
     CHECK_INT(nk, 2);
-    /* the rank whose RANK is 1 */
     char v[32];
     for (int i = 0; i < nk; i++)
         if (!strcmp(dist_proc_env(kids[i], "RANK", v, sizeof v), "1")) kill(kids[i], SIGKILL);
-    snprintf(path, sizeof path, "%s/restarts.jsonl", run);
+    snprintf(path, sizeof path, "%s/restarts.jsonl", r.run);
     t0 = dist_now();
     while (access(path, F_OK) != 0 && dist_now() - t0 < 120) usleep(10000);
     CHECK_INT(access(path, F_OK), 0);
-    snprintf(args, sizeof args, "resume %s", run);
+    snprintf(args, sizeof args, "resume %s", r.run);
     CHECK_INT(run_runner(args, out, sizeof out), 2);
     snprintf(holder, sizeof holder, "(pid %d on host ", (int)launcher);
+    CHECK_CONTAINS(out, holder);
+    /* the plan says so beforehand (and takes nothing) */
+    snprintf(args, sizeof args, "plan %s --set %s --set data.synthetic.image=[3,16,16]", r.exp, r.set);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    snprintf(holder, sizeof holder, "in use now: another runner is writing it (pid %d on host ", (int)launcher);
     CHECK_CONTAINS(out, holder);
     /* SIGINT once the restarted rank 0 handles it (its second "continuing at step") */
     t0 = dist_now();
@@ -273,12 +249,8 @@ static void ddp_races(void) {
     CHECK_INT(fault_wait(launcher), 130);
     fault_reap();
     /* the last racers; the winner runs to the end */
-    if (race(two, 2, run, 0, END_FINISH) < 0) return;
-    CHECK(fault_completed(run));
-    check_csv(run, "metrics.csv", 0, 1, 30);
-    check_csv(run, "steps.csv", 0, 1, 120);
-    snprintf(args, sizeof args, "report %s --output %s/dreport", run, tmp);
-    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    if (race(two, 2, r.run, 0, END_FINISH) < 0) return;
+    check_whole(&r, 30);
 }
 
 int main(void) {
