@@ -79,6 +79,7 @@ static int race(const char *const *const *args, int n, const char *run, int step
         snprintf(log[i], sizeof log[i], "%s/race%d_%d.log", tmp, round_no, i);
         pid[i] = fault_spawn(args[i], NULL, log[i]);
         alive[i] = true;
+        code[i] = -1;   /* still running when the wait gave up */
     }
     int left = n, winner = -1;
     double t0 = dist_now();
@@ -102,6 +103,8 @@ static int race(const char *const *const *args, int n, const char *run, int step
         }
         usleep(5000);
     }
+    for (int i = 0; i < n; i++)
+        if (alive[i]) fault_kill_session(pid[i]);   /* past the time limit: failed below */
     fault_reap();
     int proceeded = 0;
     for (int i = 0; i < n; i++) proceeded += code[i] != 2;
