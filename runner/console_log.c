@@ -43,6 +43,8 @@ static FILE *sink_stream(console_sink_t *s, int buffering) {
 
 int console_log_start(const char *run_dir, err_t *e) {
     char path[4200];
+    snprintf(path, sizeof path, "%s/logs", run_dir);
+    if (mkdir_p(path, ERR_RUNTIME, e)) return -1;   /* a resumed run may have lost it */
     snprintf(path, sizeof path, "%s/logs/rank0.log", run_dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return err_errno(e, ERR_RUNTIME, "cannot open %s", path);

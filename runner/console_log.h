@@ -18,8 +18,8 @@
 
 #include "util/err.h"
 
-/* Starts copying stdout and stderr to run_dir/logs/rank0.log (appended; the directory
- * must exist). Returns 0, or -1 with e set when the log cannot be opened or a stream
+/* Starts copying stdout and stderr to run_dir/logs/rank0.log (appended; logs/ is created
+ * when missing). Returns 0, or -1 with e set when the log cannot be opened or a stream
  * cannot be made (the console then stays as it was). */
 int console_log_start(const char *run_dir, err_t *e);
 
