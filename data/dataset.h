@@ -54,6 +54,7 @@ typedef struct data_folder_opts {
     bool skip_bad;               /* data.bad_images: skip (else a bad file is an error) */
     const char *cache_dir;       /* file index cache; NULL/"" = $RUNNER_CACHE_DIR, else
                                     $XDG_CACHE_HOME/runner, else ~/.cache/runner */
+    bool cache_read_only;        /* use a valid cached index but write none (runner plan) */
 } data_folder_opts_t;
 
 /* What dataset_open needs. Strings are copied; NULL or "" means the default. */

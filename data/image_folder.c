@@ -51,7 +51,7 @@ static int folder_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
                         d->split == DATA_SPLIT_TRAIN ? tdir : vdir) ||
         data_join_path_(classes, sizeof classes, d->root, tdir))
         return err_set(e, ERR_INPUT, "image_folder: data.root %s is too long", d->root);
-    folder_index_opts_t io = {f->split, classes, fo->cache_dir, img_default_limits(), 0};
+    folder_index_opts_t io = {f->split, classes, fo->cache_dir, img_default_limits(), 0, fo->cache_read_only};
     if (folder_index_load(&io, &f->ix, &d->notes, e)) return -1;
     const folder_index_t *ix = &f->ix;
     int64_t first_bad = -1;

@@ -660,7 +660,7 @@ int folder_index_load(const folder_index_opts_t *o, folder_index_t *ix, dataset_
     }
     fp_t fp = {0};
     int rc = build(o, split, classes, &fp, ix, e);
-    if (!rc && cpath[0]) {
+    if (!rc && cpath[0] && !o->cache_read_only) {
         err_t ce = {0};
         if (cache_write(cpath, split, classes, &fp, ix, &ce)) notes->index_path[0] = 0;
     }

@@ -58,6 +58,8 @@ typedef struct folder_index_opts {
     const char *cache_dir;   /* NULL/"": the default (see dataset.h) */
     img_limits_t limits;
     int threads;             /* header checks in parallel; 0 = a default */
+    bool cache_read_only;    /* read a valid cache, never write one (notes->index_path
+                                then names where the run would write it) */
 } folder_index_opts_t;
 
 /* Builds (or loads from the cache) the index. ERR_INPUT for a missing or unreadable

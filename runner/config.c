@@ -263,7 +263,13 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     /* parallel layout */
     par_mode_t mode = x->parallel.mode;
     if (mode == PAR_SINGLE) {
-        if (st->set[row_of("parallel.world_size")] && x->parallel.world_size != 1)
+        /* single is one process on one device: the world size follows it (--set
+         * parallel.mode=single over a ddp file). Only a world size given with the mode
+         * (the same file, or both on the command line) or after it contradicts it. */
+        int rw = row_of("parallel.world_size"), rm = row_of("parallel.mode");
+        bool both_cli = c->src[st->loc[rw].src].cli && c->src[st->loc[rm].src].cli;
+        if (st->set[rw] && x->parallel.world_size != 1 &&
+            (st->loc[rw].src == st->loc[rm].src || both_cli || st->order[rw] > st->order[rm]))
             return cfg_fail(c, at(st, "parallel.world_size"),
                             "parallel.world_size %d with parallel.mode single; use mode ddp or "
                             "dp, or world_size 1",

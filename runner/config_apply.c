@@ -453,6 +453,7 @@ int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t
         }
         if (apply_row(c, st, ri, full, vloc, val, depth, weak)) return -1;
         st->set[ri] = 1;
+        st->order[ri] = ++st->n_given;
         st->set_now[ri] = weak ? 1 : 2;
         st->loc[ri] = vloc;
         if (cfg_rows[ri].flags & F_CHILD) switch_on_parent(st, &cfg_rows[ri]);

@@ -101,6 +101,8 @@ typedef struct cfg_state {
     unsigned char set_now[CFG_MAX_ROWS]; /* by the current source: 0, 1 weak (<<), 2 */
     cfg_loc_t loc[CFG_MAX_ROWS];         /* where it was last given */
     int count[CFG_MAX_ROWS];             /* list lengths */
+    unsigned order[CFG_MAX_ROWS];        /* when it was last given: a later value is larger */
+    unsigned n_given;                    /* values given so far (the next order) */
     bool norm_off;                       /* data.normalize: false */
 } cfg_state_t;
 

@@ -81,8 +81,10 @@ int plan_images_data(const experiment_t *e, plan_t *p, int *classes, err_t *err)
     dataset_t *val = NULL;
     dataset_opts_t o;
     plan_folder_opts(e, &o, DATA_SPLIT_TRAIN, p->data_root);
+    o.folder.cache_read_only = p->read_only;
     if (dataset_open(&o, &im->train, err)) return -1;
     plan_folder_opts(e, &o, DATA_SPLIT_VAL, p->data_root);
+    o.folder.cache_read_only = p->read_only;
     if (dataset_open(&o, &val, err)) return -1;
     im->classes = dataset_num_classes(im->train);
     im->names = calloc((size_t)im->classes, sizeof *im->names);
@@ -215,7 +217,9 @@ void plan_images_print(const plan_t *p, const experiment_t *e, FILE *f) {
         fprintf(f, "bad files    %lld left out (data.bad_images: skip), first: %s\n", (long long)skipped,
                 im->train_notes.first_skipped[0] ? im->train_notes.first_skipped : im->val_notes.first_skipped);
     fprintf(f, "index        %s%s\n", im->train_notes.index_path[0] ? im->train_notes.index_path : "not cached (no writable cache directory)",
-            im->train_notes.index_reused ? " (reused: no walk of the tree)" : im->train_notes.index_path[0] ? " (written)" : "");
+            im->train_notes.index_reused ? " (reused: no walk of the tree)"
+            : !im->train_notes.index_path[0] ? ""
+            : p->read_only ? " (built in memory: the plan writes nothing; the run caches it there)" : " (written)");
     fprintf(f, "transform    train ");
     if (e->data.augment.random_resized_crop)
         fprintf(f, "RandomResizedCrop(%d, scale=(%g, %g), ratio=(%g, %g))", e->data.image_size,

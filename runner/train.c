@@ -473,6 +473,7 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     o.commit = runner_commit();
     o.is_resume = t->p->resumes;
     o.resume_step = t->step;
+    o.resume_mid_epoch = t->p->resumes && t->step % t->p->steps_per_epoch != 0;
     o.wandb_run_id = t->wandb_run_id[0] ? t->wandb_run_id : NULL;
     o.total_steps = t->p->total_steps;
     o.total_epochs = t->p->epochs;

@@ -240,7 +240,7 @@ track_t *track_open(const track_opts_t *o, err_t *e) {
             goto fail;
         snprintf(path, sizeof path, "%s/metrics.csv", t->run_dir);
         if (track_csv_open(&t->metrics_csv, path, METRICS_HEADER, 1, o->is_resume,
-                           o->resume_step, e))
+                           o->resume_step - (o->resume_mid_epoch ? 1 : 0), e))
             goto fail;
     }
     if (o->tensorboard) {

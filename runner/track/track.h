@@ -99,6 +99,9 @@ typedef struct track_opts {
 
     bool is_resume;             /* continuing an existing run directory */
     int64_t resume_step;        /* optimizer steps completed at the checkpoint */
+    bool resume_mid_epoch;      /* that checkpoint ends inside an epoch: a metrics.csv row at
+                                   resume_step (the partial epoch train.max_steps ended a run
+                                   with) goes too, as that epoch's row comes when it ends */
     const char *wandb_run_id;   /* run id of the run being resumed; NULL = read
                                    <run_dir>/wandb/run_id, else WANDB_RUN_ID, else new */
 
