@@ -31,7 +31,9 @@ typedef struct export_info {
 } export_info_t;
 
 /* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors
- * (RUN_DIR/model_ema.safetensors with ema). ema: the EMA weights (train.ema) instead of the
+ * (RUN_DIR/model_ema.safetensors with ema); an existing directory gets that name inside it;
+ * a file in a folder that does not exist is ERR_INPUT naming the folder (checked before
+ * anything is read: the folder is not created, so a mistyped path fails loudly). ema: the EMA weights (train.ema) instead of the
  * trained ones (sections ema.params / ema.buffers; a checkpoint without them is ERR_INPUT
  * naming the key to set). The path written is copied to out_path and what it holds to info
  * (may be NULL).
