@@ -200,26 +200,45 @@ void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
         for (int k = 0; k < in->n_norm; k++) fprintf(f, "%s%.4g", k ? ", " : "", in->std[k]);
         fprintf(f, "]\n");
     }
-    if (!tv) {
+    /* the runner's scripts/ (where this binary was built from), for its standard-library
+     * safetensors reader and model builder */
+    char scripts[4200];
+#ifdef RUNNER_SCRIPTS_DIR
+    snprintf(scripts, sizeof scripts, "%s", RUNNER_SCRIPTS_DIR);
+#else
+    snprintf(scripts, sizeof scripts, "scripts");
+#endif
+    char probe[4300];
+    snprintf(probe, sizeof probe, "%s/torchvision_model.py", scripts);
+    bool found = access(probe, R_OK) == 0;
+    if (!found) snprintf(scripts, sizeof scripts, "scripts");
+    const char *where = found ? "" : "   # the runner's scripts/ folder";
+    if (tv) {
+        fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also "
+                "in the file's __metadata__):\n"
+                "    import torch, torchvision\n"
+                "    try:\n"
+                "        from safetensors.torch import load_file\n"
+                "    except ImportError:   # no safetensors package (Debian 12): the runner's reader\n"
+                "        import sys; sys.path.insert(0, \"%s\")%s\n"
+                "        from torchvision_model import load_file\n"
+                "    model = torchvision.models.%s(num_classes=%d)\n", scripts, where, in->arch, in->num_classes);
+        int width = 64;
+        if (cifar)
+            fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=3, stride=1, padding=1, bias=False)\n"
+                    "    model.maxpool = torch.nn.Identity()\n", in->in_channels, width);
+        else if (in->in_channels != 3)
+            fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=7, stride=2, padding=3, bias=False)\n",
+                    in->in_channels, width);
+        fprintf(f, "    model.load_state_dict(load_file(\"%s\"))\n"
+                "    model.eval()\n", path);
+    } else {
         fprintf(f, "runner: %s is a He et al. CIFAR ResNet, which torchvision does not ship; the runner's "
-                "scripts/torchvision_model.py builds it with these tensor names:\n"
-                "    import sys; sys.path.insert(0, \"scripts\")   # in the runner's source tree\n"
-                "    from torchvision_model import load\n"
-                "    model = load(\"%s\")\n", in->arch, path);
-        return;
+                "scripts/torchvision_model.py builds it with these tensor names:\n", in->arch);
     }
-    fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also in "
-            "the file's __metadata__):\n"
-            "    import torch, torchvision\n"
-            "    from safetensors.torch import load_file\n"
-            "    model = torchvision.models.%s(num_classes=%d)\n", in->arch, in->num_classes);
-    int width = 64;
-    if (cifar)
-        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=3, stride=1, padding=1, bias=False)\n"
-                "    model.maxpool = torch.nn.Identity()\n", in->in_channels, width);
-    else if (in->in_channels != 3)
-        fprintf(f, "    model.conv1 = torch.nn.Conv2d(%d, %d, kernel_size=7, stride=2, padding=3, bias=False)\n",
-                in->in_channels, width);
-    fprintf(f, "    model.load_state_dict(load_file(\"%s\"))\n"
-            "    model.eval()\n", path);
+    fprintf(f, "runner: %s the model from the file's metadata alone (any architecture the runner exports; "
+            "no safetensors package needed):\n"
+            "    import sys; sys.path.insert(0, \"%s\")%s\n"
+            "    from torchvision_model import load\n"
+            "    model = load(\"%s\")\n", tv ? "or build" : "build", scripts, where, path);
 }
