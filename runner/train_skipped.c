@@ -4,10 +4,11 @@
  * plan's count; every rank's index is the same, so rank 0 knows them all) and files that
  * failed to decode (each replaced by the next sample that decodes; each rank finds only
  * those of the samples it decodes). Rank 0 keeps the union. At each sync point (the end of
- * an epoch's steps, a step checkpoint, a stop: places every rank reaches in the same order,
- * so the store keys line up) the other ranks send their new finds through the store and
- * rank 0 merges them, so the list is complete at every checkpoint whatever the world size
- * or worker count, and a resumed run starts from the list its directory holds (the replayed
+ * an epoch's steps, a step checkpoint, a stop: places every rank reaches in the same order)
+ * one small all-reduce says whether any rank found something new; only then do the other
+ * ranks send their finds through the store (keys numbered by those sync points) and rank
+ * 0 merges them. So the list is complete at every checkpoint whatever the world size or
+ * worker count, and a resumed run starts from the list its directory holds (the replayed
  * steps find the rest again).
  *
  * Output, rank 0: skipped_images.jsonl in the run directory, rewritten atomically when it
@@ -35,7 +36,7 @@ struct train_skipped {
     int64_t n, cap;
     int64_t n_found[2];
     int64_t named_decoding;  /* decode-time finds named on the console so far */
-    int seq;                 /* sync points passed (store keys) */
+    int seq;                 /* sync points with finds so far (store keys) */
 };
 
 static int cmp_file(const void *a, const void *b) {
@@ -199,41 +200,79 @@ static int merge(trainer_t *t, char *text, int64_t *added_n, int64_t *unnamed, e
     return 0;
 }
 
+/* A rank's finds of sync point seq through the store, in parts of at most STORE_PART
+ * bytes (whole lines; the store takes values up to 1 MiB): key skipped/SEQ/RANK holds
+ * the number of parts, skipped/SEQ/RANK/I part I. */
+enum { STORE_PART = 512 << 10 };
+
+static int send_finds(trainer_t *t, int seq, const char *text, size_t len, err_t *e) {
+    char key[96];
+    int parts = 0;
+    for (size_t at = 0; at < len; parts++) {
+        size_t n = len - at;
+        if (n > STORE_PART) {   /* end at the last line break that fits */
+            n = STORE_PART;
+            while (n > 1 && text[at + n - 1] != '\n') n--;
+        }
+        snprintf(key, sizeof key, "skipped/%d/%d/%d", seq, t->env->rank, parts);
+        if (store_set(t->store, key, text + at, n, e)) return -1;
+        at += n;
+    }
+    char count[16];
+    snprintf(count, sizeof count, "%d", parts);
+    snprintf(key, sizeof key, "skipped/%d/%d", seq, t->env->rank);
+    return store_set(t->store, key, count, strlen(count), e);
+}
+
+/* Rank 0: rank r's finds of sync point seq, merged. */
+static int receive_finds(trainer_t *t, int seq, int r, int64_t *added, int64_t *unnamed, err_t *e) {
+    char key[96], count[16];
+    size_t n = 0;
+    double timeout = t->e->parallel.timeout_s;
+    snprintf(key, sizeof key, "skipped/%d/%d", seq, r);
+    if (store_get(t->store, key, count, sizeof count - 1, &n, timeout, e)) return -1;
+    count[n < sizeof count ? n : sizeof count - 1] = '\0';
+    int parts = atoi(count), rc = 0;
+    char *buf = malloc(STORE_PART + 1);
+    if (!buf) return err_set(e, ERR_RUNTIME, "out of memory");
+    for (int i = 0; !rc && i < parts; i++) {
+        snprintf(key, sizeof key, "skipped/%d/%d/%d", seq, r, i);
+        rc = store_get(t->store, key, buf, STORE_PART, &n, timeout, e);
+        if (!rc) {
+            buf[n < STORE_PART ? n : STORE_PART] = '\0';
+            rc = merge(t, buf, added, unnamed, e);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
 int trainer_skipped_sync(trainer_t *t, err_t *e) {
     train_skipped_t *s = t->skipped;
     if (!s) return 0;
     size_t len = 0;
     char *mine = take_local(t, &len);
     if (!mine) return err_set(e, ERR_RUNTIME, "out of memory");
-    char key[64];
-    int seq = s->seq++, rc = 0;
+    int rc = 0;
     int64_t added = 0, unnamed = 0;
-    if (t->ddp_mode && t->store && !t->rank0) {
-        snprintf(key, sizeof key, "skipped/%d/%d", seq, t->env->rank);
-        rc = store_set(t->store, key, mine, len, e);
-        free(mine);
-        return rc;
+    if (t->ddp_mode && t->store && t->comm) {
+        /* whether any rank found something: no store traffic (and no keys piling up in it
+         * over a long run) when none did, the usual case */
+        float any = len > 0;
+        if (trainer_allreduce_small(t, &any, 1, e)) { free(mine); return -1; }
+        if (any == 0) { free(mine); return 0; }
+        int seq = s->seq++;
+        if (!t->rank0) {
+            rc = send_finds(t, seq, mine, len, e);
+            free(mine);
+            return rc;
+        }
+        rc = merge(t, mine, &added, &unnamed, e);
+        for (int r = 1; !rc && r < t->env->world_size; r++) rc = receive_finds(t, seq, r, &added, &unnamed, e);
+    } else {
+        rc = merge(t, mine, &added, &unnamed, e);
     }
-    rc = merge(t, mine, &added, &unnamed, e);
     free(mine);
-    for (int r = 1; !rc && t->ddp_mode && t->store && r < t->env->world_size; r++) {
-        size_t n = 0;
-        snprintf(key, sizeof key, "skipped/%d/%d", seq, r);
-        char *buf = malloc(4096);
-        rc = buf ? store_get(t->store, key, buf, 4095, &n, t->e->parallel.timeout_s, e)
-                 : err_set(e, ERR_RUNTIME, "out of memory");
-        if (!rc && n > 4095) {   /* longer than the first guess: again, whole */
-            char *big = realloc(buf, n + 1);
-            rc = big ? store_get(t->store, key, big, n, &n, t->e->parallel.timeout_s, e)
-                     : err_set(e, ERR_RUNTIME, "out of memory");
-            if (big) buf = big;
-        }
-        if (!rc) {
-            buf[n] = '\0';
-            rc = merge(t, buf, &added, &unnamed, e);
-        }
-        free(buf);
-    }
     if (!rc && unnamed) {
         char line[CFG_PATH + 200];
         snprintf(line, sizeof line, "data.bad_images: skip: %lld more image file%s failed to decode (%lld so far; "
