@@ -328,6 +328,17 @@ static void test_bad_files(void) {
         size_t img = (size_t)16 * 16 * 3;
         CHECK(!memcmp((float *)b->images + 3 * img, b->images, img * sizeof(float)));
         CHECK_INT(loader_bad_images(l), 1);
+        /* named once, with the reason alone (the run lists it in skipped_images.jsonl) */
+        int64_t *idx = NULL;
+        char **why = NULL;
+        CHECK_INT(loader_take_bad(l, &idx, &why), ep == 0 ? 1 : 0);
+        if (ep == 0 && idx && why) {
+            CHECK_INT(idx[0], 3);
+            CHECK_STR(why[0], "truncated JPEG: the file (2000 bytes) ends without its end marker");
+            free(why[0]);
+        }
+        free(idx);
+        free(why);
     }
     loader_free(l);
     dataset_free(d);
