@@ -6,7 +6,9 @@
  * copied freely: matrix expansion, DP replicas and checkpoints copy it.
  *
  * Errors (ERR_INPUT) read "file:line:col: what is wrong; what to do", with the closest
- * valid key suggested for a typo. Overrides given with --set read "--set key=value: ...".
+ * valid key suggested for a typo; every wrong key or value of a file is reported, one per
+ * line of the message, in file order. Overrides given with --set read
+ * "--set key=value: ...".
  */
 #ifndef RUNNER_CONFIG_H
 #define RUNNER_CONFIG_H
@@ -286,6 +288,10 @@ experiment_matrix_t *config_load_matrix_text(const char *label, const char *text
                                              const char *const *sets, int n_sets, err_t *e);
 
 /* Names of enum values, for printing and YAML output. */
+/* The word of names[] closest to s (case-insensitive edit distance, transpositions
+ * counting one) when it is close enough to be a typo of it, else NULL: the suggestion
+ * config errors give, for other parts of the command line. */
+const char *config_closest_word(const char *s, const char *const *names, int n);
 const char *device_name(device_t d);
 const char *par_mode_name(par_mode_t m);
 const char *comm_backend_name(comm_backend_t b);

@@ -382,6 +382,10 @@ const char *cfg_closest(const char *s, const char *const *names, int n) {
     return best && bd <= close_enough(s) ? best : NULL;
 }
 
+const char *config_closest_word(const char *s, const char *const *names, int n) {
+    return cfg_closest(s, names, n);
+}
+
 /* The last component of a dotted key. */
 static const char *leaf(const char *key) {
     const char *d = strrchr(key, '.');

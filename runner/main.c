@@ -101,6 +101,35 @@ static int cli_expand_paths(cli_t *c, err_t *e) {
     return 0;
 }
 
+/* A first argument that is no verb and cannot be an experiment file (no such path, and
+ * no '/' or '.' as a file name has): an unknown command, named with the verb it is a typo
+ * of. "train" is no verb (a bare experiment file trains), but users type it. */
+static int unknown_verb(int argc, char **argv, err_t *e) {
+    static const char *const words[] = {"run", "plan", "resume", "compare", "report", "check", "export",
+                                        "train"};
+    const char *a = argv[1], *rest = argc > 2 ? argv[2] : "EXPERIMENT.yaml";
+    const char *near = config_closest_word(a, words, (int)(sizeof words / sizeof *words));
+    if (near && !strcmp(near, "train"))
+        return err_set(e, ERR_INPUT, "unknown command '%s'; to train, give the experiment file itself: "
+                       "runner %s (or runner run %s)", a, rest, rest);
+    if (near)
+        return err_set(e, ERR_INPUT, "unknown command '%s'; did you mean '%s'? (runner %s %s)", a, near, near,
+                       argc > 2 ? argv[2] : "...");
+    return err_set(e, ERR_INPUT, "unknown command '%s' (and no file of that name); the commands are plan, "
+                   "resume, compare, report, check and export, or an experiment file to train "
+                   "(runner EXPERIMENT.yaml); see runner --help", a);
+}
+
+/* `--set k v` (two arguments) or `--set k`: the form is one argument key=value. */
+static int set_without_equals(const char *key, const char *next, err_t *e) {
+    size_t n = next ? strlen(next) : 0;
+    bool yaml = n > 5 && (!strcmp(next + n - 5, ".yaml") || !strcmp(next + n - 4, ".yml"));
+    if (next && next[0] != '-' && !yaml)
+        return err_set(e, ERR_INPUT, "--set %s %s: the form is --set key=value, as one argument; write "
+                       "--set %s=%s", key, next, key, next);
+    return err_set(e, ERR_INPUT, "--set %s: the form is --set key=value, e.g. --set %s=VALUE", key, key);
+}
+
 static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
     memset(c, 0, sizeof *c);
     static const char *verbs[] = {"run", "plan", "resume", "compare", "report", "check", "export", "_member"};
@@ -109,15 +138,19 @@ static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
     c->verb = "run";
     for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
         if (!strcmp(argv[1], verbs[k])) { c->verb = verbs[k]; i = 2; }
+    if (i == 1 && argv[1][0] != '-' && !strpbrk(argv[1], "/.") && access(argv[1], F_OK) != 0)
+        return unknown_verb(argc, argv, e);
     for (; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_VALUE() do { if (!v) return err_set(e, ERR_INPUT, "%s needs a value; see runner --help", a); i++; } while (0)
         if (!strcmp(a, "--set") || !strcmp(a, "-s")) {
             NEED_VALUE();
+            if (!strchr(v, '=')) return set_without_equals(v, i + 1 < argc ? argv[i + 1] : NULL, e);
             if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
             c->sets[c->n_sets++] = v;
         } else if (!strncmp(a, "--set=", 6)) {
+            if (!strchr(a + 6, '=')) return set_without_equals(a + 6, i + 1 < argc ? argv[i + 1] : NULL, e);
             if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
             c->sets[c->n_sets++] = a + 6;
         } else if (!strcmp(a, "--json")) {

@@ -504,10 +504,14 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "precision    %s\n", p->precision);
     fprintf(f, "graphs       %s: %s\n", p->cuda_graphs ? "on" : "off", p->cuda_graphs_why);
     char cwd[CFG_PATH] = "";
-    bool rel = p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
-    fprintf(f, "data         %s from %s%s%s%s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
-            p->dataset, p->data_root[0] ? p->data_root : "(generated)", rel ? " (in " : "", rel ? cwd : "",
-            rel ? ")" : "", p->will_download ? " (will download)" : "", (long long)p->train_size,
+    bool synthetic = !strcmp(p->dataset, "synthetic");   /* data.root does not apply: no files */
+    bool rel = !synthetic && p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
+    if (synthetic)
+        fprintf(f, "data         synthetic, generated from seed %llu (no files)", (unsigned long long)e->seed);
+    else
+        fprintf(f, "data         %s from %s%s%s%s%s", p->dataset, p->data_root, rel ? " (in " : "", rel ? cwd : "",
+                rel ? ")" : "", p->will_download ? " (will download)" : "");
+    fprintf(f, ": %lld train / %lld test samples, %dx%dx%d input, %d classes\n", (long long)p->train_size,
             (long long)p->val_size, p->channels, p->height, p->width, p->num_classes);
     if (!strcmp(p->mode, "ddp"))
         fprintf(f, "batch        %d ranks x %d", p->world_size, p->micro_batch);

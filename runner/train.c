@@ -487,14 +487,6 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     return 0;
 }
 
-int64_t trainer_bad_images(const trainer_t *t) {
-    int64_t n = 0;
-    if (t->train_ds) n += dataset_notes(t->train_ds)->skipped;
-    if (t->val_ds) n += dataset_notes(t->val_ds)->skipped;
-    if (t->train_ld) n += loader_bad_images(t->train_ld);
-    if (t->val_ld) n += loader_bad_images(t->val_ld);
-    return n;
-}
 
 /* Rank 0's background checkpoint writer; its snapshot buffer is page-locked on CUDA, so
  * each array is one device-to-host copy at full speed. */
@@ -541,6 +533,7 @@ static int gather_hosts(trainer_t *t, err_t *e) {
 }
 
 static void trainer_teardown(trainer_t *t) {
+    trainer_skipped_free(t);
     loader_free(t->train_ld);
     loader_free(t->val_ld);
     if (t->be) trainer_graphs_free(t);   /* before the communicator its recordings use */
@@ -659,7 +652,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     trainer_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
     if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;
-    if (setup_tracking(&t, e)) goto done;
+    if (setup_tracking(&t, e) || trainer_skipped_start(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];
         if (t.be->notice[0]) {   /* e.g. a cuDNN fallback while plan_device_work searched */
@@ -684,6 +677,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     }
     t.loop_started = true;
     rc = trainer_loop(&t, e);
+    if (rc >= 0) trainer_skipped_report(&t);
     if (rc == 0) trainer_note(&t, "finished at step %lld", (long long)t.step);
 done:
     if (t.writer) {   /* every checkpoint on disk before the summary says where the run is */

@@ -157,6 +157,7 @@ typedef struct trainer {
     early_stop_t stop;                      /* train.early_stopping */
     bool buffers_synced;                    /* ddp + ema: BN buffers broadcast after the last step */
     ckpt_writer_t *writer;                  /* rank 0: writes checkpoints in the background */
+    struct train_skipped *skipped;          /* data.bad_images: skip: the files skipped */
 } trainer_t;
 
 /* What stopped the loop after a window: nothing, SIGINT, or a scheduler's SIGTERM/SIGUSR1. */
@@ -233,7 +234,19 @@ int trainer_loop(trainer_t *t, err_t *e);
 /* A line in a non-zero rank's log (rank 0 has the console). */
 void trainer_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* image_folder files left out or replaced so far, as this rank saw them (train.c). */
-int64_t trainer_bad_images(const trainer_t *t);
+/* train_skipped.c: the image files data.bad_images: skip left out (while indexing) or
+ * replaced (failed to decode), listed in skipped_images.jsonl and named on the console.
+ * start: after tracking is set up (rank 0 names the index-time ones, a resume reads the
+ * earlier list); sync: at each point every rank reaches alike (end of an epoch's steps,
+ * a step checkpoint, a stop), before the checkpoint; rank 0 gathers the ranks' new
+ * decode-time finds and rewrites the list. No-ops for other datasets and error mode. */
+typedef struct train_skipped train_skipped_t;
+int trainer_skipped_start(trainer_t *t, err_t *e);
+int trainer_skipped_sync(trainer_t *t, err_t *e);
+/* Rank 0's totals so far: files found bad while indexing, files that failed to decode. */
+void trainer_skipped_counts(const trainer_t *t, int64_t *indexing, int64_t *decoding);
+/* Rank 0 at the end: one console line with both counts (nothing when none). */
+void trainer_skipped_report(const trainer_t *t);
+void trainer_skipped_free(trainer_t *t);
 
 #endif

@@ -102,6 +102,7 @@ void trainer_note(const trainer_t *t, const char *fmt, ...) {
  * happened. */
 static int stop_now(trainer_t *t, int kind, bool write, err_t *e) {
     char path[CFG_PATH + 64], line[CFG_PATH + 300];
+    if (trainer_skipped_sync(t, e)) return -1;   /* the list as complete as the checkpoint */
     if (t->rank0) {
         snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
         if (write && trainer_checkpoint(t, TRAINER_CKPT_LAST, false, e)) return -1;
@@ -136,6 +137,7 @@ static int finish_epoch(trainer_t *t, double ep_s, bool epoch_done, bool cut, er
     bool last = t->step >= p->total_steps;
     bool eval_now = last || ((t->epoch + 1) % t->e->train.eval_every == 0);
     if (eval_now && evaluate(t, e)) return -1;   /* else the last evaluation's numbers stay */
+    if (trainer_skipped_sync(t, e)) return -1;   /* before any checkpoint below */
     int ep = t->epoch + 1;
     if (eval_now && t->val_top1 > t->best_val_top1) { t->best_val_top1 = t->val_top1; t->best_epoch = ep; }
     if (eval_now && t->ema && t->val_top1_ema > t->best_val_top1_ema) t->best_val_top1_ema = t->val_top1_ema;
@@ -235,7 +237,8 @@ int trainer_loop(trainer_t *t, err_t *e) {
                     cut = true;
                     break;
                 }
-                if (t->rank0 && trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e)) return -1;
+                if (trainer_skipped_sync(t, e) || (t->rank0 && trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e)))
+                    return -1;
                 t->start_batch = 0;
             }
         }

@@ -521,7 +521,13 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_kstr(&w, "device", t->p->device);
     jw_kstr(&w, "arch", t->e->model.arch);
     jw_kstr(&w, "dataset", t->e->data.dataset);
-    if (t->p->images) jw_kint(&w, "bad_images_skipped", trainer_bad_images(t));
+    if (t->p->images) {   /* data.bad_images: skip, over all ranks (train_skipped.c) */
+        int64_t indexing, decoding;
+        trainer_skipped_counts(t, &indexing, &decoding);
+        jw_kint(&w, "bad_images_skipped", indexing + decoding);
+        jw_kint(&w, "bad_images_skipped_indexing", indexing);
+        jw_kint(&w, "bad_images_skipped_decoding", decoding);
+    }
     jw_knum(&w, "wall_seconds", now_s() - t->wall_start);
     jw_obj_end(&w);
     fputc('\n', f);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Builds the PyTorch model that matches a `runner export` safetensors file and loads it.
 
-    import sys; sys.path.insert(0, "scripts")      # in the runner's source tree
+    import sys; sys.path.insert(0, "scripts")      # the runner's scripts/ folder
     from torchvision_model import load
     model = load("runs/x/<run>/model.safetensors")   # eval mode, weights loaded strictly
 
@@ -10,11 +10,17 @@ The file's __metadata__ says what to build (written by runner/export.c): arch, s
 3x3/2 max-pool), in_channels, num_classes, and for the input pipeline input_size, mean,
 std (per channel, applied to x / 255) and class_names.
 
+FAMILIES maps every architecture `runner export` writes to the function that builds it:
 resnet18/34/50/101/152 are torchvision's models with conv1 (and the max-pool) replaced to
-match the stem and channel count. resnet20/32/44/56/110 are He et al.'s CIFAR ResNets,
-which torchvision does not ship; CifarResNet below builds them with the same tensor names.
-The safetensors package is used when installed; without it (Debian's PyTorch 1.13) the
-file is read with the standard library.
+match the stem and channel count; resnet20/32/44/56/110 are He et al.'s CIFAR ResNets,
+which torchvision does not ship (CifarResNet below, with the same tensor names). A new
+family is one entry there.
+
+load_file(path) reads a safetensors file with the standard library, as
+safetensors.torch.load_file does (the package is not in Debian 12): the format is an
+8-byte little-endian header length, a JSON header ({name: {dtype, shape, data_offsets}},
+"__metadata__"), then the tensors' bytes. read() uses the package when it is installed.
+`python3 scripts/torchvision_model.py FILE` loads a file and prints what it built.
 """
 import json
 import struct
@@ -42,6 +48,12 @@ def read_safetensors(path):
         t = torch.frombuffer(bytearray(body[b:e]), dtype=DTYPES[info["dtype"]])
         out[name] = t.reshape(info["shape"]) if info["shape"] else t.reshape(())
     return out, header.get("__metadata__", {})
+
+
+def load_file(path, device="cpu"):
+    """The tensors of a safetensors file ({name: tensor}), like safetensors.torch.load_file,
+    read with the standard library."""
+    return {k: v.to(device) for k, v in read_safetensors(path)[0].items()}
 
 
 def read(path):
@@ -95,12 +107,7 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def build(meta):
-    """An untrained model matching the metadata of a runner export."""
-    arch, classes = meta["arch"], int(meta["num_classes"])
-    cin, stem = int(meta.get("in_channels", 3)), meta.get("stem", "cifar")
-    if arch not in TORCHVISION_ARCHS:
-        return CifarResNet(int(arch[len("resnet"):]), classes, cin)
+def torchvision_resnet(arch, classes, cin, stem):
     m = getattr(torchvision.models, arch)(num_classes=classes)
     if stem == "cifar":
         m.conv1 = nn.Conv2d(cin, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -108,6 +115,29 @@ def build(meta):
     elif cin != 3:
         m.conv1 = nn.Conv2d(cin, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return m
+
+
+def cifar_resnet(arch, classes, cin, stem):
+    return CifarResNet(int(arch[len("resnet"):]), classes, cin)
+
+
+# (architectures, builder(arch, num_classes, in_channels, stem) -> untrained model with the
+# tensor names and shapes of runner/export.c), one entry per family
+FAMILIES = [
+    (TORCHVISION_ARCHS, torchvision_resnet),
+    (("resnet20", "resnet32", "resnet44", "resnet56", "resnet110"), cifar_resnet),
+]
+
+
+def build(meta):
+    """An untrained model matching the metadata of a runner export."""
+    arch, classes = meta["arch"], int(meta["num_classes"])
+    cin, stem = int(meta.get("in_channels", 3)), meta.get("stem", "cifar")
+    for archs, builder in FAMILIES:
+        if arch in archs:
+            return builder(arch, classes, cin, stem)
+    raise ValueError("architecture %r is not one this script builds (%s); update the runner's scripts/"
+                     % (arch, ", ".join(a for archs, _ in FAMILIES for a in archs)))
 
 
 def load(path):
@@ -119,3 +149,15 @@ def load(path):
     m.eval()
     m.runner_metadata = meta
     return m
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(__doc__.strip().split("\n\n")[0] + "\n\nusage: torchvision_model.py FILE.safetensors")
+        sys.exit(0 if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help") else 2)
+    model = load(sys.argv[1])
+    md = model.runner_metadata
+    print("%s: %s, %s stem, %s input channels, %s classes, %d parameters; loaded strictly"
+          % (sys.argv[1], md["arch"], md.get("stem", "cifar"), md.get("in_channels", "3"), md["num_classes"],
+             sum(p.numel() for p in model.parameters())))
