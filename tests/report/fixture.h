@@ -20,6 +20,22 @@
     "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds,comm_exposed_seconds," \
     "data_wait_seconds,loss_scale\n"
 
+/* comparison.csv's header (report.h): the run's columns, then its member's. */
+#define REPORT_CSV_HEADER \
+    "name,mode,world_size,precision,batch_size,device,images_per_second,seconds_per_epoch,speedup," \
+    "comm_exposed_pct,peak_memory_bytes,final_val_top1,best_val_top1,final_train_loss,status,exit_code," \
+    "run_dir,note,member,seed,steady_steps,warmup_steps,steady_seconds,images_per_second_se," \
+    "images_per_second_from,member_runs,member_images_per_second_mean,member_images_per_second_std," \
+    "member_images_per_second_min,member_images_per_second_max,member_seconds_per_epoch,member_speedup," \
+    "member_speedup_low,member_speedup_high,member_final_val_top1_mean,member_final_val_top1_std," \
+    "member_final_val_top1_min,member_final_val_top1_max,member_best_val_top1_mean,member_best_val_top1_std," \
+    "member_best_val_top1_min,member_best_val_top1_max,member_fastest,member_accuracy_differs\n"
+/* The note of a run directory without timing.csv whose images/s comes from steps.csv. */
+#define OLD_RUN_NOTE "\"no timing.csv (a run from an older runner): images/s is the median of its steps.csv " \
+    "rows and s/epoch its median epoch time, not rates from every step\""
+#define OLD_SUMMARY_NOTE "\"no timing.csv (a run from an older runner): images/s is its summary.json number " \
+    "and s/epoch its median epoch time, not rates from every step\""
+
 /* Writes dir/name with text; makes dir first. Returns 0 on success. */
 static inline int fx_write(const char *dir, const char *name, const char *text) {
     char path[4200];

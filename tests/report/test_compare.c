@@ -127,15 +127,15 @@ static void test_all_succeed(void) {
     CHECK_CONTAINS(json, "\"message\": null");
     free(json);
     char *csv = slurp(parent, "comparison.csv"), line[4096];
-    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,100,4,1,0,1000000,0.5,0.5,1.5,completed,0,%s/single,\n",
-             parent);
+    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,100,4,1,0,1000000,0.5,0.5,1.5,completed,0,%s/single,"
+             OLD_SUMMARY_NOTE ",single,0,,,,,summary.json,1,100,", parent);
     CHECK_CONTAINS(csv, line);
     CHECK_CONTAINS(csv, "\ndp,dp,2,fp32,128,cpu,200,4,2,0,");
     CHECK_CONTAINS(csv, "\nddp,ddp,2,bf16,128,cpu,300,4,3,0,");
     free(csv);
     char *html = slurp(parent, "report.html");
     CHECK_CONTAINS(html, "<h1>cmp_ok</h1>");
-    CHECK_CONTAINS(html, "3 runs, 3 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 3 completed");
     free(html);
     /* the comparison is finished: the same command starts a new one */
     char again[2048];
@@ -179,12 +179,12 @@ static void test_one_fails(void) {
     CHECK_CONTAINS(csv, "\nddp,ddp,2,bf16,128,cpu,300,4,3,0,");
     free(csv);
     char *md = slurp(parent, "comparison.md");
-    CHECK_CONTAINS(md, "| dp | dp | 2 | fp32 | 128 | auto |");
+    CHECK_CONTAINS(md, "| dp | 1 | dp | 2 | fp32 | 128 | auto |");
     CHECK_CONTAINS(md, "| failed (exit 2) |");
     free(md);
     char *html = slurp(parent, "report.html");
     CHECK_CONTAINS(html, "<tr class=\"failed\">");
-    CHECK_CONTAINS(html, "3 runs, 2 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 2 completed");
     free(html);
 
     /* `runner report PARENT` reads the comparison directory as its members */
@@ -196,8 +196,8 @@ static void test_one_fails(void) {
     md = slurp(out, "comparison.md");
     CHECK_CONTAINS(md, "# cmp_fail\n");
     /* without the experiment, a member that wrote nothing has only its name and status */
-    CHECK_CONTAINS(md, "| dp |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
-    CHECK_CONTAINS(md, "| ddp | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
+    CHECK_CONTAINS(md, "| dp | 1 |  |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
+    CHECK_CONTAINS(md, "| ddp | 2 | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
     free(md);
     free(s);
     free(m);
@@ -262,7 +262,7 @@ static void test_interrupt_resume(void) {
     CHECK_INT(s->members[1].status, MEMBER_COMPLETED);
     CHECK_STR(s->members[1].message, "");
     html = slurp(parent, "report.html");
-    CHECK_CONTAINS(html, "3 runs, 3 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 3 completed");
     free(html);
     free(s);
     free(m);

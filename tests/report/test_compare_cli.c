@@ -143,7 +143,7 @@ static void test_compare_sigint_to_compare_process(void) {
     free(text);
     char *state = slurp(parent, "compare.json");
     CHECK_CONTAINS(state, "\"status\": \"interrupted\"");
-    CHECK_CONTAINS(state, "\"name\": \"short\",\n      \"status\": \"pending\"");
+    CHECK_CONTAINS(state, "\"name\": \"short\",\n      \"entry\": \"short\",\n      \"seed\": 0,\n      \"status\": \"pending\"");
     free(state);
     snprintf(path, sizeof path, "%s/long/summary.json", parent);
     char *summary = test_read_file(path, NULL);
