@@ -396,6 +396,11 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     mb->status = MEMBER_RUNNING;
     mb->attempts++;
     mb->message[0] = '\0';
+    if (strchr(mb->name, '/')) {   /* a repeat: its entry's directory holds the seeds' */
+        char entry_dir[CFG_PATH + CFG_STR];
+        snprintf(entry_dir, sizeof entry_dir, "%s/%s", s->parent, mb->entry);
+        if (mkdir_p(entry_dir, ERR_RUNTIME, e)) return -1;
+    }
     if (compare_state_save(s, e)) return -1;
     if (log) {
         fprintf(log, "compare: [%d/%d] %s -> %s\n", i + 1, s->n, mb->name, dir);

@@ -161,8 +161,10 @@ static verdict_speed_t speed_blockers(const verdict_member_t *m, int n, char *bu
     if (k) {
         add(buf, cap, "Throughput not ranked: ");
         add_names(buf, cap, m, n, sel);
-        add(buf, cap, " %s no timing.csv (run directories from an older runner), so %s rate was not "
-            "measured from every step.", k == 1 ? "has" : "have", k == 1 ? "its" : "their");
+        add(buf, cap, k == 1 ? " has no timing.csv (a run directory from an older runner), so its rate was not "
+                               "measured from every step."
+                             : " have no timing.csv (run directories from an older runner), so their rate was "
+                               "not measured from every step.");
         return SPEED_UNMEASURED;
     }
     for (int i = 0; i < n; i++) k += (sel[i] = m[i].ips.n > 0 && !(m[i].ips_se >= 0));
