@@ -22,8 +22,8 @@ void report_fmt(char *buf, size_t cap, report_col_t col, const report_row_t *row
 
 /* The members table: one row per member (a configuration over its seeds). */
 typedef enum {
-    MC_NAME, MC_RUNS, MC_IMAGES, MC_IMAGES_RANGE, MC_SEC_EPOCH, MC_SPEEDUP, MC_FINAL, MC_FINAL_RANGE,
-    MC_BEST, MC_COUNT
+    MC_NAME, MC_RUNS, MC_IMAGES, MC_IMAGES_RANGE, MC_STEADY, MC_SEC_EPOCH, MC_SPEEDUP, MC_FINAL,
+    MC_FINAL_RANGE, MC_BEST, MC_COUNT
 } report_mcol_t;
 extern const char *const report_mcol_titles[MC_COUNT];
 void report_fmt_member(char *buf, size_t cap, report_mcol_t col, const report_group_t *g);

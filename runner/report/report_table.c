@@ -72,6 +72,7 @@ void report_fmt_member(char *buf, size_t cap, report_mcol_t col, const report_gr
         break;
     case MC_IMAGES: mean_std(buf, cap, &s->ips, 1, 1, ""); break;
     case MC_IMAGES_RANGE: range(buf, cap, &s->ips, 1, 1, ""); break;
+    case MC_STEADY: if (s->ips.n > 0 && s->min_steady_steps >= 0) snprintf(buf, cap, "%lld", (long long)s->min_steady_steps); break;
     case MC_SEC_EPOCH: if (isfinite(g->seconds_per_epoch)) snprintf(buf, cap, "%.2f", g->seconds_per_epoch); break;
     case MC_SPEEDUP:
         if (isfinite(s->speedup_lo)) snprintf(buf, cap, "%.2fx (%.2f\xe2\x80\x93%.2f)", s->speedup, s->speedup_lo, s->speedup_hi);
@@ -85,8 +86,8 @@ void report_fmt_member(char *buf, size_t cap, report_mcol_t col, const report_gr
 }
 
 const char *const report_mcol_titles[MC_COUNT] = {
-    "member", "runs", "images/s", "images/s range", "s/epoch", "speed-up (95%)", "val top-1 final",
-    "final range", "val top-1 best"};
+    "member", "runs", "images/s", "images/s range", "steady steps (min)", "s/epoch", "speed-up (95%)",
+    "val top-1 final", "final range", "val top-1 best"};
 
 /* ---- CSV ---- */
 
@@ -183,44 +184,52 @@ static void md_cell(FILE *f, const char *s) {
     }
 }
 
-int report_write_md(const report_t *r, FILE *f) {
+/* One cell of a table: column c of row i into buf; returns whether the column holds
+ * numbers (right-aligned). */
+typedef bool (*md_cell_fn)(const report_t *r, int i, int c, char *buf, size_t cap);
+
+static bool member_cell(const report_t *r, int i, int c, char *buf, size_t cap) {
+    report_fmt_member(buf, cap, (report_mcol_t)c, &r->groups[i]);
+    return c != MC_NAME;
+}
+
+static bool run_cell(const report_t *r, int i, int c, char *buf, size_t cap) {
+    report_fmt(buf, cap, (report_col_t)c, &r->rows[i]);
+    return report_numeric_col((report_col_t)c);
+}
+
+/* A Markdown table of rows rows (at least one: a report has a run and a member) and
+ * ncols columns; the alignment row asks row 0's cells whether they hold numbers. */
+static void md_table(FILE *f, const report_t *r, const char *const *titles, int ncols, int rows, md_cell_fn cell) {
     char buf[512];
+    fputc('|', f);
+    for (int c = 0; c < ncols; c++) fprintf(f, " %s |", titles[c]);
+    fputs("\n|", f);
+    for (int c = 0; c < ncols; c++) fputs(cell(r, 0, c, buf, sizeof buf) ? "---:|" : "---|", f);
+    fputc('\n', f);
+    for (int i = 0; i < rows; i++) {
+        fputc('|', f);
+        for (int c = 0; c < ncols; c++) {
+            cell(r, i, c, buf, sizeof buf);
+            fputc(' ', f);
+            md_cell(f, buf);
+            fputs(" |", f);
+        }
+        fputc('\n', f);
+    }
+}
+
+int report_write_md(const report_t *r, FILE *f) {
     fprintf(f, "# %s\n\n**", r->title);
     md_cell(f, r->verdict.speed);
     fputs("**\n\n**", f);
     md_cell(f, r->verdict.accuracy);
     fputs("**\n\n", f);
     md_cell(f, r->verdict.method);
-    fputs("\n\n## Members\n\n|", f);
-    for (int c = 0; c < MC_COUNT; c++) fprintf(f, " %s |", report_mcol_titles[c]);
-    fputs("\n|", f);
-    for (int c = 0; c < MC_COUNT; c++) fputs(c == MC_NAME ? "---|" : "---:|", f);
-    fputc('\n', f);
-    for (int g = 0; g < r->n_groups; g++) {
-        fputc('|', f);
-        for (int c = 0; c < MC_COUNT; c++) {
-            report_fmt_member(buf, sizeof buf, (report_mcol_t)c, &r->groups[g]);
-            fputc(' ', f);
-            md_cell(f, buf);
-            fputs(" |", f);
-        }
-        fputc('\n', f);
-    }
-    fputs("\n## Runs\n\n|", f);
-    for (int c = 0; c < RC_COUNT; c++) fprintf(f, " %s |", report_col_titles[c]);
-    fputs("\n|", f);
-    for (int c = 0; c < RC_COUNT; c++) fputs(report_numeric_col((report_col_t)c) ? "---:|" : "---|", f);
-    fputc('\n', f);
-    for (int i = 0; i < r->n; i++) {
-        fputc('|', f);
-        for (int c = 0; c < RC_COUNT; c++) {
-            report_fmt(buf, sizeof buf, (report_col_t)c, &r->rows[i]);
-            fputc(' ', f);
-            md_cell(f, buf);
-            fputs(" |", f);
-        }
-        fputc('\n', f);
-    }
+    fputs("\n\n## Members\n\n", f);
+    md_table(f, r, report_mcol_titles, MC_COUNT, r->n_groups, member_cell);
+    fputs("\n## Runs\n\n", f);
+    md_table(f, r, report_col_titles, RC_COUNT, r->n, run_cell);
     bool notes = false;
     for (int i = 0; i < r->n; i++) {
         if (!r->rows[i].note[0]) continue;

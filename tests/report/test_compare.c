@@ -449,8 +449,8 @@ static void test_repeats(void) {
     snprintf(path, sizeof path, "%s/dp/seed2/timing.csv", parent);
     CHECK_INT(access(path, R_OK), 0);
     char *md = slurp(parent, "comparison.md"), *csv = slurp(parent, "comparison.csv");
-    CHECK_CONTAINS(md, "| single | 2 | 150.0 \xc2\xb1 70.7 | 100.0\xe2\x80\x93" "200.0 |");
-    CHECK_CONTAINS(md, "| dp | 2 | 250.0 \xc2\xb1 70.7 | 200.0\xe2\x80\x93" "300.0 |");
+    CHECK_CONTAINS(md, "| single | 2 | 150.0 \xc2\xb1 70.7 | 100.0\xe2\x80\x93" "200.0 | 30 |");
+    CHECK_CONTAINS(md, "| dp | 2 | 250.0 \xc2\xb1 70.7 | 200.0\xe2\x80\x93" "300.0 | 30 |");
     CHECK_CONTAINS(md, "| dp/seed2 | 2 | dp |");
     CHECK_CONTAINS(csv, ",dp,2,30,10,");
     free(md);

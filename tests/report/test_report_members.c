@@ -78,7 +78,7 @@ static void test_no_contradiction(void) {
     CHECK_CONTAINS(csv, line);
     CHECK_CONTAINS(csv, ",0.32,,0.32,0.32,0.32,,0.32,0.32,1,\n");   /* dp_bf16: member_fastest 1 */
     CHECK_CONTAINS(md, "# cmp\n\n**Fastest: dp_bf16, 2.00x the throughput of dp_amp, the next fastest");
-    CHECK_CONTAINS(md, "| dp_bf16 | 1 | 320.0 |  | 8.00 | 2.50x (2.50\xe2\x80\x93" "2.50) | 32.00% |  | 32.00% |");
+    CHECK_CONTAINS(md, "| dp_bf16 | 1 | 320.0 |  | 30 | 8.00 | 2.50x (2.50\xe2\x80\x93" "2.50) | 32.00% |  | 32.00% |");
     CHECK_CONTAINS(md, "| dp_amp | 0 | dp | 2 | fp32 | 64 | cpu | 160.0 | 30 | 16.00 | 1.25x |");
     /* the verdict is the first thing on the page, in the green box, its lead in bold */
     const char *verdict = strstr(html, "<div class=\"verdict\">");
@@ -109,8 +109,8 @@ static void test_seed_groups(void) {
     if (e.code) fprintf(stderr, "%s\n", e.msg);
     char *md = slurp(out, "comparison.md"), *csv = slurp(out, "comparison.csv");
     /* a: mean 144, std sqrt(2) * 16 = 22.6, range 128-160, s/epoch 2560 / 144 */
-    CHECK_CONTAINS(md, "| a | 2 | 144.0 \xc2\xb1 22.6 | 128.0\xe2\x80\x93" "160.0 | 17.78 | 1.00x | 42.00% \xc2\xb1 2.83 |");
-    CHECK_CONTAINS(md, "| b | 1 | 256.0 |  | 10.00 |");
+    CHECK_CONTAINS(md, "| a | 2 | 144.0 \xc2\xb1 22.6 | 128.0\xe2\x80\x93" "160.0 | 30 | 17.78 | 1.00x | 42.00% \xc2\xb1 2.83 |");
+    CHECK_CONTAINS(md, "| b | 1 | 256.0 |  | 30 | 10.00 |");
     CHECK_CONTAINS(md, "| a | 0 | dp |");
     CHECK_CONTAINS(md, "| a (a1) | 1 | dp |");
     /* b's one run has no spread; a's two seeds give 1 degree of freedom: t95 = 12.7, so
