@@ -143,9 +143,9 @@ static void html_members(const report_t *r, FILE *f) {
 static void html_verdict_line(FILE *f, const char *cls, const char *text) {
     fprintf(f, "<p class=\"%s\">", cls);
     const char *colon = strchr(text, ':');
-    if (colon && colon - text < 60) {
+    if (colon && colon - text < 80) {
         fputs("<b>", f);
-        char lead[64];
+        char lead[96];
         snprintf(lead, sizeof lead, "%.*s", (int)(colon - text + 1), text);
         plot_escape(f, lead);
         fputs("</b>", f);
