@@ -112,7 +112,7 @@ static void html_table(const report_t *r, FILE *f) {
           "mean. comm exposed: communication time not hidden behind compute, as a share of step time.</p>\n", f);
 }
 
-/* The members table: mean, spread and range over seeds; the fastest highlighted. */
+/* The members table: mean, spread and range over seeds; a clear fastest highlighted. */
 static void html_members(const report_t *r, FILE *f) {
     fputs("<table class=\"members\">\n<tr>", f);
     for (int c = 0; c < MC_COUNT; c++) {
@@ -124,7 +124,8 @@ static void html_members(const report_t *r, FILE *f) {
     char buf[512];
     for (int g = 0; g < r->n_groups; g++) {
         const report_group_t *G = &r->groups[g];
-        fputs(G->stats.fastest == 1 ? "<tr class=\"best\">" : G->completed == 0 ? "<tr class=\"failed\">" : "<tr>", f);
+        bool best = r->verdict.speed_kind == SPEED_CLEAR && r->verdict.fastest == g;
+        fputs(best ? "<tr class=\"best\">" : G->completed == 0 ? "<tr class=\"failed\">" : "<tr>", f);
         for (int c = 0; c < MC_COUNT; c++) {
             report_fmt_member(buf, sizeof buf, (report_mcol_t)c, G);
             fputs(c == MC_NAME ? "<td class=\"name\">" : "<td class=\"num\">", f);

@@ -223,12 +223,11 @@ static void speed_verdict(verdict_member_t *m, int n, verdict_t *v) {
             v->ratio_hi, rate_text(a, sizeof a, m[f].ips.mean), rate_text(b, sizeof b, m[s].ips.mean));
     } else {
         v->speed_kind = SPEED_TIE;
-        tie[f] = true;
-        add(v->speed, sizeof v->speed, "No clear fastest: ");
+        add(v->speed, sizeof v->speed, "No clear fastest: %s (%s images/s) is ahead, but ", m[f].name,
+            rate_text(a, sizeof a, m[f].ips.mean));
         add_names(v->speed, sizeof v->speed, m, n, tie);
-        add(v->speed, sizeof v->speed, " are within noise of each other (%s at %s images/s is %.2fx %s, 95%% "
-            "interval %.2fx to %.2fx).", m[f].name, rate_text(a, sizeof a, m[f].ips.mean), v->ratio, m[s].name,
-            v->ratio_lo, v->ratio_hi);
+        add(v->speed, sizeof v->speed, " %s within noise of it (%s is %.2fx %s, 95%% interval %.2fx to %.2fx).",
+            ties == 1 ? "is" : "are", m[f].name, v->ratio, m[s].name, v->ratio_lo, v->ratio_hi);
     }
     bool none[VERDICT_MAX_MEMBERS];
     int k = 0;
