@@ -292,10 +292,15 @@ static void accuracy_verdict(verdict_member_t *m, int n, verdict_t *v) {
         if (all_single) snprintf(why, sizeof why, "one seed per member");
         else if (m[ref].final_top1.n < 2) snprintf(why, sizeof why, "the reference, %.200s, has one seed", m[ref].name);
         else snprintf(why, sizeof why, "the other members have one seed each");
-        add(out, cap, "Accuracy noise unknown: %s, so the final val top-1 spread of %.2f points (%.2f%% for "
-            "%s to %.2f%% for %s) cannot be told from seed noise. Set repeats: 3 or more in the matrix file.",
-            why, 100 * (m[hi].final_top1.mean - m[lo].final_top1.mean), 100 * m[lo].final_top1.mean, m[lo].name,
-            100 * m[hi].final_top1.mean, m[hi].name);
+        if (m[hi].final_top1.mean == m[lo].final_top1.mean)
+            add(out, cap, "Accuracy noise unknown: %s; every member's final val top-1 is %.2f%%, but how much it "
+                "varies with the seed is unknown. Set repeats: 3 or more in the matrix file.", why,
+                100 * m[lo].final_top1.mean);
+        else
+            add(out, cap, "Accuracy noise unknown: %s, so the final val top-1 spread of %.2f points (%.2f%% for "
+                "%s to %.2f%% for %s) cannot be told from seed noise. Set repeats: 3 or more in the matrix file.",
+                why, 100 * (m[hi].final_top1.mean - m[lo].final_top1.mean), 100 * m[lo].final_top1.mean,
+                m[lo].name, 100 * m[hi].final_top1.mean, m[hi].name);
         return;
     }
     if (n_diff) {

@@ -214,7 +214,15 @@ static void test_other_cases(void) {
                        "rate was not measured from every step.");
     /* the reference has one seed, the other three */
     CHECK_INT(v.accuracy_kind, ACC_UNKNOWN);
-    CHECK_CONTAINS(v.accuracy, "Accuracy noise unknown: the reference, old, has one seed, so ");
+    CHECK_CONTAINS(v.accuracy, "Accuracy noise unknown: the reference, old, has one seed; every member's final val top-1 "
+                               "is 50.00%");
+    /* single seeds with equal accuracy: no spread to quote */
+    const double top_same[] = {1.0};
+    m[0] = member("fp32", one, top_same, 1, 100);
+    m[1] = member("amp", one, top_same, 1, 100);
+    verdict_build(m, 2, &v);
+    CHECK_STR(v.accuracy, "Accuracy noise unknown: one seed per member; every member's final val top-1 is 100.00%, "
+                          "but how much it varies with the seed is unknown. Set repeats: 3 or more in the matrix file.");
     /* one member */
     m[0] = member("fp32", slow, acc_a, 3, 100);
     verdict_build(m, 1, &v);
