@@ -171,8 +171,8 @@ static verdict_speed_t speed_blockers(const verdict_member_t *m, int n, char *bu
     if (k) {
         add(buf, cap, "Too short to rank throughput: the noise of ");
         add_names(buf, cap, m, n, sel);
-        add(buf, cap, " is unknown (one run with fewer than %d steady-state read-back windows). Run more "
-            "steps, or set repeats: 2 or more.", (int)STEADY_MIN_BLOCKS);
+        add(buf, cap, " is unknown (a single run whose timing.csv has fewer than %d steady-state read-back "
+            "windows). Run more steps, or set repeats: 2 or more.", (int)STEADY_MIN_BLOCKS);
         return SPEED_TOO_SHORT;
     }
     return SPEED_CLEAR;

@@ -178,8 +178,9 @@ static void test_too_short(void) {
     m[1] = member("amp", one_b, top_b, 1, 100);
     verdict_build(m, 2, &v);
     CHECK_INT(v.speed_kind, SPEED_TOO_SHORT);
-    CHECK_STR(v.speed, "Too short to rank throughput: the noise of fp32 and amp is unknown (one run with fewer "
-                       "than 3 steady-state read-back windows). Run more steps, or set repeats: 2 or more.");
+    CHECK_STR(v.speed, "Too short to rank throughput: the noise of fp32 and amp is unknown (a single run whose "
+                       "timing.csv has fewer than 3 steady-state read-back windows). Run more steps, or set "
+                       "repeats: 2 or more.");
 }
 
 static void test_single_seed(void) {
