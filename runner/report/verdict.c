@@ -314,8 +314,12 @@ static void accuracy_verdict(verdict_member_t *m, int n, verdict_t *v) {
     } else {
         v->accuracy_kind = ACC_SAME;
         add(out, cap, "Accuracy is the same within the seed spread: no member's final val top-1 differs from "
-            "%s's %s (Welch's t-test, 95%%); the members' means range from %.2f%% to %.2f%%.", m[ref].name,
-            top1_text(a, sizeof a, &m[ref].final_top1), 100 * m[lo].final_top1.mean, 100 * m[hi].final_top1.mean);
+            "%s's %s (Welch's t-test, 95%%); ", m[ref].name, top1_text(a, sizeof a, &m[ref].final_top1));
+        if (m[lo].final_top1.mean == m[hi].final_top1.mean)
+            add(out, cap, "every member's mean is %.2f%%.", 100 * m[lo].final_top1.mean);
+        else
+            add(out, cap, "the members' means range from %.2f%% to %.2f%%.", 100 * m[lo].final_top1.mean,
+                100 * m[hi].final_top1.mean);
     }
     if (n_unknown) {
         add(out, cap, " Noise unknown for ");
