@@ -24,6 +24,8 @@ extern "C" {
 #endif
 
 enum { CFG_STR = 256, CFG_PATH = 1024, CFG_MAX_LIST = 16, CFG_MAX_SETS = 64, CFG_MAX_MATRIX = 64 };
+/* A matrix's repeats over seeds, and the runs (entries x repeats) one comparison may hold. */
+enum { CFG_MAX_REPEATS = 100, CFG_MAX_MATRIX_RUNS = 256 };
 
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_t;
 typedef enum { PAR_SINGLE = 0, PAR_DP, PAR_DDP } par_mode_t;
@@ -266,10 +268,14 @@ bool metric_minimised(metric_t m);
  * Each run's experiment name is its entry name (runs[i].name == entry_names[i], unique
  * plain names); the matrix's own name (the file's name: or its stem) is the parent, so the
  * caller writes runs under <output.root>/<matrix name>/<entry name>/... --set name=... is
- * refused for a matrix. */
+ * refused for a matrix.
+ * `repeats: N` (top level of the matrix file only, or --set repeats=N) runs every entry N
+ * times, with seeds seed, seed + 1, ..., seed + N - 1 (runner/report/compare.h lays them
+ * out); 1 to CFG_MAX_REPEATS, and at most CFG_MAX_MATRIX_RUNS runs in all. */
 typedef struct experiment_matrix {
     char name[CFG_STR];           /* the matrix file's name (parent run directory) */
     int n;
+    int repeats;                  /* runs of each entry over seeds; 1 without repeats: */
     char entry_names[CFG_MAX_MATRIX][CFG_STR];
     experiment_t runs[CFG_MAX_MATRIX];
 } experiment_matrix_t;

@@ -565,7 +565,6 @@ static void trainer_teardown(trainer_t *t) {
     dataset_free(t->train_ds);
     dataset_free(t->val_ds);
     if (t->gpu_sampler_ready) sampler_deinit(&t->gpu_sampler);
-    free(t->ips);
     for (int i = 0; i < t->n_hosts; i++) free(t->hosts[i]);
     free(t->hosts);
 }

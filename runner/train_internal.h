@@ -17,6 +17,7 @@
 #include "model/schedule.h"
 #include "runner/ckpt_writer.h"
 #include "runner/early_stop.h"
+#include "runner/report/steady.h"
 #include "runner/track/track.h"
 #include "runner/train.h"
 #include "util/clock.h"
@@ -122,8 +123,9 @@ typedef struct trainer {
     bool loop_started;                      /* setup done, the epoch loop began */
     bool ckpt_hash_differs;                 /* resumed from a checkpoint of another config hash */
     int config_changes;                     /* records in config_changes.jsonl */
-    double *ips;                            /* images/s of every step (median for summary) */
-    int64_t n_ips, cap_ips;
+    steady_sums_t steady;                   /* every read-back window's time (summary.json;
+                                               kept in checkpoints, so a resume counts on) */
+    int64_t seg_steps;                      /* steps this process ran in the current epoch */
     /* steps issued but not yet read back: each writes its loss, hits, loss scale and
      * overflow flag into its record on the device (step_recs); flush_window reads a whole
      * window at once, so the host waits for the device once per window, not per step */

@@ -204,6 +204,7 @@ int trainer_loop(trainer_t *t, err_t *e) {
         int stopping = 0;   /* a stop that arrived with the epoch's last step */
         bool cut = false;   /* train.max_steps ends the run inside this epoch */
         t->n_pending = 0;
+        t->seg_steps = 0;   /* the first steps of each epoch (and of a resume) are warm-up */
         t->window_t0 = now_s();
         while (t->step < epoch_end) {
             int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
@@ -240,6 +241,7 @@ int trainer_loop(trainer_t *t, err_t *e) {
                 if (trainer_skipped_sync(t, e) || (t->rank0 && trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e)))
                     return -1;
                 t->start_batch = 0;
+                t->window_t0 = now_s();   /* the checkpoint's time is no step's */
             }
         }
         /* end of epoch (or of max_steps) */

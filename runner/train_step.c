@@ -303,17 +303,6 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
     return 0;
 }
 
-static void record_ips(trainer_t *t, double ips) {
-    if (t->n_ips == t->cap_ips) {
-        int64_t cap = t->cap_ips ? t->cap_ips * 2 : 1024;
-        double *n = realloc(t->ips, (size_t)cap * sizeof *n);
-        if (!n) return;
-        t->ips = n;
-        t->cap_ips = cap;
-    }
-    t->ips[t->n_ips++] = ips;
-}
-
 /* Reads back the window of steps issued since the last flush (one download, which waits
  * for the device), agrees with the other ranks on what happened (one all-reduce of the
  * stop flag and each step's loss sum, top-1 hits and samples: every rank then holds the
@@ -358,7 +347,7 @@ int trainer_flush_window(trainer_t *t, int *stop, err_t *e) {
         *stop = v[0] > 0.0f ? TRAINER_STOP_INTERRUPT : v[1] > 0.0f ? TRAINER_STOP_PREEMPT : TRAINER_STOP_NONE;
         for (int i = 0; i < np; i++) t->pending_loss[i] = v[2 + 3 * i];
     }
-    int64_t first_step = t->step - np + 1;
+    int64_t first_step = t->step - np + 1, window_images = 0;
     for (int i = 0; i < np; i++) {
         const pending_step_t *ps = &t->pending[i];
         const int32_t *rec = t->host_recs + (size_t)i * words;
@@ -373,7 +362,7 @@ int trainer_flush_window(trainer_t *t, int *stop, err_t *e) {
         t->ep_correct += correct;
         t->ep_samples += samples;
         double ips = dt > 0 ? (double)samples / dt : 0;
-        record_ips(t, ips);
+        window_images += samples;
         t->sum_step_s += dt;
         /* in queue order (recorded steps) the collectives' times are not measured: NaN */
         double exposed = isnan(ps->comm_exposed_s) ? 0 : ps->comm_exposed_s;
@@ -394,6 +383,12 @@ int trainer_flush_window(trainer_t *t, int *stop, err_t *e) {
             return err_set(e, ERR_RUNTIME, "step %lld: the loss is %g; lower optimizer.lr or enable "
                            "amp loss scaling", (long long)step, row.loss);
     }
+    /* the window's time for the steady-state rate (timing.csv, summary.json) */
+    track_window_t tw = {.step = t->step, .steps = np, .epoch = t->epoch + 1, .since_start = t->seg_steps,
+                         .images = window_images, .seconds = window_s};
+    steady_add(&t->steady, tw.since_start, np, (double)window_images, window_s);
+    t->seg_steps += np;
+    if (track_window(t->track, &tw, e)) return -1;
     t->n_pending = 0;
     t->window_t0 = now_s();
     return 0;
