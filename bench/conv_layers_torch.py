@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """conv_layers_torch.py: the PyTorch side of the per-layer conv+BN benchmark.
 
-Times, for each distinct conv shape of resnet20 (batch 128) and resnet18-CIFAR (batch 64),
+Times, for each distinct conv shape of resnet20 (batch 128), resnet18-CIFAR (batch 64), and
+the depthwise / grouped 3x3 layers of MobileNetV2-CIFAR and ResNeXt-29 8x16d (batch 64),
 one training pass of the conv (forward + backward data + backward filter; the stem's input
-needs no gradient) and of BatchNorm2d+ReLU (forward + backward), in PyTorch with
+needs no gradient) and of BatchNorm2d+ReLU (ReLU6 for MobileNetV2) (forward + backward), in
+PyTorch with
 torch.set_num_threads(2), in both NCHW and channels_last (the faster one counts). The same
 shapes as bench/conv_layers.c, in the same order. With --ours PATH it runs our
 bench_conv_layers for each layer right after PyTorch's, alternating the two round after
@@ -21,7 +23,7 @@ import time
 
 import torch
 
-LAYERS = [  # net, n, hw, c, k, r, stride, count
+LAYERS = [  # net, n, hw, c, k, r, stride, count[, groups]
     ("resnet20", 128, 32, 3, 16, 3, 1, 1),
     ("resnet20", 128, 32, 16, 16, 3, 1, 6),
     ("resnet20", 128, 32, 16, 32, 3, 2, 1),
@@ -41,6 +43,21 @@ LAYERS = [  # net, n, hw, c, k, r, stride, count
     ("resnet18", 64, 8, 256, 512, 3, 2, 1),
     ("resnet18", 64, 8, 256, 512, 1, 2, 1),
     ("resnet18", 64, 4, 512, 512, 3, 1, 3),
+    ("mbv2", 64, 32, 32, 32, 3, 1, 1, 32),
+    ("mbv2", 64, 32, 96, 96, 3, 1, 1, 96),
+    ("mbv2", 64, 32, 144, 144, 3, 1, 1, 144),
+    ("mbv2", 64, 32, 144, 144, 3, 2, 1, 144),
+    ("mbv2", 64, 16, 192, 192, 3, 1, 2, 192),
+    ("mbv2", 64, 16, 192, 192, 3, 2, 1, 192),
+    ("mbv2", 64, 8, 384, 384, 3, 1, 4, 384),
+    ("mbv2", 64, 8, 576, 576, 3, 1, 2, 576),
+    ("mbv2", 64, 8, 576, 576, 3, 2, 1, 576),
+    ("mbv2", 64, 4, 960, 960, 3, 1, 3, 960),
+    ("resnext", 64, 32, 128, 128, 3, 1, 3, 8),
+    ("resnext", 64, 32, 256, 256, 3, 2, 1, 8),
+    ("resnext", 64, 16, 256, 256, 3, 1, 2, 8),
+    ("resnext", 64, 16, 512, 512, 3, 2, 1, 8),
+    ("resnext", 64, 8, 512, 512, 3, 1, 2, 8),
 ]
 
 
@@ -49,9 +66,11 @@ CLOCK = time.perf_counter
 
 def time_torch(layer, reps, channels_last):
     """Min over reps of (conv fwd+bwd ms, bn+relu fwd+bwd ms) for one layer."""
-    _, n, hw, c, k, r, stride, _ = layer
+    net, n, hw, c, k, r, stride = layer[:7]
+    groups = layer[8] if len(layer) > 8 else 1
+    act = torch.nn.functional.relu6 if net == "mbv2" else torch.relu
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    conv = torch.nn.Conv2d(c, k, r, stride=stride, padding=r // 2, bias=False)
+    conv = torch.nn.Conv2d(c, k, r, stride=stride, padding=r // 2, bias=False, groups=groups)
     conv = conv.to(memory_format=fmt)
     bn = torch.nn.BatchNorm2d(k)
     x = torch.randn(n, c, hw, hw).to(memory_format=fmt)
@@ -65,7 +84,7 @@ def time_torch(layer, reps, channels_last):
         y.backward(g)
         t1 = CLOCK()
         yb = y.detach().requires_grad_(True)
-        z = torch.relu(bn(yb))
+        z = act(bn(yb))
         z.backward(g)
         t2 = CLOCK()
         if rep:
@@ -124,10 +143,13 @@ def main():
           ("#", "net", "shape", "count", "torch_cv", "torch_bn", "ours_cv", "ours_bn", "engine",
            "r_conv", "r_bn"))
     tot = {}
-    for i, (net, n, hw, c, k, r, s, cnt) in enumerate(LAYERS):
+    for i, layer in enumerate(LAYERS):
+        net, n, hw, c, k, r, s, cnt = layer[:8]
         if only is not None and i not in only:
             continue
         desc = "%dx%d %d->%d k%d s%d" % (hw, hw, c, k, r, s)
+        if len(layer) > 8:
+            desc += " g%d" % layer[8]
         if a.ours:
             print("%-3d %-9s %-22s %5d | %9.3f %9.3f | %9.3f %9.3f %6s | %6.2f %6.2f" %
                   (i, net, desc, cnt, t_conv[i], t_bn[i], o_conv[i], o_bn[i], engine[i],

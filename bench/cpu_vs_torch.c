@@ -123,22 +123,25 @@ static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     TIMED(P_BN_STATS, PROF(be)->orig->bn_stats(be, m, c, dt, x, mean, var));
 }
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
-                      const float *var, const float *g, const float *b, float eps, const void *z, bool relu, void *y) {
-    TIMED(P_BN_APPLY, PROF(be)->orig->bn_apply(be, m, c, dt, x, mean, var, g, b, eps, z, relu, y));
+                      const float *var, const float *g, const float *b, float eps, const void *z, act_kind_t act,
+                      void *y) {
+    TIMED(P_BN_APPLY, PROF(be)->orig->bn_apply(be, m, c, dt, x, mean, var, g, b, eps, z, act, y));
 }
 static int w_bn_running(backend_t *be, int c, const float *mean, const float *var, int64_t count,
                         float mom, float *rm, float *rv) {
     TIMED(P_BN_RUNNING, PROF(be)->orig->bn_update_running(be, c, mean, var, count, mom, rm, rv));
 }
 static int w_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                           const void *dy, const float *mean, const float *var, float eps, float *sdy,
-                           float *sdyx, float *dg, float *db) {
-    TIMED(P_BN_BWD_REDUCE, PROF(be)->orig->bn_bwd_reduce(be, m, c, dt, x, y, dy, mean, var, eps, sdy, sdyx, dg, db));
+                           act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
+                           float *sdy, float *sdyx, float *dg, float *db) {
+    TIMED(P_BN_BWD_REDUCE,
+          PROF(be)->orig->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sdy, sdyx, dg, db));
 }
 static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                          const void *dy, const float *mean, const float *var, const float *g, float eps,
-                          const float *sdy, const float *sdyx, int64_t count, void *dx, void *dz) {
-    TIMED(P_BN_BWD_APPLY, PROF(be)->orig->bn_bwd_apply(be, m, c, dt, x, y, dy, mean, var, g, eps, sdy, sdyx, count, dx, dz));
+                          act_kind_t act, const void *dy, const float *mean, const float *var, const float *g,
+                          float eps, const float *sdy, const float *sdyx, int64_t count, void *dx, void *dz) {
+    TIMED(P_BN_BWD_APPLY,
+          PROF(be)->orig->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, g, eps, sdy, sdyx, count, dx, dz));
 }
 static int w_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y) {
     TIMED(P_ADD, PROF(be)->orig->add(be, n, dt, a, b, y));
@@ -281,7 +284,8 @@ int main(int argc, char **argv) {
         if (profile && s == warmup) prof_install(&prof, be);
         double t0 = now_s();
         net_loss_out_t lo;
-        if (net_zero_grads(n, &e) < 0 || net_forward(n, net_input(n), batch, true, NULL, &e) < 0 ||
+        if (net_zero_grads(n, &e) < 0 || net_set_rng_key(n, 0, 0, (int64_t)s * batch, 1, &e) < 0 ||
+            net_forward(n, net_input(n), batch, true, NULL, &e) < 0 ||
             net_loss(n, lab, 0.0f, 1.0f / batch, &lo, &e) < 0 || net_backward(n, NULL, &e) < 0 ||
             optim_step(o, 0.01, &e) < 0 || be->ops->sync(be) < 0) {
             fprintf(stderr, "bench_cpu_vs_torch: step %d: %s\n", s, e.msg);

@@ -127,7 +127,7 @@ static void print_versions(void) {
 /* One training step as the trainer does it: labels already on the device, the loss
  * scale, overflow skip and step count handled there, nothing waited for. */
 static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, int batch, err_t *e) {
-    if (net_zero_grads(n, e) || net_forward(n, net_input(n), batch, true, NULL, e) ||
+    if (net_zero_grads(n, e) || net_set_rng_key(n, 0, 0, 0, 1, e) || net_forward(n, net_input(n), batch, true, NULL, e) ||
         net_loss_async(n, NULL, 0.0f, 1.0f / (float)batch, optim_ctl(opt), NULL, NULL, e) ||
         net_backward(n, NULL, e) || loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), e) ||
         optim_step(opt, 0.1, e))
@@ -141,6 +141,10 @@ static void *record_step(net_t *n, optim_t *opt, int batch) {
     backend_t *be = net_backend(n);
     err_t e = {0};
     void *g = NULL;
+    if (net_set_rng_key(n, 0, 0, 0, 1, &e)) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        return NULL;
+    }
     if (!be->ops->graph_capture_begin || be->ops->graph_capture_begin(be)) {
         fprintf(stderr, "gpu_bench: no graph capture: %s\n", be->err.msg);
         return NULL;
@@ -160,7 +164,7 @@ static void *record_step(net_t *n, optim_t *opt, int batch) {
 /* The trainer's step with the micro-batch replayed from g. */
 static int graph_step(net_t *n, optim_t *opt, loss_scaler_t *ls, void *g, int batch, err_t *e) {
     backend_t *be = net_backend(n);
-    if (net_zero_grads(n, e)) return -1;
+    if (net_zero_grads(n, e) || net_set_rng_key(n, 0, 0, 0, 1, e)) return -1;
     int r = be->ops->graph_launch(be, g);
     if (r != 0) return err_set(e, ERR_RUNTIME, "graph launch: %s", r > 0 ? "stale graph" : be->err.msg);
     net_graph_replayed(n, net_input(n), batch);

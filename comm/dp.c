@@ -19,7 +19,8 @@
  *   gradients are read directly (CPU backend) or downloaded (others) and summed on the
  *   host, each replica thread summing one slice of the parameter range.
  *
- * Inputs and labels come from the host either way: each replica uploads its chunk.
+ * Inputs and labels come from the host either way: each replica uploads its chunk, and
+ * keys its dropout with the rows of its chunk (dp_set_rng_key).
  *
  * Threads: OpenMP's team size (used by oneDNN inside the CPU backend) is a per-thread
  * setting, so each replica thread sets it to its backend's thread count before computing;
@@ -70,6 +71,8 @@ enum { PHASE_IDLE = 0, PHASE_COMPUTE, PHASE_REDUCE, PHASE_QUIT };
 struct dp {
     net_t *const *nets;
     int world;
+    dropout_key_t key;          /* dp_set_rng_key */
+    bool key_set;
     int in_h, in_w, in_c;
     size_t n_params, n_buffers;
     replica_t *reps;
@@ -123,6 +126,10 @@ static int replica_compute(dp_t *d, int i) {
                               net_upload_buffers(n, d->buffers_host, e) < 0))
         return -1;
     if (net_zero_grads(n, e) < 0) return -1;
+    if (d->key_set && net_set_rng_key(n, d->key.seed, d->key.epoch,
+                                      d->key.first_sample + r->job.start * d->key.sample_stride,
+                                      d->key.sample_stride, e) < 0)
+        return -1;
     size_t sample = (size_t)d->in_h * (size_t)d->in_w * (size_t)d->in_c;
     if (net_upload_input(n, r->job.images + (size_t)r->job.start * sample, r->job.count, e) < 0 ||
         net_forward(n, net_input(n), r->job.count, true, NULL, e) < 0 ||
@@ -396,4 +403,10 @@ int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, con
 void dp_take_timing(dp_t *d, dp_timing_t *t) {
     *t = d->t;
     memset(&d->t, 0, sizeof d->t);
+}
+
+void dp_set_rng_key(dp_t *d, uint64_t seed, uint64_t epoch, int64_t first_sample, int64_t sample_stride) {
+    d->key = (dropout_key_t){.seed = seed, .epoch = epoch, .first_sample = first_sample,
+                             .sample_stride = sample_stride};
+    d->key_set = true;
 }

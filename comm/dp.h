@@ -70,6 +70,12 @@ int dp_forward_backward(dp_t *d, const float *images, const int32_t *labels, con
                         net_loss_out_t *out, err_t *e);
 void dp_take_timing(dp_t *d, dp_timing_t *t);
 
+/* The dropout key (net_set_rng_key) of the next dp_forward_backward's micro-batch: row j
+ * of it is sample first_sample + j * sample_stride, so replica i, whose chunk starts at
+ * row start_i, keys its nets with first_sample + start_i * sample_stride and draws the
+ * masks a single process would. Kept until changed. */
+void dp_set_rng_key(dp_t *d, uint64_t seed, uint64_t epoch, int64_t first_sample, int64_t sample_stride);
+
 #ifdef __cplusplus
 }
 #endif

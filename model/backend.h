@@ -41,14 +41,39 @@ extern const char *const dtype_names[DT_COUNT]; /* "fp32", "fp16", "bf16" */
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1, BACKEND_KIND_COUNT } backend_kind_t;
 
-/* The geometry of one 2-D convolution: input NHWC (n, h, w, c), weight KRSC (k, r, s, c),
- * output NPQK (n, p, q, k) with p = (h + 2*pad - r) / stride + 1 and likewise q. */
+/* The geometry of one 2-D convolution: input NHWC (n, h, w, c), weight KRSC
+ * (k, r, s, c / groups), output NPQK (n, p, q, k) with p = (h + 2*pad - r) / stride + 1
+ * and likewise q. groups 0 and 1 both mean a dense convolution (so a zero-initialised
+ * shape stays dense); otherwise c and k are multiples of groups and output channels
+ * [g*k/groups, (g+1)*k/groups) see input channels [g*c/groups, (g+1)*c/groups) only
+ * (torch's groups; depthwise when groups == c). The weight rows of group g are the
+ * contiguous block of output channels g*k/groups.., each (r, s, c / groups). */
 typedef struct conv_shape {
     int n, h, w, c;
     int k, r, s;
     int stride, pad;
     int p, q;
+    int groups;
 } conv_shape_t;
+
+/* groups of a conv_shape_t as a count (0 -> 1). */
+static inline int conv_groups(const conv_shape_t *s) { return s->groups > 1 ? s->groups : 1; }
+
+/* The activation fused into batch norm (bn_apply and the masks of the bn backward ops):
+ * relu(v) = max(v, 0), relu6(v) = min(max(v, 0), 6) (torch.nn.ReLU6 = hardtanh(0, 6)),
+ * NaN passing through both. */
+typedef enum { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 } act_kind_t;
+
+/* The key of dropout's masks (util/dropout.h), kept in backend memory so that a recorded
+ * CUDA graph reads the current one: row i of a batch is sample first_sample +
+ * i * sample_stride of the epoch, and an element's mask is a function of (seed, epoch,
+ * sample, node, element) only. */
+typedef struct dropout_key {
+    uint64_t seed;
+    uint64_t epoch;
+    int64_t first_sample;
+    int64_t sample_stride;
+} dropout_key_t;
 
 /* The geometry of one max-pool (PyTorch max_pool2d, dilation 1, ceil_mode false): input
  * NHWC (n, h, w, c), a kernel x kernel window moved by stride over the input padded by pad
@@ -105,7 +130,7 @@ typedef struct backend_ops {
     int (*zero)(backend_t *be, void *dst, size_t bytes);
     int (*sync)(backend_t *be);                                   /* wait for all queued work */
     size_t (*peak_memory)(backend_t *be);                         /* bytes, high-water mark */
-    /* convolution (no bias; ResNets have BN after every conv) */
+    /* convolution (grouped when s->groups > 1; no bias: channel_bias_* add it) */
     int (*conv2d_fwd)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
                       const void *w, void *y);
     int (*conv2d_bwd_data)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
@@ -118,19 +143,22 @@ typedef struct backend_ops {
                     float *var);                                  /* biased variance */
     int (*bn_apply)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                     const float *var, const float *gamma, const float *beta, float eps,
-                    const void *z, bool relu, void *y);           /* y = [relu](bn(x) [+ z]); z may be NULL */
+                    const void *z, act_kind_t act, void *y);      /* y = act(bn(x) [+ z]); z may be NULL */
     int (*bn_update_running)(backend_t *be, int c, const float *mean, const float *var,
                              int64_t count, float momentum, float *run_mean, float *run_var);
                                                                   /* unbiased var (count/(count-1)) */
     int (*bn_bwd_reduce)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                         const void *y, const void *dy, const float *mean, const float *var,
-                         float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
-                         float *dbeta);
-        /* y non-NULL: dy is masked by y > 0 (fused relu). Writes sum_dy, sum_dy_xhat
-         * (local, overwritten) and adds them into dbeta, dgamma. */
+                         const void *y, act_kind_t act, const void *dy, const float *mean,
+                         const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
+                         float *dgamma, float *dbeta);
+        /* y non-NULL: dy is masked by the derivative of the fused activation act seen
+         * from its output y: kept where y > 0 (ACT_RELU; NaN masks), zeroed where y <= 0
+         * or y >= 6 (ACT_RELU6, torch's hardtanh backward: NaN passes). y NULL: no mask
+         * (act ignored). Writes sum_dy, sum_dy_xhat (local, overwritten) and adds them
+         * into dbeta, dgamma. */
     int (*bn_bwd_apply)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                        const void *y, const void *dy, const float *mean, const float *var,
-                        const float *gamma, float eps, const float *sum_dy,
+                        const void *y, act_kind_t act, const void *dy, const float *mean,
+                        const float *var, const float *gamma, float eps, const float *sum_dy,
                         const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
         /* count: rows the statistics cover (m, or the global count under SyncBN).
          * dz non-NULL (bn_add_relu): dz = masked dy. dx is overwritten. */
@@ -138,9 +166,38 @@ typedef struct backend_ops {
     int (*relu_fwd)(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
     int (*relu_bwd)(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
     int (*add)(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y);
+    /* relu6: y = min(max(x, 0), 6) (NaN passes); backward dx = 0 where y <= 0 or y >= 6,
+     * else dy (torch's hardtanh_backward, which passes NaN; on the output, as for torch's
+     * in-place ReLU6) */
+    int (*relu6_fwd)(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
+    int (*relu6_bwd)(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
+    /* per-channel bias of m rows of c channels (a conv's output, NHWC): y += b, each
+     * output rounded once to dt; backward db[j] += sum_i dy[i, j] summed in a fixed
+     * order (deterministic), fp32 result */
+    int (*channel_bias_fwd)(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y);
+    int (*channel_bias_bwd)(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db);
+    /* inverted dropout of n samples of per_sample elements each: element e of row i is
+     * kept when the mask bit of (key, node, sample first_sample + i * sample_stride, e)
+     * says so (util/dropout.h: probability 1 - p) and then multiplied by
+     * dropout_scale(p), else zeroed. key is backend memory, read when the op runs (on
+     * the device for cuda). Backward recomputes the mask: dx = dy * mask * scale. The
+     * same bits on every backend for fp32. */
+    int (*dropout_fwd)(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p,
+                       uint32_t node, const dropout_key_t *key, const void *x, void *y);
+    int (*dropout_bwd)(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p,
+                       uint32_t node, const dropout_key_t *key, const void *dy, void *dx);
     /* global average pool NHWC (n, hw, c) -> (n, c) */
     int (*avgpool_fwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *x, void *y);
     int (*avgpool_bwd)(backend_t *be, int n, int hw, int c, dtype_t dt, const void *dy, void *dx);
+    /* adaptive average pool (torch adaptive_avg_pool2d) NHWC (n, h, w, c) -> (n, p, q, c)
+     * with s->p x s->q outputs (s->kernel, stride, pad unused): output (i, j) averages
+     * input rows [floor(i*h/p), ceil((i+1)*h/p)) and likewise columns. Backward gathers
+     * per input element the windows containing it, in output order (deterministic), and
+     * overwrites dx. */
+    int (*adaptive_avgpool_fwd)(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x,
+                                void *y);
+    int (*adaptive_avgpool_bwd)(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy,
+                                void *dx);
     /* max pool (pool_shape_t). Each output is the first maximum of its window in window
      * order (rows, then columns; padding never wins), a NaN taking over as torch's kernel
      * does (`v > max || isnan(v)`); y is that input element itself, so half data is exact

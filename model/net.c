@@ -19,8 +19,9 @@
 
 const char *const node_kind_names[NODE_KIND_COUNT] = {
     "conv", "bn", "bn_relu", "bn_add_relu", "relu", "add", "avgpool", "linear", "maxpool",
+    "relu6", "bn_relu6", "dropout",
 };
-_Static_assert(NODE_KIND_COUNT == 9, "node_kind_names must list every node kind");
+_Static_assert(NODE_KIND_COUNT == 12, "node_kind_names must list every node kind");
 
 net_t *net_create(int in_channels, err_t *e) {
     if (in_channels < 1 || in_channels > 4096) {
@@ -39,7 +40,7 @@ void net_free(net_t *n) {
         backend_t *be = n->be;
         void *ptrs[] = {n->params, n->grads, n->buffers, n->shadow, n->input, n->scratch[0],
                         n->scratch[1], n->bn_mem, n->sum_dy, n->sum_dy_xhat, n->labels,
-                        n->loss_sum, n->correct, n->targets};
+                        n->loss_sum, n->correct, n->targets, n->rng_key};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) be->ops->release(be, ptrs[i]);
         for (int i = 0; i < n->n_nodes; i++)
@@ -80,6 +81,8 @@ static int add_node(net_t *n, node_kind_t kind, const char *prefix, int in0, int
     d->in[1] = in1;
     d->counter = -1;
     d->gslot = -1;
+    d->groups = 1;
+    d->out_h = d->out_w = 1;
     return n->n_nodes++;
 }
 
@@ -120,12 +123,36 @@ static int build_channels(const net_t *n, int i) {
     return build_channels(n, d->in[0]);
 }
 
+/* The output map of node i when it is known while building (an avgpool fixes it, a
+ * linear is 1x1, elementwise nodes pass theirs through): true and *h, *w; false when it
+ * depends on the input size. */
+static bool build_map(const net_t *n, int i, int *h, int *w) {
+    if (i == NET_INPUT) return false;
+    const node_t *d = &n->nodes[i];
+    switch (d->kind) {
+    case NODE_LINEAR: *h = *w = 1; return true;
+    case NODE_AVGPOOL: *h = d->out_h; *w = d->out_w; return true;
+    case NODE_CONV: case NODE_MAXPOOL: case NODE_KIND_COUNT: return false;
+    default: return build_map(n, d->in[0], h, w);
+    }
+}
+
 int net_add_conv(net_t *n, const char *prefix, int input, int out_channels, int kernel,
                  int stride, int pad, err_t *e) {
+    return net_add_conv2(n, prefix, input, out_channels, kernel, stride, pad, 1, false, e);
+}
+
+int net_add_conv2(net_t *n, const char *prefix, int input, int out_channels, int kernel,
+                  int stride, int pad, int groups, bool bias, err_t *e) {
     if (out_channels < 1 || kernel < 1 || stride < 1 || pad < 0)
         return err_set(e, ERR_INPUT, "net: conv %s: bad geometry (out %d, kernel %d, stride %d, pad %d)",
                        prefix, out_channels, kernel, stride, pad);
+    if (input < NET_INPUT || input >= n->n_nodes)
+        return err_set(e, ERR_RUNTIME, "net: conv %s names input %d, which does not exist yet", prefix, input);
     int in_c = build_channels(n, input);
+    if (groups < 1 || in_c % groups || out_channels % groups)
+        return err_set(e, ERR_INPUT, "net: conv %s: groups %d must divide its %d input and %d output "
+                       "channels", prefix, groups, in_c, out_channels);
     int i = add_node(n, NODE_CONV, prefix, input, NET_NO_INPUT, e);
     if (i < 0) return -1;
     node_t *d = &n->nodes[i];
@@ -133,22 +160,34 @@ int net_add_conv(net_t *n, const char *prefix, int input, int out_channels, int 
     d->kernel = kernel;
     d->stride = stride;
     d->pad = pad;
+    d->groups = groups;
+    d->has_bias = bias;
     d->has_params = true;
     d->w_off = n->n_params;
-    d->w_numel = (size_t)out_channels * kernel * kernel * in_c;
+    d->w_numel = (size_t)out_channels * kernel * kernel * (in_c / groups);
     n->n_params += d->w_numel;
-    int64_t shape[4] = {out_channels, in_c, kernel, kernel};
+    int64_t shape[4] = {out_channels, in_c / groups, kernel, kernel};
     net_tensor_t *t = add_tensor(n, i, "weight", NET_STORE_PARAM, d->w_off, d->w_numel, 4, shape,
                                  NET_INIT_KAIMING_FAN_OUT, false, e);
     if (!t) return -1;
     t->conv_weight = true;
+    if (bias) {
+        d->b_off = n->n_params;
+        n->n_params += (size_t)out_channels;
+        int64_t bs[1] = {out_channels};
+        if (!add_tensor(n, i, "bias", NET_STORE_PARAM, d->b_off, out_channels, 1, bs,
+                        NET_INIT_LINEAR_UNIFORM, true, e))
+            return -1;
+    }
     return i;
 }
 
 int net_add_bn(net_t *n, const char *prefix, node_kind_t kind, int input, int shortcut,
                bool zero_gamma, err_t *e) {
-    if (kind != NODE_BN && kind != NODE_BN_RELU && kind != NODE_BN_ADD_RELU)
-        return err_set(e, ERR_RUNTIME, "net: net_add_bn with kind %s", node_kind_names[kind]);
+    if (kind < 0 || kind >= NODE_KIND_COUNT || !net_is_bn(kind))
+        return err_set(e, ERR_RUNTIME, "net: net_add_bn with kind %d", (int)kind);
+    if (input < NET_INPUT || input >= n->n_nodes)
+        return err_set(e, ERR_RUNTIME, "net: bn %s names input %d, which does not exist yet", prefix, input);
     if ((kind == NODE_BN_ADD_RELU) != (shortcut >= NET_INPUT))
         return err_set(e, ERR_RUNTIME, "net: %s: a shortcut input goes with bn_add_relu only", prefix);
     int c = build_channels(n, input);
@@ -189,7 +228,13 @@ int net_add_relu(net_t *n, int input, err_t *e) {
     return add_node(n, NODE_RELU, "", input, NET_NO_INPUT, e);
 }
 
+int net_add_relu6(net_t *n, int input, err_t *e) {
+    return add_node(n, NODE_RELU6, "", input, NET_NO_INPUT, e);
+}
+
 int net_add_add(net_t *n, int a, int b, err_t *e) {
+    if (a == b)
+        return err_set(e, ERR_RUNTIME, "net: add of node %d to itself (scale it instead)", a);
     if (a >= NET_INPUT && b >= NET_INPUT && a < n->n_nodes && b < n->n_nodes &&
         build_channels(n, a) != build_channels(n, b))
         return err_set(e, ERR_INPUT, "net: add of %d and %d channels", build_channels(n, a),
@@ -197,8 +242,30 @@ int net_add_add(net_t *n, int a, int b, err_t *e) {
     return add_node(n, NODE_ADD, "", a, b, e);
 }
 
+int net_add_dropout(net_t *n, int input, double p, err_t *e) {
+    if (!(p >= 0.0 && p <= 1.0))
+        return err_set(e, ERR_INPUT, "net: dropout probability %g is outside [0, 1]", p);
+    int i = add_node(n, NODE_DROPOUT, "", input, NET_NO_INPUT, e);
+    if (i < 0) return -1;
+    if (i > 0xffff)
+        return err_set(e, ERR_INPUT, "net: dropout at node %d: the mask key holds node indices below 65536", i);
+    n->nodes[i].p = p;
+    n->has_dropout = true;
+    return i;
+}
+
 int net_add_avgpool(net_t *n, int input, err_t *e) {
-    return add_node(n, NODE_AVGPOOL, "", input, NET_NO_INPUT, e);
+    return net_add_avgpool2(n, input, 1, 1, e);
+}
+
+int net_add_avgpool2(net_t *n, int input, int out_h, int out_w, err_t *e) {
+    if (out_h < 1 || out_w < 1 || out_h > 4096 || out_w > 4096)
+        return err_set(e, ERR_INPUT, "net: avgpool output %dx%d is outside [1, 4096]", out_h, out_w);
+    int i = add_node(n, NODE_AVGPOOL, "", input, NET_NO_INPUT, e);
+    if (i < 0) return -1;
+    n->nodes[i].out_h = out_h;
+    n->nodes[i].out_w = out_w;
+    return i;
 }
 
 int net_add_maxpool(net_t *n, int input, int kernel, int stride, int pad, err_t *e) {
@@ -213,15 +280,16 @@ int net_add_maxpool(net_t *n, int input, int kernel, int stride, int pad, err_t 
     return i;
 }
 
-/* The linear layer's input features are fixed at bind time (they depend on the input
- * size unless a global pool precedes it); its tensors are sized from the channels when
- * the input is an avgpool, which is how every ResNet ends. */
+/* The linear layer's input features: channels x the input's map where building knows
+ * it (net.h), else the channels (a 1x1 map, checked at bind). */
 int net_add_linear(net_t *n, const char *prefix, int input, int out_features, err_t *e) {
     if (out_features < 1)
         return err_set(e, ERR_INPUT, "net: linear %s: out_features %d < 1", prefix, out_features);
-    if (input < 0 || n->nodes[input].kind != NODE_AVGPOOL)
-        return err_set(e, ERR_RUNTIME, "net: linear %s must follow an avgpool node", prefix);
-    int in_f = build_channels(n, input);
+    if (input < NET_INPUT || input >= n->n_nodes)
+        return err_set(e, ERR_RUNTIME, "net: linear %s names input %d, which does not exist yet", prefix, input);
+    int in_c = build_channels(n, input), mh = 1, mw = 1;
+    if (!build_map(n, input, &mh, &mw)) mh = mw = 1;
+    int in_f = in_c * mh * mw;
     int i = add_node(n, NODE_LINEAR, prefix, input, NET_NO_INPUT, e);
     if (i < 0) return -1;
     node_t *d = &n->nodes[i];
@@ -232,13 +300,34 @@ int net_add_linear(net_t *n, const char *prefix, int input, int out_features, er
     d->b_off = d->w_off + d->w_numel;
     n->n_params += d->w_numel + (size_t)out_features;
     int64_t ws[2] = {out_features, in_f}, bs[1] = {out_features};
-    if (!add_tensor(n, i, "weight", NET_STORE_PARAM, d->w_off, d->w_numel, 2, ws,
-                    NET_INIT_LINEAR_UNIFORM, false, e) ||
-        !add_tensor(n, i, "bias", NET_STORE_PARAM, d->b_off, out_features, 1, bs,
+    net_tensor_t *t = add_tensor(n, i, "weight", NET_STORE_PARAM, d->w_off, d->w_numel, 2, ws,
+                                 NET_INIT_LINEAR_UNIFORM, false, e);
+    if (!t) return -1;
+    if (mh * mw > 1) {
+        t->flat_c = in_c;
+        t->flat_h = mh;
+        t->flat_w = mw;
+    }
+    if (!add_tensor(n, i, "bias", NET_STORE_PARAM, d->b_off, out_features, 1, bs,
                     NET_INIT_LINEAR_UNIFORM, true, e))
         return -1;
     return i;
 }
+
+int net_set_init(net_t *n, const char *tensor_name, net_init_t init, err_t *e) {
+    for (int i = 0; i < n->n_tensors; i++) {
+        net_tensor_t *t = &n->tensors[i];
+        if (strcmp(t->name, tensor_name)) continue;
+        if (init < 0 || init > NET_INIT_NORMAL_0_01 || t->store == NET_STORE_COUNTER ||
+            (init == NET_INIT_KAIMING_FAN_OUT && !t->conv_weight))
+            return err_set(e, ERR_INPUT, "net: init %d does not apply to %s", (int)init, tensor_name);
+        t->init = init;
+        return 0;
+    }
+    return err_set(e, ERR_INPUT, "net: net_set_init: no tensor %s", tensor_name);
+}
+
+bool net_has_dropout(const net_t *n) { return n->has_dropout; }
 
 /* ---- introspection ---- */
 int net_num_nodes(const net_t *n) { return n->n_nodes; }
@@ -344,7 +433,7 @@ static int plan_net(const net_t *n, int in_h, int in_w, plan_t *p, err_t *e) {
             p->c[i] = ic;
             break;
         }
-        case NODE_AVGPOOL: p->h[i] = 1; p->w[i] = 1; p->c[i] = ic; break;
+        case NODE_AVGPOOL: p->h[i] = d->out_h; p->w[i] = d->out_w; p->c[i] = ic; break;
         case NODE_LINEAR: p->h[i] = 1; p->w[i] = 1; p->c[i] = d->out_c; break;
         default: {
             p->h[i] = ih; p->w[i] = iw; p->c[i] = ic;
@@ -359,7 +448,7 @@ static int plan_net(const net_t *n, int in_h, int in_w, plan_t *p, err_t *e) {
                                    i, node_kind_names[d->kind], d->prefix, ih, iw, ic, bh, bw, bc);
                 }
             }
-            if (d->kind != NODE_RELU && d->kind != NODE_ADD && ic > p->max_c) p->max_c = ic;
+            if (net_is_bn(d->kind) && ic > p->max_c) p->max_c = ic;
         }
         }
         size_t el = (size_t)p->h[i] * p->w[i] * p->c[i];
@@ -409,6 +498,7 @@ size_t net_activation_bytes(const net_t *n, int max_batch, int in_h, int in_w,
     for (int s = 0; s < p.n_slots; s++) per_sample += p.slot_elems[s];
     size_t bytes = per_sample * (size_t)max_batch * act_elem_bytes;
     bytes += (2 * n->n_buffers + 2 * (size_t)p.max_c) * sizeof(float);
+    if (n->has_dropout) bytes += sizeof(dropout_key_t);
     plan_free(&p);
     return bytes;
 }
@@ -495,7 +585,8 @@ int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t
         !(n->sum_dy = balloc(n, (size_t)p.max_c * 4, e)) ||
         !(n->sum_dy_xhat = balloc(n, (size_t)p.max_c * 4, e)) ||
         !(n->labels = balloc(n, B * 4, e)) || !(n->loss_sum = balloc(n, 4, e)) ||
-        !(n->correct = balloc(n, 8, e)))
+        !(n->correct = balloc(n, 8, e)) ||
+        (n->has_dropout && !(n->rng_key = balloc(n, sizeof(dropout_key_t), e))))
         goto done;
     if (act_dt != DT_F32 && !(n->shadow = balloc(n, n->n_params * n->esz, e))) goto done;
     for (int s = 0; s < p.n_slots; s++)
@@ -507,13 +598,17 @@ int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t
         d->c = p.c[i];
         d->gslot = p.slot[i];
         if (!(d->y = balloc(n, B * net_node_elems(n, i) * n->esz, e))) goto done;
-        if (d->kind == NODE_BN || d->kind == NODE_BN_RELU || d->kind == NODE_BN_ADD_RELU) {
+        if (net_is_bn(d->kind)) {
             d->mean = n->bn_mem + d->buf_off;
             d->var = n->bn_mem + d->buf_off + d->c;
         }
-        if (d->kind == NODE_LINEAR && (size_t)d->out_c * net_node_elems(n, d->in[0]) != d->w_numel) {
-            err_set(e, ERR_INPUT, "net: %s expects %zu input features, the input gives %zu",
-                    d->prefix, d->w_numel / (size_t)d->out_c, net_node_elems(n, d->in[0]));
+        int a = d->in[0];
+        int ah = a < 0 ? in_h : p.h[a], aw = a < 0 ? in_w : p.w[a], ac = a < 0 ? n->in_c : p.c[a];
+        size_t in_f = (size_t)ah * aw * ac;
+        if (d->kind == NODE_LINEAR && (size_t)d->out_c * in_f != d->w_numel) {
+            err_set(e, ERR_INPUT, "net: %s expects %zu input features, but at %dx%d input its input is "
+                    "a %dx%dx%d map (%zu features); use the input size the model was built for",
+                    d->prefix, d->w_numel / (size_t)d->out_c, in_h, in_w, ah, aw, ac, in_f);
             goto done;
         }
     }
@@ -542,8 +637,12 @@ static void init_tensor(const net_t *n, int ti, uint64_t seed, float *host) {
     case NET_INIT_ZEROS:
         memset(host, 0, t->numel * sizeof(float));
         break;
+    case NET_INIT_NORMAL_0_01:
+        for (size_t i = 0; i < t->numel; i++) host[i] = (float)(0.01 * rng_normal(&r));
+        break;
     case NET_INIT_LINEAR_UNIFORM: {
-        /* weight [out, in] and bias [out] both use fan_in = in features */
+        /* weight and bias both use fan_in = in features (linear) or in/groups * kh * kw
+         * (conv): the weight's elements per output */
         const node_t *d = &n->nodes[t->node];
         double fan_in = (double)d->w_numel / d->out_c;
         double bound = 1.0 / sqrt(fan_in);

@@ -1,7 +1,9 @@
 /* net.h: a network as an ordered list of nodes over flat parameter/gradient/buffer arrays.
  *
  * What it is. A net_t holds nodes (conv, bn, bn_relu, bn_add_relu, relu, add, avgpool,
- * linear, maxpool) in forward order, each naming its input nodes (NET_INPUT = the image batch).
+ * linear, maxpool, relu6, bn_relu6, dropout) in forward order, each naming its input
+ * nodes (NET_INPUT = the image batch). A node's output may feed several later nodes; its
+ * gradient is then the sum of theirs.
  * Every parameter lives in ONE contiguous fp32 array in forward (node) order; gradients
  * live in a second array with the identical layout; BN running statistics
  * (running_mean, running_var of every BN, in node order) in a third ("buffers");
@@ -27,8 +29,8 @@
  *
  * BN: momentum 0.1, eps 1e-5 (torch defaults); training uses batch statistics and
  * updates the running ones (unbiased variance), eval uses the running ones and updates
- * nothing. What this file does not do: autodiff for arbitrary graphs, grouped or dilated
- * convolutions, dropout.
+ * nothing. Dropout (training only) draws its masks from the key net_set_rng_key gave.
+ * What this file does not do: autodiff for arbitrary graphs, dilated convolutions.
  */
 #ifndef RUNNER_MODEL_NET_H
 #define RUNNER_MODEL_NET_H
@@ -45,15 +47,18 @@ extern "C" {
 #endif
 
 typedef enum {
-    NODE_CONV = 0,      /* conv2d, no bias, KRSC weight */
+    NODE_CONV = 0,      /* conv2d, KRSC weight (k, r, s, c / groups), optional bias */
     NODE_BN,            /* batch norm */
     NODE_BN_RELU,       /* relu(bn(x)) */
     NODE_BN_ADD_RELU,   /* relu(bn(x) + z): inputs[0] = x, inputs[1] = z (the shortcut) */
     NODE_RELU,
-    NODE_ADD,           /* inputs[0] + inputs[1] */
-    NODE_AVGPOOL,       /* global average pool (n, h, w, c) -> (n, 1, 1, c) */
-    NODE_LINEAR,        /* y = x w^T + b over the flattened input */
+    NODE_ADD,           /* inputs[0] + inputs[1] (no activation: pre-activation blocks) */
+    NODE_AVGPOOL,       /* adaptive average pool (n, h, w, c) -> (n, oh, ow, c); 1x1: global */
+    NODE_LINEAR,        /* y = x w^T + b over the flattened (NHWC order) input */
     NODE_MAXPOOL,       /* max pool (kernel, stride, pad; torch's max_pool2d, see backend.h) */
+    NODE_RELU6,         /* min(max(x, 0), 6) */
+    NODE_BN_RELU6,      /* relu6(bn(x)) (MobileNetV2) */
+    NODE_DROPOUT,       /* inverted dropout with probability p (training only) */
     NODE_KIND_COUNT
 } node_kind_t;
 extern const char *const node_kind_names[NODE_KIND_COUNT]; /* "conv", "bn", ... */
@@ -67,12 +72,16 @@ typedef enum {
     NET_STORE_COUNTER      /* num_batches_tracked: host int64 counters, offset = index */
 } net_store_t;
 
-/* How a parameter is initialised (torchvision's ResNet init). */
+/* How a parameter is initialised (torchvision's inits). */
 typedef enum {
-    NET_INIT_KAIMING_FAN_OUT = 0, /* conv: N(0, sqrt(2 / (out * kh * kw))) */
+    NET_INIT_KAIMING_FAN_OUT = 0, /* conv: N(0, sqrt(2 / (out * kh * kw))) (grouped too, as torch) */
     NET_INIT_ONES,                /* BN weight, running_var */
-    NET_INIT_ZEROS,               /* BN bias, running_mean; BN weight with zero_init_residual */
-    NET_INIT_LINEAR_UNIFORM       /* linear weight and bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    NET_INIT_ZEROS,               /* BN bias, running_mean; BN weight with zero_init_residual;
+                                   * conv biases of VGG, linear biases of VGG/MobileNetV2 */
+    NET_INIT_LINEAR_UNIFORM,      /* torch's default Linear/Conv2d init of weight and bias:
+                                   * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in features,
+                                   * or in/groups * kh * kw for a conv */
+    NET_INIT_NORMAL_0_01          /* N(0, 0.01): VGG / MobileNetV2 classifier weights */
 } net_init_t;
 
 /* One tensor of the state_dict. */
@@ -88,6 +97,10 @@ typedef struct net_tensor {
                               no_weight_decay_on_bn_and_bias */
     net_init_t init;
     int node;              /* the node that owns it */
+    /* A linear weight whose input is a (h, w, c) map rather than 1x1: the map, whose NHWC
+     * flattening (h, w, c) orders the weight's columns here, while torchvision flattens
+     * NCHW (c, h, w); import/export permute the columns. 0 when the input is 1x1. */
+    int flat_c, flat_h, flat_w;
 } net_tensor_t;
 
 typedef struct net net_t;
@@ -128,17 +141,44 @@ void net_free(net_t *n);
  * Nodes must be added in forward order; inputs refer to earlier nodes or NET_INPUT. */
 int net_add_conv(net_t *n, const char *prefix, int input, int out_channels, int kernel,
                  int stride, int pad, err_t *e);
-/* kind: NODE_BN, NODE_BN_RELU or NODE_BN_ADD_RELU (shortcut >= -1 only for the latter).
- * zero_gamma: initialise the BN weight to 0 (zero_init_residual). */
+/* net_add_conv with groups (1: dense; the input's channels: depthwise) and an optional
+ * bias prefix.bias [out_channels] (init NET_INIT_LINEAR_UNIFORM as torch's default; set
+ * another with net_set_init). A group count that does not divide both the input and the
+ * output channels is ERR_INPUT naming the layer. net_add_conv(...) is
+ * net_add_conv2(..., 1, false, e). */
+int net_add_conv2(net_t *n, const char *prefix, int input, int out_channels, int kernel,
+                  int stride, int pad, int groups, bool bias, err_t *e);
+/* kind: NODE_BN, NODE_BN_RELU, NODE_BN_RELU6 or NODE_BN_ADD_RELU (shortcut >= -1 only
+ * for the latter, else -2). zero_gamma: initialise the BN weight to 0 (zero_init_residual). */
 int net_add_bn(net_t *n, const char *prefix, node_kind_t kind, int input, int shortcut,
                bool zero_gamma, err_t *e);
 int net_add_relu(net_t *n, int input, err_t *e);
+int net_add_relu6(net_t *n, int input, err_t *e);
 int net_add_add(net_t *n, int a, int b, err_t *e);
+/* Inverted dropout (torch.nn.Dropout(p), 0 <= p <= 1, p as the double the YAML gave) of
+ * any input, 2-D (after a linear) or a feature map: identity in evaluation; in training each element is zeroed
+ * with probability p, else multiplied by 1 / (1 - p) as torch's fp32 does
+ * (util/dropout.h), the mask drawn from the key of net_set_rng_key. */
+int net_add_dropout(net_t *n, int input, double p, err_t *e);
+/* Global average pool (n, h, w, c) -> (n, 1, 1, c). */
 int net_add_avgpool(net_t *n, int input, err_t *e);
+/* Adaptive average pool to out_h x out_w (torch adaptive_avg_pool2d; VGG's (7, 7));
+ * (1, 1) is net_add_avgpool. */
+int net_add_avgpool2(net_t *n, int input, int out_h, int out_w, err_t *e);
 /* kernel x kernel max pool moved by stride over the input padded with -inf by pad
  * (pad <= kernel / 2, as torch requires); the ImageNet stem's is 3, 2, 1. */
 int net_add_maxpool(net_t *n, int input, int kernel, int stride, int pad, err_t *e);
+/* A linear layer over its input flattened in NHWC order. Its in-features are fixed when
+ * it is added: channels x the input's map when that is known while building (after an
+ * avgpool of a given size, a linear or elementwise nodes on them), else the channels
+ * alone (a 1x1 map expected; net_bind fails with ERR_INPUT naming the layer when the
+ * input size gives another map). The weight tensor records a map larger than 1x1 in
+ * flat_c/h/w. */
 int net_add_linear(net_t *n, const char *prefix, int input, int out_features, err_t *e);
+
+/* Overrides the init of tensor_name (as net_tensor names it) after building and before
+ * net_init; an unknown name is ERR_INPUT. */
+int net_set_init(net_t *n, const char *tensor_name, net_init_t init, err_t *e);
 
 /* ---- introspection (valid right after building) ---- */
 int net_num_nodes(const net_t *n);
@@ -161,7 +201,11 @@ size_t net_num_buffers(const net_t *n);    /* elements of the running-stats arra
 int net_num_counters(const net_t *n);      /* BN layers (num_batches_tracked counters) */
 int net_in_channels(const net_t *n);
 int net_num_classes(const net_t *n);       /* out_features of the last node (linear) */
-/* Forward FLOPs per sample (2 x multiply-adds of convs and linear) at in_h x in_w. */
+/* Whether the net has dropout nodes (its training forwards need net_set_rng_key). */
+bool net_has_dropout(const net_t *n);
+/* Forward FLOPs per sample (2 x multiply-adds of convs, grouped ones counting
+ * 2 * p*q*k*r*s*(c/groups), and of linears; biases and elementwise nodes not counted) at
+ * in_h x in_w. */
 double net_forward_flops(const net_t *n, int in_h, int in_w);
 /* Bytes net_bind would allocate for activations, their gradients and scratch (not
  * params/grads/buffers/optimizer) for max_batch at in_h x in_w, with act_elem_bytes per
@@ -171,6 +215,11 @@ size_t net_activation_bytes(const net_t *n, int max_batch, int in_h, int in_w,
                             size_t act_elem_bytes);
 /* One line per node ("12 bn_relu layer1.0.bn1 <- 11  [n,32,32,64]") to f; for debugging. */
 void net_print(const net_t *n, void *file /* FILE* */);
+
+/* Conv weight layout conversions between torchvision's OIHW and the net's KRSC, for one
+ * tensor of torchvision shape `shape` (grouped weights: shape[1] = in / groups). */
+void net_oihw_to_krsc(const float *src, float *dst, const int64_t shape[4]);
+void net_krsc_to_oihw(const float *src, float *dst, const int64_t shape[4]);
 
 /* ---- binding and memory ---- */
 
@@ -218,6 +267,23 @@ int net_upload_input(net_t *n, const float *host_nhwc, int batch, err_t *e);
 int net_input_from_f32(net_t *n, const float *dev, int batch, err_t *e);
 
 /* ---- running ---- */
+
+/* The dropout key of the next training forward (dropout_key_t, backend.h): row i of
+ * the batch is sample first_sample + i * sample_stride of epoch `epoch`, counted in the
+ * epoch's global sample order, so that a sample's masks depend only on (seed, epoch, its
+ * place in the epoch's order, the node, the element): the same whatever the world size,
+ * DP replica count, gradient accumulation, worker count or resume. A DDP rank r of W
+ * whose micro-batch starts at its local sample k passes first_sample = r + k * W and
+ * sample_stride = W (data/sampler.h interleaves ranks). Uploaded into backend memory
+ * (enqueued like an upload; a recorded graph reads it when replayed). A net with
+ * dropout fails a training forward whose key was not set since the previous one, so a
+ * forgotten call cannot repeat masks silently. A no-op for nets without dropout. */
+int net_set_rng_key(net_t *n, uint64_t seed, uint64_t epoch, int64_t first_sample,
+                    int64_t sample_stride, err_t *e);
+/* net_set_rng_key from a key already in backend memory (a device-to-device copy, so it
+ * can be recorded into a graph: the trainer writes each micro-batch's key into a slot of
+ * its own before the step and the recorded work copies slot m here). */
+int net_set_rng_key_dev(net_t *n, const dropout_key_t *key, err_t *e);
 
 /* Forward of batch <= max_batch images at x (backend memory, NHWC, act dtype; may be
  * net_input(n)). train: batch statistics + running-stat update + counters; else running

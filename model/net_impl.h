@@ -15,9 +15,13 @@ typedef struct node {
     int in[2];             /* input nodes (NET_INPUT = image); in[1] = -2 when unused */
     int out_c;             /* conv: out channels; linear: out features; others: planned */
     int kernel, stride, pad;
+    int groups;            /* conv: 1 dense, else grouped */
+    bool has_bias;         /* conv: a bias at b_off (linears always have one) */
+    int out_h, out_w;      /* avgpool: output size (1x1: global) */
+    double p;              /* dropout probability */
     bool zero_gamma;
     bool has_params;
-    size_t w_off, b_off;   /* conv/linear weight, linear bias; bn gamma (w) and beta (b) */
+    size_t w_off, b_off;   /* conv/linear weight, conv/linear bias; bn gamma (w) and beta (b) */
     size_t w_numel;
     size_t buf_off;        /* bn: running_mean at buf_off, running_var at buf_off + c */
     int counter;           /* bn: num_batches_tracked index */
@@ -62,7 +66,20 @@ struct net {
     bool last_train;         /* the last forward was a training one */
     bool have_dlogits;       /* net_loss wrote dlogits for it */
     bool *grad_written;      /* per node during backward */
+    bool has_dropout;        /* some node is NODE_DROPOUT */
+    dropout_key_t *rng_key;  /* backend: the dropout key (has_dropout only) */
+    bool rng_key_set;        /* net_set_rng_key since the last training forward */
 };
+
+/* Whether a node kind is a batch norm (with or without a fused activation). */
+static inline bool net_is_bn(node_kind_t k) {
+    return k == NODE_BN || k == NODE_BN_RELU || k == NODE_BN_ADD_RELU || k == NODE_BN_RELU6;
+}
+
+/* The activation a batch-norm kind fuses. */
+static inline act_kind_t net_bn_act(node_kind_t k) {
+    return k == NODE_BN ? ACT_NONE : k == NODE_BN_RELU6 ? ACT_RELU6 : ACT_RELU;
+}
 
 /* Elements of the output of node i per sample (after planning). */
 static inline size_t net_node_elems(const net_t *n, int i) {
@@ -74,9 +91,5 @@ static inline size_t net_node_elems(const net_t *n, int i) {
 static inline void *net_act_at(const net_t *n, void *base, size_t elems) {
     return (char *)base + elems * n->esz;
 }
-
-/* Conv weight layout conversions (shape = torchvision OIHW), in net.c. */
-void net_oihw_to_krsc(const float *src, float *dst, const int64_t shape[4]);
-void net_krsc_to_oihw(const float *src, float *dst, const int64_t shape[4]);
 
 #endif

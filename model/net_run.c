@@ -33,6 +33,7 @@ static conv_shape_t conv_geom(const net_t *n, int i, int batch) {
     const node_t *d = &n->nodes[i];
     int a = d->in[0];
     conv_shape_t s;
+    memset(&s, 0, sizeof s);
     s.n = batch;
     s.h = a == NET_INPUT ? n->in_h : n->nodes[a].h;
     s.w = a == NET_INPUT ? n->in_w : n->nodes[a].w;
@@ -43,10 +44,11 @@ static conv_shape_t conv_geom(const net_t *n, int i, int batch) {
     s.pad = d->pad;
     s.p = d->h;
     s.q = d->w;
+    s.groups = d->groups;
     return s;
 }
 
-/* The pool_shape of maxpool node i for batch rows. */
+/* The pool_shape of maxpool or avgpool node i for batch rows. */
 static pool_shape_t pool_geom(const net_t *n, int i, int batch) {
     const node_t *d = &n->nodes[i];
     int a = d->in[0];
@@ -78,8 +80,10 @@ void net_write_conv_engines(const net_t *n, int batch, jw_t *w) {
             if (!net_conv_geometry(n, j, batch, &o, NULL) && !memcmp(&o, &s, sizeof s)) first = j;
         if (first != i) continue;
         jw_obj_begin(w);
-        snprintf(buf, sizeof buf, "n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", s.n, s.h, s.w, s.c, s.k,
-                 s.r, s.s, s.stride, s.pad);
+        int len = snprintf(buf, sizeof buf, "n%d %dx%dx%d -> %d, %dx%d stride %d pad %d", s.n, s.h, s.w,
+                           s.c, s.k, s.r, s.s, s.stride, s.pad);
+        if (conv_groups(&s) > 1 && len > 0 && (size_t)len < sizeof buf)
+            snprintf(buf + len, sizeof buf - (size_t)len, " groups %d", conv_groups(&s));
         jw_kstr(w, "shape", buf);
         jw_key(w, "layers");
         jw_arr_begin(w);
@@ -99,12 +103,55 @@ static const void *node_weight(const net_t *n, const node_t *d) {
     return n->params + d->w_off;
 }
 
+int net_set_rng_key(net_t *n, uint64_t seed, uint64_t epoch, int64_t first_sample,
+                    int64_t sample_stride, err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_set_rng_key: net is not bound");
+    if (first_sample < 0 || sample_stride < 1)
+        return err_set(e, ERR_RUNTIME, "net_set_rng_key: first sample %lld, stride %lld",
+                       (long long)first_sample, (long long)sample_stride);
+    if (!n->has_dropout) return 0;
+    dropout_key_t k = {.seed = seed, .epoch = epoch, .first_sample = first_sample,
+                       .sample_stride = sample_stride};
+    if (n->be->ops->upload(n->be, n->rng_key, &k, sizeof k) < 0)
+        return err_set(e, ERR_RUNTIME, "net_set_rng_key: %s", n->be->err.msg);
+    n->rng_key_set = true;
+    return 0;
+}
+
+int net_set_rng_key_dev(net_t *n, const dropout_key_t *key, err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_set_rng_key_dev: net is not bound");
+    if (!n->has_dropout) return 0;
+    if (n->be->ops->copy(n->be, n->rng_key, key, sizeof *key) < 0)
+        return err_set(e, ERR_RUNTIME, "net_set_rng_key_dev: %s", n->be->err.msg);
+    n->rng_key_set = true;
+    return 0;
+}
+
+/* The dropout node's forward: the masked, scaled input in training, a copy otherwise. */
+static int dropout_forward(net_t *n, node_t *d, int i, const void *in0, int batch, bool train,
+                           err_t *e) {
+    backend_t *be = n->be;
+    int64_t per = (int64_t)d->h * d->w * d->c;
+    if (train && d->p > 0.0)
+        OP(be->ops->dropout_fwd(be, batch, per, n->dt, d->p, (uint32_t)i, n->rng_key, in0, d->y),
+           "dropout forward");
+    else
+        OP(be->ops->copy(be, d->y, in0, (size_t)batch * per * n->esz), "dropout (identity)");
+    return 0;
+}
+
 int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_t *hooks,
                 err_t *e) {
     if (!n->be) return err_set(e, ERR_RUNTIME, "net_forward: net is not bound");
     if (batch < 1 || batch > n->max_batch)
         return err_set(e, ERR_RUNTIME, "net_forward: batch %d outside [1, %d] (max_batch at bind)",
                        batch, n->max_batch);
+    if (train && n->has_dropout) {
+        if (!n->rng_key_set)
+            return err_set(e, ERR_RUNTIME, "net_forward: the net has dropout and no key was set for this "
+                           "training forward (call net_set_rng_key before each one)");
+        n->rng_key_set = false;
+    }
     backend_t *be = n->be;
     if (n->shadow && be->ops->cast(be, (int64_t)n->n_params, n->params, DT_F32, n->shadow, n->dt) < 0)
         return err_set(e, ERR_RUNTIME, "net_forward: casting weights to %s: %s", dtype_names[n->dt],
@@ -121,10 +168,13 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
         case NODE_CONV: {
             conv_shape_t s = conv_geom(n, i, batch);
             OP(be->ops->conv2d_fwd(be, &s, n->dt, in0, node_weight(n, d), d->y), "conv forward");
+            if (d->has_bias)
+                OP(be->ops->channel_bias_fwd(be, m, d->c, n->dt, n->params + d->b_off, d->y), "conv bias");
             break;
         }
         case NODE_BN:
         case NODE_BN_RELU:
+        case NODE_BN_RELU6:
         case NODE_BN_ADD_RELU: {
             const float *mean = n->buffers + d->buf_off, *var = n->buffers + d->buf_off + d->c;
             if (train) {
@@ -142,20 +192,28 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
             }
             const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
             OP(be->ops->bn_apply(be, m, d->c, n->dt, in0, mean, var, n->params + d->w_off,
-                                 n->params + d->b_off, NET_BN_EPS, z, d->kind != NODE_BN, d->y),
+                                 n->params + d->b_off, NET_BN_EPS, z, net_bn_act(d->kind), d->y),
                "bn apply");
             break;
         }
         case NODE_RELU:
             OP(be->ops->relu_fwd(be, m * d->c, n->dt, in0, d->y), "relu forward");
             break;
+        case NODE_RELU6:
+            OP(be->ops->relu6_fwd(be, m * d->c, n->dt, in0, d->y), "relu6 forward");
+            break;
+        case NODE_DROPOUT:
+            if (dropout_forward(n, d, i, in0, batch, train, e) < 0) return -1;
+            break;
         case NODE_ADD:
             OP(be->ops->add(be, m * d->c, n->dt, in0, node_out(n, x, d->in[1]), d->y), "add");
             break;
         case NODE_AVGPOOL: {
-            const node_t *a = d->in[0] == NET_INPUT ? NULL : &n->nodes[d->in[0]];
-            int hw = a ? a->h * a->w : n->in_h * n->in_w;
-            OP(be->ops->avgpool_fwd(be, batch, hw, d->c, n->dt, in0, d->y), "avgpool forward");
+            pool_shape_t s = pool_geom(n, i, batch);
+            if (s.p == 1 && s.q == 1)
+                OP(be->ops->avgpool_fwd(be, batch, s.h * s.w, d->c, n->dt, in0, d->y), "avgpool forward");
+            else
+                OP(be->ops->adaptive_avgpool_fwd(be, &s, n->dt, in0, d->y), "adaptive avgpool forward");
             break;
         }
         case NODE_MAXPOOL: {
@@ -251,9 +309,10 @@ void net_graph_replayed(net_t *n, const void *x, int batch) {
     n->last_x = x;
     n->last_train = true;
     n->have_dlogits = false;   /* backward consumed them */
+    n->rng_key_set = false;   /* the replay consumed the key */
     for (int i = 0; i < n->n_nodes; i++) {
         node_t *d = &n->nodes[i];
-        if (d->kind != NODE_BN && d->kind != NODE_BN_RELU && d->kind != NODE_BN_ADD_RELU) continue;
+        if (!net_is_bn(d->kind)) continue;
         d->count = (int64_t)batch * d->h * d->w;
         n->counters[d->counter]++;
     }
@@ -299,14 +358,18 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
     case NODE_CONV: {
         conv_shape_t s = conv_geom(n, i, batch);
         OP(be->ops->conv2d_bwd_filter(be, &s, n->dt, x, dy, n->grads + d->w_off), "conv backward (filter)");
+        if (d->has_bias)
+            OP(be->ops->channel_bias_bwd(be, m, d->c, n->dt, dy, n->grads + d->b_off), "conv bias backward");
         if (dx) OP(be->ops->conv2d_bwd_data(be, &s, n->dt, dy, node_weight(n, d), dx), "conv backward (data)");
         break;
     }
     case NODE_BN:
     case NODE_BN_RELU:
+    case NODE_BN_RELU6:
     case NODE_BN_ADD_RELU: {
         const void *y = d->kind == NODE_BN ? NULL : d->y;
-        OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, dy, d->mean, d->var, NET_BN_EPS,
+        act_kind_t act = net_bn_act(d->kind);
+        OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, NET_BN_EPS,
                                   n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off),
            "bn backward (reduce)");
         if (hooks && hooks->bn_sync_grads &&
@@ -315,7 +378,7 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
         if (dx || dz) {
             /* bn_bwd_apply always writes dx; without a real target use scratch */
             void *dxt = dx ? dx : n->scratch[0];
-            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, dy, d->mean, d->var,
+            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var,
                                      n->params + d->w_off, NET_BN_EPS, n->sum_dy, n->sum_dy_xhat,
                                      d->count, dxt, dz),
                "bn backward (apply)");
@@ -325,6 +388,16 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
     case NODE_RELU:
         if (dx) OP(be->ops->relu_bwd(be, m * d->c, n->dt, d->y, dy, dx), "relu backward");
         break;
+    case NODE_RELU6:
+        if (dx) OP(be->ops->relu6_bwd(be, m * d->c, n->dt, d->y, dy, dx), "relu6 backward");
+        break;
+    case NODE_DROPOUT:
+        if (dx && d->p > 0.0)
+            OP(be->ops->dropout_bwd(be, batch, (int64_t)d->h * d->w * d->c, n->dt, d->p, (uint32_t)i,
+                                    n->rng_key, dy, dx), "dropout backward");
+        else if (dx)
+            OP(be->ops->copy(be, dx, dy, (size_t)m * d->c * n->esz), "dropout backward (identity)");
+        break;
     case NODE_ADD: {
         size_t bytes = (size_t)m * d->c * n->esz;
         if (dx) OP(be->ops->copy(be, dx, dy, bytes), "add backward");
@@ -332,8 +405,11 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
         break;
     }
     case NODE_AVGPOOL: {
-        int hw = a >= 0 ? n->nodes[a].h * n->nodes[a].w : n->in_h * n->in_w;
-        if (dx) OP(be->ops->avgpool_bwd(be, batch, hw, d->c, n->dt, dy, dx), "avgpool backward");
+        pool_shape_t s = pool_geom(n, i, batch);
+        if (dx && s.p == 1 && s.q == 1)
+            OP(be->ops->avgpool_bwd(be, batch, s.h * s.w, d->c, n->dt, dy, dx), "avgpool backward");
+        else if (dx)
+            OP(be->ops->adaptive_avgpool_bwd(be, &s, n->dt, dy, dx), "adaptive avgpool backward");
         break;
     }
     case NODE_MAXPOOL: {

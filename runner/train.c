@@ -282,6 +282,12 @@ static int setup_model(trainer_t *t, err_t *e) {
     }
     /* train.cuda_graphs as the plan resolved it (runner plan says where and why) */
     t->graphs = t->p->cuda_graphs && !t->dp && t->be->ops->graph_capture_begin;
+    /* dropout's per-micro-batch keys (train_step.c rng_key_slot; DP keys its replicas) */
+    if (net_has_dropout(t->net) && !t->dp &&
+        !(t->rng_keys = t->be->ops->alloc(t->be, (size_t)t->p->grad_accum * sizeof(dropout_key_t)))) {
+        *e = t->be->err;
+        return -1;
+    }
     t->host_recs = malloc(rec_bytes);
     t->pending = calloc((size_t)t->window, sizeof *t->pending);
     t->pending_loss = calloc((size_t)t->window, sizeof *t->pending_loss);
@@ -335,7 +341,7 @@ static int plan_device_work(trainer_t *t, err_t *e) {
     }
     for (int k = 0; k < 2; k++) {
         int b = train_sizes[k];
-        if (b > 0 && (net_forward(n, net_input(n), b, true, NULL, e) ||
+        if (b > 0 && (net_set_rng_key(n, t->e->seed, 0, 0, 1, e) || net_forward(n, net_input(n), b, true, NULL, e) ||
                       net_loss_async(n, NULL, 0.0f, 1.0f / (float)b, NULL, NULL, NULL, e) || net_backward(n, NULL, e)))
             goto out;
     }
@@ -544,6 +550,7 @@ static void trainer_teardown(trainer_t *t) {
     store_close(t->store);
     if (t->srv) store_server_stop(t->srv);
     if (t->step_recs) t->be->ops->release(t->be, t->step_recs);
+    if (t->rng_keys) t->be->ops->release(t->be, t->rng_keys);
     free(t->host_recs);
     free(t->pending);
     free(t->pending_loss);

@@ -134,6 +134,8 @@ typedef struct trainer {
     pending_step_t *pending;                /* window entries */
     double *pending_loss;                   /* window entries: the steps' loss sums */
     int32_t *step_recs;                     /* backend memory: window records */
+    void *rng_keys;                         /* backend memory: dropout_key_t x grad_accum, one
+                                               per micro-batch of a step (nets with dropout) */
     int32_t *host_recs;                     /* their host copy */
     double window_t0;                       /* when the window's first step was issued */
     /* train.cuda_graphs (train_graph.c): recorded step segments and evaluation batches */

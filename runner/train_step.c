@@ -65,6 +65,25 @@ int trainer_upload_labels(trainer_t *t, const int32_t *labels, int n, err_t *e) 
 
 /* ------------------------------------------------------------------ host inputs */
 
+/* Dropout's key of micro-batch m (nets with dropout): its rows in the epoch's global order
+ * (the sampler gives rank r of W the places r, r + W, ...; first is the micro-batch's first
+ * place in this rank's order), so a sample's mask is the same at every world size, after a
+ * resume and with any number of loader workers. It goes into slot m of t->rng_keys, which
+ * the device work copies into the net's key word (device_micro): one recording may hold
+ * several micro-batches, so the key cannot be a value baked into it. */
+static int rng_key_slot(trainer_t *t, int m, int64_t first, err_t *e) {
+    if (!t->rng_keys) return 0;
+    int64_t world = t->train_opts.world_size;
+    dropout_key_t k = {.seed = t->e->seed, .epoch = (uint64_t)t->epoch,
+                       .first_sample = t->train_opts.rank + first * world, .sample_stride = world};
+    backend_t *be = t->be;
+    if (be->ops->upload(be, (dropout_key_t *)t->rng_keys + m, &k, sizeof k)) {
+        *e = be->err;
+        return -1;
+    }
+    return 0;
+}
+
 /* What the host does for micro-batch m of a step before the device computes it: the next
  * batch of the epoch into the buffers the device reads. GPU data path: its dataset indices
  * into index slot m and, with mixup, its mixing draws into sample slot m (the augmentation
@@ -74,7 +93,6 @@ int trainer_upload_labels(trainer_t *t, const int32_t *labels, int n, err_t *e) 
  * epoch, -1. */
 static int host_batch(trainer_t *t, int m, pending_step_t *ps, err_t *e) {
     backend_t *be = t->be;
-    (void)m;   /* the GPU data path's slot */
 #ifdef RUNNER_HAVE_CUDA
     if (t->gpu_data) {
         const sampler_t *s = &t->gpu_sampler;
@@ -87,6 +105,7 @@ static int host_batch(trainer_t *t, int m, pending_step_t *ps, err_t *e) {
             return -1;
         }
         if (t->mix && trainer_aug_mix_draw(t, n, t->gpu_batch, m, e)) return -1;
+        if (rng_key_slot(t, m, first, e)) return -1;
         t->gpu_batch++;
         return n;
     }
@@ -95,6 +114,7 @@ static int host_batch(trainer_t *t, int m, pending_step_t *ps, err_t *e) {
     int r = loader_next(t->train_ld, &b, e);
     if (r <= 0) return r;
     ps->data_wait_s += b->data_wait_s;
+    if (rng_key_slot(t, m, b->index * t->p->micro_batch, e)) return -1;
 #ifdef RUNNER_HAVE_CUDA
     if (t->stager) {
         /* images and labels (mixup: the soft targets instead, the loss reads no labels)
@@ -151,9 +171,10 @@ static int device_micro(trainer_t *t, const step_seg_t *s, int m, err_t *e) {
 #ifdef RUNNER_HAVE_CUDA
     if (t->gpu_data && trainer_gpu_batch(t, m, nb, e)) return -1;
 #endif
-    /* (a per-micro-batch value the host decides, e.g. a dropout RNG key, must come from
-     * slot m of an array the host half filled, copied here into the word the net reads,
-     * since one recording may hold several micro-batches) */
+    /* a per-micro-batch value the host decides comes from slot m of an array the host
+     * half filled, copied here into the word the net reads (one recording may hold several
+     * micro-batches): dropout's key */
+    if (t->rng_keys && net_set_rng_key_dev(n, (const dropout_key_t *)t->rng_keys + m, e)) return -1;
     if (t->ddp) {
         ddp_set_sync(t->ddp, m == s->n_micro - 1);
         ddp_begin_backward(t->ddp);
@@ -219,6 +240,10 @@ static int dp_step(trainer_t *t, int n_micro, int32_t *rec, pending_step_t *ps, 
         if (r < 0) return -1;
         if (r == 0) return err_set(e, ERR_RUNTIME, "internal: the epoch ended %d micro-batches early", n_micro - m);
         ps->data_wait_s += b->data_wait_s;
+        /* dropout's key: each replica keys the rows of its chunk (dp.c) */
+        int64_t world = t->train_opts.world_size;
+        dp_set_rng_key(t->dp, t->e->seed, (uint64_t)t->epoch,
+                       t->train_opts.rank + b->index * t->p->micro_batch * world, world);
         net_loss_out_t out;
         if (dp_forward_backward(t->dp, b->images, b->labels, t->mix ? b->targets : NULL, b->n, b->n * n_micro,
                                 smoothing, (float)dp_scale, &out, e))

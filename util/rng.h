@@ -29,7 +29,8 @@ enum {
     RNG_STREAM_SYNTHETIC = 4,/* a = split (0 train, 1 val), b = sample index */
     RNG_STREAM_MISC = 5,
     RNG_STREAM_MIXUP = 6,    /* a = epoch, b = micro-batch index + 2^32 * rank (data/mixup.h) */
-    RNG_STREAM_ERASE = 7     /* a = epoch, b = sample index: random erasing's normal values */
+    RNG_STREAM_ERASE = 7,    /* a = epoch, b = sample index: random erasing's normal values */
+    RNG_STREAM_DROPOUT = 8   /* dropout masks: its own counter layout (util/dropout.h) */
 };
 
 typedef struct rng {

@@ -42,7 +42,9 @@ int gpu_prof_spin(void *stream, long long cycles);   /* spin.cu */
     X(bn_apply) X(bn_update_running) X(bn_bwd_reduce) X(bn_bwd_apply) X(relu_fwd) X(relu_bwd)      \
     X(add) X(avgpool_fwd) X(avgpool_bwd) X(maxpool_fwd) X(maxpool_bwd) X(softmax_xent)              \
     X(softmax_xent_soft) X(sgd_step) X(adamw_step) X(step_ctl_update) X(clip_grad_norm)            \
-    X(ema_update) X(cast) X(unscale_check_finite) X(scale) X(zero) X(copy) X(upload) X(download)
+    X(ema_update) X(cast) X(unscale_check_finite) X(scale) X(relu6_fwd) X(relu6_bwd) X(channel_bias_fwd)  \
+    X(channel_bias_bwd) X(dropout_fwd) X(dropout_bwd) X(adaptive_avgpool_fwd) X(adaptive_avgpool_bwd)   \
+    X(zero) X(copy) X(upload) X(download)
 
 enum {
 #define X(k) K_##k,
@@ -168,9 +170,9 @@ static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     PROF_CALL(bn_stats, bn_stats(be, m, c, dt, x, mean, var), es(dt) * m * c + 8.0 * c, 0);
 }
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
-                      const float *var, const float *gamma, const float *beta, float eps, const void *z, bool relu,
-                      void *y) {
-    PROF_CALL(bn_apply, bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, relu, y),
+                      const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                      act_kind_t act, void *y) {
+    PROF_CALL(bn_apply, bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y),
               es(dt) * m * c * (z ? 3 : 2) + 16.0 * c, 0);
 }
 static int w_bn_update_running(backend_t *be, int c, const float *mean, const float *var, int64_t count,
@@ -179,17 +181,18 @@ static int w_bn_update_running(backend_t *be, int c, const float *mean, const fl
               24.0 * c, 0);
 }
 static int w_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                           const void *dy, const float *mean, const float *var, float eps, float *sum_dy,
-                           float *sum_dy_xhat, float *dgamma, float *dbeta) {
+                           act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
+                           float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
     PROF_CALL(bn_bwd_reduce,
-              bn_bwd_reduce(be, m, c, dt, x, y, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta),
+              bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta),
               es(dt) * m * c * (y ? 3 : 2) + 32.0 * c, 0);
 }
 static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                          const void *dy, const float *mean, const float *var, const float *gamma, float eps,
-                          const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+                          act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
+                          float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx,
+                          void *dz) {
     PROF_CALL(bn_bwd_apply,
-              bn_bwd_apply(be, m, c, dt, x, y, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx, dz),
+              bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx, dz),
               es(dt) * m * c * (3 + (y ? 1 : 0) + (dz ? 1 : 0)) + 20.0 * c, 0);
 }
 static int w_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
@@ -256,6 +259,33 @@ static int w_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t
 static int w_scale(backend_t *be, int64_t n, float *x, float alpha) {
     PROF_CALL(scale, scale(be, n, x, alpha), 8.0 * n, 0);
 }
+static int w_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
+    PROF_CALL(relu6_fwd, relu6_fwd(be, n, dt, x, y), 2.0 * es(dt) * n, 0);
+}
+static int w_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
+    PROF_CALL(relu6_bwd, relu6_bwd(be, n, dt, y, dy, dx), 3.0 * es(dt) * n, 0);
+}
+static int w_channel_bias_fwd(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y) {
+    PROF_CALL(channel_bias_fwd, channel_bias_fwd(be, m, c, dt, b, y), 2.0 * es(dt) * m * c + 4.0 * c, 0);
+}
+static int w_channel_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db) {
+    PROF_CALL(channel_bias_bwd, channel_bias_bwd(be, m, c, dt, dy, db), es(dt) * m * c + 8.0 * c, 0);
+}
+static int w_dropout_fwd(backend_t *be, int n, int64_t per, dtype_t dt, double pr, uint32_t node,
+                         const dropout_key_t *key, const void *x, void *y) {
+    PROF_CALL(dropout_fwd, dropout_fwd(be, n, per, dt, pr, node, key, x, y), 2.0 * es(dt) * n * per, 0);
+}
+static int w_dropout_bwd(backend_t *be, int n, int64_t per, dtype_t dt, double pr, uint32_t node,
+                         const dropout_key_t *key, const void *dy, void *dx) {
+    PROF_CALL(dropout_bwd, dropout_bwd(be, n, per, dt, pr, node, key, dy, dx), 2.0 * es(dt) * n * per, 0);
+}
+static int w_adaptive_avgpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y) {
+    PROF_CALL(adaptive_avgpool_fwd, adaptive_avgpool_fwd(be, s, dt, x, y), es(dt) * (pool_in(s) + pool_out(s)), 0);
+}
+static int w_adaptive_avgpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy, void *dx) {
+    PROF_CALL(adaptive_avgpool_bwd, adaptive_avgpool_bwd(be, s, dt, dy, dx), es(dt) * (pool_in(s) + pool_out(s)),
+              0);
+}
 static int w_zero(backend_t *be, void *dst, size_t bytes) {
     PROF_CALL(zero, zero(be, dst, bytes), (double)bytes, 0);
 }
@@ -281,6 +311,9 @@ static void wrap_all(gpu_prof_t *p) {
     WRAP(sgd_step, w_sgd_step); WRAP(adamw_step, w_adamw_step); WRAP(step_ctl_update, w_step_ctl_update);
     WRAP(clip_grad_norm, w_clip_grad_norm); WRAP(ema_update, w_ema_update); WRAP(cast, w_cast);
     WRAP(unscale_check_finite, w_unscale_check_finite); WRAP(scale, w_scale); WRAP(zero, w_zero);
+    WRAP(relu6_fwd, w_relu6_fwd); WRAP(relu6_bwd, w_relu6_bwd); WRAP(channel_bias_fwd, w_channel_bias_fwd);
+    WRAP(channel_bias_bwd, w_channel_bias_bwd); WRAP(dropout_fwd, w_dropout_fwd); WRAP(dropout_bwd, w_dropout_bwd);
+    WRAP(adaptive_avgpool_fwd, w_adaptive_avgpool_fwd); WRAP(adaptive_avgpool_bwd, w_adaptive_avgpool_bwd);
     WRAP(copy, w_copy); WRAP(upload, w_upload); WRAP(download, w_download);
 }
 

@@ -1,5 +1,6 @@
 /* cpu_backend.c: creates the CPU backend, owns its memory accounting and workspace, and
- * assembles the op table from the op families in cpu_conv.c, cpu_norm.c and cpu_ops.c.
+ * assembles the op table from the op families in cpu_conv.c, cpu_norm.c, cpu_ops.c and
+ * cpu_layers.c.
  *
  * Memory ops work on host memory: alloc is 256-byte aligned and counted, so peak_memory
  * is the high-water mark of live bytes obtained through alloc (internal workspaces are
@@ -239,8 +240,16 @@ static const backend_ops_t cpu_ops = {
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,
     .add = cpu_add,
+    .relu6_fwd = cpu_relu6_fwd,
+    .relu6_bwd = cpu_relu6_bwd,
+    .channel_bias_fwd = cpu_channel_bias_fwd,
+    .channel_bias_bwd = cpu_channel_bias_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
     .avgpool_fwd = cpu_avgpool_fwd,
     .avgpool_bwd = cpu_avgpool_bwd,
+    .adaptive_avgpool_fwd = cpu_adaptive_avgpool_fwd,
+    .adaptive_avgpool_bwd = cpu_adaptive_avgpool_bwd,
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .linear_fwd = cpu_linear_fwd,

@@ -10,7 +10,9 @@
  * engines: inputs and weights are rounded to half before use, the fp32 result is rounded
  * after. Backward data is a gather (col2im written per input pixel), so every output
  * element is summed in a fixed order by one thread: results are deterministic.
- * Not here: bias (ResNets have none), groups, dilation.
+ * Grouped convolutions (conv_shape_t.groups) run on oneDNN's grouped kernels (depthwise
+ * ones when groups == c) or, in the GEMM engine, as one im2col + GEMM per group.
+ * Not here: bias (cpu_layers.c adds it), dilation.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,13 @@
 
 #include "model/cpu/cpu_impl.h"
 
-/* Images per GEMM chunk so that the im2col matrix stays around 16 MB. */
+/* Channels per group of input (cg) and output (kg). */
+static inline int group_c(const conv_shape_t *s) { return s->c / conv_groups(s); }
+static inline int group_k(const conv_shape_t *s) { return s->k / conv_groups(s); }
+
+/* Images per GEMM chunk so that the im2col matrix (one group's) stays around 16 MB. */
 static int images_per_chunk(const conv_shape_t *s) {
-    int64_t per = (int64_t)s->p * s->q * s->r * s->s * s->c;
+    int64_t per = (int64_t)s->p * s->q * s->r * s->s * group_c(s);
     int64_t nb = per > 0 ? (4 << 20) / per : s->n;
     if (nb < 1) nb = 1;
     if (nb > s->n) nb = s->n;
@@ -35,61 +41,64 @@ static bool is_pointwise(const conv_shape_t *s) {
 typedef struct im2col_task {
     const conv_shape_t *s;
     const float *x;     /* first image of the chunk */
-    float *col;         /* [nb*p*q, r*s*c] */
+    float *col;         /* [nb*p*q, r*s*cg] */
     int nb;
+    int c0;             /* the group's first input channel */
     dtype_t dt;
 } im2col_task_t;
 
-/* One output row (image b, output row p) of the im2col matrix, rounding to dt. */
+/* One output row (image b, output row p) of the im2col matrix of channels [c0, c0 + cg),
+ * rounding to dt. */
 static void im2col_row(void *argp, int chunk) {
     im2col_task_t *t = argp;
     const conv_shape_t *s = t->s;
-    int b = chunk / s->p, op = chunk % s->p;
-    int64_t rsc = (int64_t)s->r * s->s * s->c;
-    const float *xb = t->x + (int64_t)b * s->h * s->w * s->c;
+    int b = chunk / s->p, op = chunk % s->p, cg = group_c(s);
+    int64_t rsc = (int64_t)s->r * s->s * cg;
+    const float *xb = t->x + (int64_t)b * s->h * s->w * s->c + t->c0;
     for (int oq = 0; oq < s->q; oq++) {
         float *dst = t->col + ((int64_t)chunk * s->q + oq) * rsc;
         for (int r = 0; r < s->r; r++) {
             int ih = op * s->stride - s->pad + r;
             for (int ss = 0; ss < s->s; ss++) {
                 int iw = oq * s->stride - s->pad + ss;
-                float *d = dst + ((int64_t)r * s->s + ss) * s->c;
+                float *d = dst + ((int64_t)r * s->s + ss) * cg;
                 if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) {
-                    memset(d, 0, (size_t)s->c * sizeof(float));
+                    memset(d, 0, (size_t)cg * sizeof(float));
                     continue;
                 }
                 const float *src = xb + ((int64_t)ih * s->w + iw) * s->c;
-                if (t->dt == DT_F32) memcpy(d, src, (size_t)s->c * sizeof(float));
-                else cpu_round_n(t->dt, d, src, s->c);
+                if (t->dt == DT_F32) memcpy(d, src, (size_t)cg * sizeof(float));
+                else cpu_round_n(t->dt, d, src, cg);
             }
         }
     }
 }
 
 static void im2col(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x, int nb,
-                   float *col) {
-    im2col_task_t t = {s, x, col, nb, dt};
+                   int c0, float *col) {
+    im2col_task_t t = {s, x, col, nb, c0, dt};
     cpu_pool_run(&c->pool, nb * s->p, im2col_row, &t);
 }
 
 typedef struct col2im_task {
     const conv_shape_t *s;
-    const float *col;   /* [nb*p*q, r*s*c] gradient of the im2col matrix */
+    const float *col;   /* [nb*p*q, r*s*cg] gradient of one group's im2col matrix */
     float *dx;          /* first image of the chunk */
+    int c0;             /* the group's first input channel */
     dtype_t dt;
 } col2im_task_t;
 
-/* One input row (image b, input row ih) of dx: each pixel gathers the columns that
- * read it, in (r, s) order, and rounds the sum to dt. */
+/* One input row (image b, input row ih) of dx, channels [c0, c0 + cg): each pixel
+ * gathers the columns that read it, in (r, s) order, and rounds the sum to dt. */
 static void col2im_row(void *argp, int chunk) {
     col2im_task_t *t = argp;
     const conv_shape_t *s = t->s;
-    int b = chunk / s->h, ih = chunk % s->h;
-    int64_t rsc = (int64_t)s->r * s->s * s->c;
+    int b = chunk / s->h, ih = chunk % s->h, cg = group_c(s);
+    int64_t rsc = (int64_t)s->r * s->s * cg;
     const float *colb = t->col + (int64_t)b * s->p * s->q * rsc;
     for (int iw = 0; iw < s->w; iw++) {
-        float *d = t->dx + (((int64_t)b * s->h + ih) * s->w + iw) * s->c;
-        memset(d, 0, (size_t)s->c * sizeof(float));
+        float *d = t->dx + (((int64_t)b * s->h + ih) * s->w + iw) * s->c + t->c0;
+        memset(d, 0, (size_t)cg * sizeof(float));
         for (int r = 0; r < s->r; r++) {
             int np = ih + s->pad - r;
             if (np < 0 || np % s->stride) continue;
@@ -101,24 +110,27 @@ static void col2im_row(void *argp, int chunk) {
                 int oq = nq / s->stride;
                 if (oq >= s->q) continue;
                 const float *src = colb + ((int64_t)op * s->q + oq) * rsc +
-                                   ((int64_t)r * s->s + ss) * s->c;
-                for (int ci = 0; ci < s->c; ci++) d[ci] += src[ci];
+                                   ((int64_t)r * s->s + ss) * cg;
+                for (int ci = 0; ci < cg; ci++) d[ci] += src[ci];
             }
         }
         if (t->dt != DT_F32)
-            cpu_round_n(t->dt, d, d, s->c);
+            cpu_round_n(t->dt, d, d, cg);
     }
 }
 
-/* Forward through im2col + SGEMM: y[rows, k] = col[rows, rsc] * w[k, rsc]^T. */
+/* Forward through im2col + SGEMM, per group g: y[rows, g's k] = col_g[rows, rscg] *
+ * w_g[kg, rscg]^T (a dense convolution is one group). */
 static int gemm_fwd(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x,
                     const float *w, float *y) {
-    int rsc = s->r * s->s * s->c;
+    int G = conv_groups(s), cg = group_c(s), kg = group_k(s);
+    int rsc = s->r * s->s * cg;
     int64_t wn = (int64_t)s->k * rsc, xin = (int64_t)s->h * s->w * s->c;
     int64_t yout = (int64_t)s->p * s->q * s->k;
     if (dt == DT_F32 && is_pointwise(s)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->n * s->h * s->w, s->k, s->c,
-                    1.0f, x, s->c, w, s->c, 0.0f, y, s->k);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->n * s->h * s->w, kg, cg,
+                        1.0f, x + g * cg, s->c, w + (int64_t)g * kg * cg, cg, 0.0f, y + g * kg, s->k);
         return 0;
     }
     int nb = images_per_chunk(s);
@@ -132,22 +144,27 @@ static int gemm_fwd(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const f
     }
     for (int b0 = 0; b0 < s->n; b0 += nb) {
         int cnt = s->n - b0 < nb ? s->n - b0 : nb;
-        im2col(c, s, dt, x + b0 * xin, cnt, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cnt * s->p * s->q, s->k, rsc,
-                    1.0f, col, rsc, wr, rsc, 0.0f, y + b0 * yout, s->k);
+        for (int g = 0; g < G; g++) {
+            im2col(c, s, dt, x + b0 * xin, cnt, g * cg, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cnt * s->p * s->q, kg, rsc,
+                        1.0f, col, rsc, wr + (int64_t)g * kg * rsc, rsc, 0.0f, y + b0 * yout + g * kg, s->k);
+        }
     }
     return 0;
 }
 
-/* Backward data: dcol = dy[rows, k] * w[k, rsc], then gathered into dx. */
+/* Backward data, per group: dcol = dy[rows, g's k] * w_g[kg, rscg], then gathered into
+ * the group's channels of dx. */
 static int gemm_bwd_data(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *dy,
                          const float *w, float *dx) {
-    int rsc = s->r * s->s * s->c;
+    int G = conv_groups(s), cg = group_c(s), kg = group_k(s);
+    int rsc = s->r * s->s * cg;
     int64_t wn = (int64_t)s->k * rsc, xin = (int64_t)s->h * s->w * s->c;
     int64_t yout = (int64_t)s->p * s->q * s->k;
     if (dt == DT_F32 && is_pointwise(s)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->n * s->h * s->w, s->c, s->k,
-                    1.0f, dy, s->k, w, s->c, 0.0f, dx, s->c);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->n * s->h * s->w, cg, kg,
+                        1.0f, dy + g * kg, s->k, w + (int64_t)g * kg * cg, cg, 0.0f, dx + g * cg, s->c);
         return 0;
     }
     int nb = images_per_chunk(s);
@@ -167,22 +184,27 @@ static int gemm_bwd_data(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, co
             cpu_round_copy(c, dt, dyr, a, cnt * yout);
             a = dyr;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cnt * s->p * s->q, rsc, s->k,
-                    1.0f, a, s->k, wr, rsc, 0.0f, col, rsc);
-        col2im_task_t t = {s, col, dx + b0 * xin, dt};
-        cpu_pool_run(&c->pool, cnt * s->h, col2im_row, &t);
+        for (int g = 0; g < G; g++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cnt * s->p * s->q, rsc, kg,
+                        1.0f, a + g * kg, s->k, wr + (int64_t)g * kg * rsc, rsc, 0.0f, col, rsc);
+            col2im_task_t t = {s, col, dx + b0 * xin, g * cg, dt};
+            cpu_pool_run(&c->pool, cnt * s->h, col2im_row, &t);
+        }
     }
     return 0;
 }
 
-/* Backward filter: dw[k, rsc] += dy^T[k, rows] * col[rows, rsc], chunk by chunk. */
+/* Backward filter, per group: dw_g[kg, rscg] += dy_g^T[kg, rows] * col_g[rows, rscg],
+ * chunk by chunk. */
 static int gemm_bwd_filter(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, const float *x,
                            const float *dy, float *dw) {
-    int rsc = s->r * s->s * s->c;
+    int G = conv_groups(s), cg = group_c(s), kg = group_k(s);
+    int rsc = s->r * s->s * cg;
     int64_t xin = (int64_t)s->h * s->w * s->c, yout = (int64_t)s->p * s->q * s->k;
     if (dt == DT_F32 && is_pointwise(s)) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->k, s->c, s->n * s->h * s->w,
-                    1.0f, dy, s->k, x, s->c, 1.0f, dw, s->c);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kg, cg, s->n * s->h * s->w,
+                        1.0f, dy + g * kg, s->k, x + g * cg, s->c, 1.0f, dw + (int64_t)g * kg * cg, cg);
         return 0;
     }
     int nb = images_per_chunk(s);
@@ -198,9 +220,11 @@ static int gemm_bwd_filter(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, 
             cpu_round_copy(c, dt, dyr, a, cnt * yout);
             a = dyr;
         }
-        im2col(c, s, dt, x + b0 * xin, cnt, col);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->k, rsc, cnt * s->p * s->q,
-                    1.0f, a, s->k, col, rsc, 1.0f, dw, rsc);
+        for (int g = 0; g < G; g++) {
+            im2col(c, s, dt, x + b0 * xin, cnt, g * cg, col);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kg, rsc, cnt * s->p * s->q,
+                        1.0f, a + g * kg, s->k, col, rsc, 1.0f, dw + (int64_t)g * kg * rsc, rsc);
+        }
     }
     return 0;
 }
@@ -209,10 +233,11 @@ static int gemm_bwd_filter(cpu_backend_t *c, const conv_shape_t *s, dtype_t dt, 
 static int check_shape(backend_t *be, const conv_shape_t *s, const char *op) {
     if (s->n < 1 || s->h < 1 || s->w < 1 || s->c < 1 || s->k < 1 || s->r < 1 || s->s < 1 ||
         s->stride < 1 || s->pad < 0 || s->p != (s->h + 2 * s->pad - s->r) / s->stride + 1 ||
-        s->q != (s->w + 2 * s->pad - s->s) / s->stride + 1 || s->p < 1 || s->q < 1)
+        s->q != (s->w + 2 * s->pad - s->s) / s->stride + 1 || s->p < 1 || s->q < 1 ||
+        s->groups < 0 || s->c % conv_groups(s) || s->k % conv_groups(s))
         return err_set(&be->err, ERR_RUNTIME, "cpu %s: inconsistent conv shape n%d h%d w%d c%d "
-                       "k%d r%d s%d stride%d pad%d p%d q%d", op, s->n, s->h, s->w, s->c, s->k,
-                       s->r, s->s, s->stride, s->pad, s->p, s->q);
+                       "k%d r%d s%d stride%d pad%d p%d q%d groups %d", op, s->n, s->h, s->w, s->c,
+                       s->k, s->r, s->s, s->stride, s->pad, s->p, s->q, s->groups);
     return 0;
 }
 
@@ -233,7 +258,12 @@ static bool winograd_ok(const conv_shape_t *s) {
  * 8x8 64->64 are 5-15% slower blocked; at AVX-512 NHWC is faster on all of them:
  * bench_conv_layers --engine, bench/results/cpu_ops.md). Everything else prefers oneDNN's
  * NHWC kernels on our tensors, and takes the blocked ones where the NHWC ones are missing
- * (at SSE4.1 oneDNN has few NHWC kernels).
+ * (at SSE4.1 oneDNN has few NHWC kernels). Depthwise layers (groups == c) always prefer
+ * NHWC: oneDNN's NHWC depthwise kernels (brdgmm_dw at AVX-512, jit_dw below) were 1.5-3x
+ * faster than its blocked ones on every MobileNetV2-CIFAR layer at AVX-512 and AVX2 (one
+ * thread, process CPU time; bench_conv_layers, bench/results/cpu_ops.md), and as fast as
+ * PyTorch's channels-last depthwise convolutions. Grouped layers with >= 8 channels per
+ * group (ResNeXt) measured like dense ones and follow the dense rules.
  * Winograd: ~10x less precise than direct convolution (relative error ~1e-6 instead of
  * ~1e-7), outside the bound the CPU backend keeps by default (within 10x of PyTorch's own
  * fp32 error against fp64 on every tensor, tests/golden), so it is used only when the run
@@ -252,8 +282,9 @@ static int engine_candidates(const cpu_backend_t *c, const conv_shape_t *s, int 
               s->c >= 64 && s->k >= 64;
         bool small_wide = s->h * s->w <= 64 && s->c >= 128 && s->k >= 128;
         bool avx2_wide = c->avx2_blocked && s->h * s->w > 64 && s->c >= 64 && s->k >= 64;
+        bool depthwise = conv_groups(s) > 1 && conv_groups(s) == s->c;
         bool blocked_first = forced == CPU_CONV_DNNL_BLOCKED || forced == CPU_CONV_DNNL_WINOGRAD ||
-            (forced == CPU_CONV_AUTO && s->r > 1 && (small_wide || avx2_wide));
+            (forced == CPU_CONV_AUTO && s->r > 1 && !depthwise && (small_wide || avx2_wide));
         if (wino) out[n++] = CPU_CONV_DNNL_WINOGRAD;
         out[n++] = blocked_first ? CPU_CONV_DNNL_BLOCKED : CPU_CONV_DNNL;
         out[n++] = blocked_first ? CPU_CONV_DNNL : CPU_CONV_DNNL_BLOCKED;
@@ -358,7 +389,7 @@ int cpu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void 
                    const void *w, void *y) {
     cpu_backend_t *c = cpu_of(be);
     if (check_shape(be, s, "conv2d_fwd") != 0) return -1;
-    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * group_c(s);
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     const cpu_conv_choice_t *ch = choose(c, s, 0);
     if (!ch) return -1;
@@ -373,7 +404,7 @@ int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const 
                         const void *w, void *dx) {
     cpu_backend_t *c = cpu_of(be);
     if (check_shape(be, s, "conv2d_bwd_data") != 0) return -1;
-    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * group_c(s);
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     const cpu_conv_choice_t *ch = choose(c, s, 1);
     if (!ch) return -1;

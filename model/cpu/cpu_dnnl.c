@@ -3,7 +3,8 @@
  * One primitive per (shape, direction, variant) is created on first use and cached in the
  * context; later calls only swap data pointers. Variants: direct convolution on NHWC;
  * direct with activations in oneDNN's blocked layout; Winograd (blocked). The caller's
- * tensors are NHWC activations (oneDNN "acdb") and KRSC weights ("ohwi"); each of the
+ * tensors are NHWC activations (oneDNN "acdb") and KRSC weights ("ohwi", or "gohwi"
+ * with groups: the 5-D (g, k/g, c/g, r, s) weights of a grouped convolution); each of the
  * three tensors of a call is reordered into the layout the primitive prefers when that
  * differs (always for weights, which change every step; for activations only in the
  * blocked variants; cpu_conv.c says when each variant is used). Backward filter writes a
@@ -149,15 +150,19 @@ static int entry_build(cpu_dnnl_t *d, const conv_shape_t *s, int which, int vari
     bool blocked = variant != CPU_DNNL_NHWC;
     dnnl_alg_kind_t alg = variant == CPU_DNNL_WINOGRAD ? dnnl_convolution_winograd
                                                        : dnnl_convolution_direct;
+    /* grouped: weights (g, k/g, c/g, r, s), our KRSC being oneDNN's gohwi */
+    int g = conv_groups(s), wnd = g > 1 ? 5 : 4;
     dnnl_dims_t xd = {s->n, s->c, s->h, s->w}, wd = {s->k, s->c, s->r, s->s};
+    dnnl_dims_t wgd = {g, s->k / g, s->c / g, s->r, s->s};
     dnnl_dims_t yd = {s->n, s->k, s->p, s->q};
     dnnl_memory_desc_t xu, wu, yu, xa, wa, ya;
     dnnl_format_tag_t act = blocked ? dnnl_format_tag_any : dnnl_nhwc;
     DNNL_OK(dnnl_memory_desc_init_by_tag(&xu, 4, xd, dnnl_f32, dnnl_nhwc), e);
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&wu, 4, wd, dnnl_f32, dnnl_ohwi), e);
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&wu, wnd, g > 1 ? wgd : wd, dnnl_f32,
+                                         g > 1 ? dnnl_gohwi : dnnl_ohwi), e);
     DNNL_OK(dnnl_memory_desc_init_by_tag(&yu, 4, yd, dnnl_f32, dnnl_nhwc), e);
     DNNL_OK(dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, act), e);
-    DNNL_OK(dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any), e);
+    DNNL_OK(dnnl_memory_desc_init_by_tag(&wa, wnd, g > 1 ? wgd : wd, dnnl_f32, dnnl_format_tag_any), e);
     DNNL_OK(dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, act), e);
     dnnl_dims_t strides = {s->stride, s->stride}, pl = {s->pad, s->pad};
     /* right padding so that the output size is exactly p x q */

@@ -23,7 +23,8 @@
 enum {
     K_CONV_F, K_CONV_BD, K_CONV_BF, K_BN_STATS, K_BN_APPLY, K_BN_RUN, K_BN_BRED, K_BN_BAPP, K_RELU_F, K_RELU_B,
     K_ADD, K_APOOL_F, K_APOOL_B, K_MPOOL_F, K_MPOOL_B, K_LIN_F, K_LIN_B, K_XENT, K_XENT_SOFT, K_SGD, K_ADAMW,
-    K_CTL, K_CLIP, K_EMA, K_EMA_DEV, K_CAST, K_UNSCALE, K_SCALE, K_BN_COMBINE, K_HOST, K_COPY, K_ZERO
+    K_CTL, K_CLIP, K_EMA, K_EMA_DEV, K_CAST, K_UNSCALE, K_SCALE, K_BN_COMBINE, K_HOST, K_COPY, K_ZERO,
+    K_RELU6_F, K_RELU6_B, K_BIAS_F, K_BIAS_B, K_DROP_F, K_DROP_B, K_AAPOOL_F, K_AAPOOL_B
 };
 
 /* One stored call: the op's arguments by value (shapes copied, pointers as given). */
@@ -37,6 +38,8 @@ typedef struct cpu_call {
     double d[5];
     float f[3];
     bool b;
+    int act;         /* act_kind_t of the BN ops */
+    uint32_t u;      /* dropout's node */
     void (*fn)(void *);
 } cpu_call_t;
 
@@ -128,30 +131,30 @@ static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     return plain(be)->bn_stats(be, m, c, dt, x, mean, var);
 }
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
-                      const float *var, const float *gamma, const float *beta, float eps, const void *z, bool relu,
-                      void *y) {
-    REC(.kind = K_BN_APPLY, .i = {m, c}, .dt = dt, .p = {x, mean, var, gamma, beta, z, y}, .f = {eps}, .b = relu);
-    return plain(be)->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, relu, y);
+                      const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                      act_kind_t act, void *y) {
+    REC(.kind = K_BN_APPLY, .i = {m, c}, .dt = dt, .p = {x, mean, var, gamma, beta, z, y}, .f = {eps}, .act = act);
+    return plain(be)->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y);
 }
 static int w_bn_run(backend_t *be, int c, const float *mean, const float *var, int64_t count, float momentum,
                     float *run_mean, float *run_var) {
     REC(.kind = K_BN_RUN, .i = {c, count}, .p = {mean, var, run_mean, run_var}, .f = {momentum});
     return plain(be)->bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var);
 }
-static int w_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, const void *dy,
-                     const float *mean, const float *var, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
-                     float *dbeta) {
+static int w_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                     const void *dy, const float *mean, const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
+                     float *dgamma, float *dbeta) {
     REC(.kind = K_BN_BRED, .i = {m, c}, .dt = dt, .p = {x, y, dy, mean, var, sum_dy, sum_dy_xhat, dgamma, dbeta},
-        .f = {eps});
-    return plain(be)->bn_bwd_reduce(be, m, c, dt, x, y, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
+        .f = {eps}, .act = act);
+    return plain(be)->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
 }
-static int w_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, const void *dy,
-                     const float *mean, const float *var, const float *gamma, float eps, const float *sum_dy,
-                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+static int w_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                     const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                     const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
     REC(.kind = K_BN_BAPP, .i = {m, c, count}, .dt = dt,
-        .p = {x, y, dy, mean, var, gamma, sum_dy, sum_dy_xhat, dx, dz}, .f = {eps});
-    return plain(be)->bn_bwd_apply(be, m, c, dt, x, y, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx,
-                                   dz);
+        .p = {x, y, dy, mean, var, gamma, sum_dy, sum_dy_xhat, dx, dz}, .f = {eps}, .act = act);
+    return plain(be)->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count,
+                                   dx, dz);
 }
 static int w_relu_f(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     REC(.kind = K_RELU_F, .i = {n}, .dt = dt, .p = {x, y});
@@ -160,6 +163,40 @@ static int w_relu_f(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y
 static int w_relu_b(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
     REC(.kind = K_RELU_B, .i = {n}, .dt = dt, .p = {y, dy, dx});
     return plain(be)->relu_bwd(be, n, dt, y, dy, dx);
+}
+static int w_relu6_f(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
+    REC(.kind = K_RELU6_F, .i = {n}, .dt = dt, .p = {x, y});
+    return plain(be)->relu6_fwd(be, n, dt, x, y);
+}
+static int w_relu6_b(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx) {
+    REC(.kind = K_RELU6_B, .i = {n}, .dt = dt, .p = {y, dy, dx});
+    return plain(be)->relu6_bwd(be, n, dt, y, dy, dx);
+}
+static int w_bias_f(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y) {
+    REC(.kind = K_BIAS_F, .i = {m, c}, .dt = dt, .p = {b, y});
+    return plain(be)->channel_bias_fwd(be, m, c, dt, b, y);
+}
+static int w_bias_b(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db) {
+    REC(.kind = K_BIAS_B, .i = {m, c}, .dt = dt, .p = {dy, db});
+    return plain(be)->channel_bias_bwd(be, m, c, dt, dy, db);
+}
+static int w_drop_f(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *x, void *y) {
+    REC(.kind = K_DROP_F, .i = {n, per_sample}, .dt = dt, .d = {p}, .u = node, .p = {key, x, y});
+    return plain(be)->dropout_fwd(be, n, per_sample, dt, p, node, key, x, y);
+}
+static int w_drop_b(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *dy, void *dx) {
+    REC(.kind = K_DROP_B, .i = {n, per_sample}, .dt = dt, .d = {p}, .u = node, .p = {key, dy, dx});
+    return plain(be)->dropout_bwd(be, n, per_sample, dt, p, node, key, dy, dx);
+}
+static int w_aapool_f(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y) {
+    REC(.kind = K_AAPOOL_F, .ps = *s, .dt = dt, .p = {x, y});
+    return plain(be)->adaptive_avgpool_fwd(be, s, dt, x, y);
+}
+static int w_aapool_b(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy, void *dx) {
+    REC(.kind = K_AAPOOL_B, .ps = *s, .dt = dt, .p = {dy, dx});
+    return plain(be)->adaptive_avgpool_bwd(be, s, dt, dy, dx);
 }
 static int w_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y) {
     REC(.kind = K_ADD, .i = {n}, .dt = dt, .p = {a, b, y});
@@ -264,17 +301,25 @@ static int run_call(backend_t *be, const cpu_call_t *c) {
     case K_CONV_BF: return o->conv2d_bwd_filter(be, &c->cs, c->dt, q[0], q[1], V(q[2]));
     case K_BN_STATS: return o->bn_stats(be, c->i[0], (int)c->i[1], c->dt, q[0], V(q[1]), V(q[2]));
     case K_BN_APPLY:
-        return o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], q[2], q[3], q[4], c->f[0], q[5], c->b,
-                           V(q[6]));
+        return o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], q[2], q[3], q[4], c->f[0], q[5],
+                           (act_kind_t)c->act, V(q[6]));
     case K_BN_RUN: return o->bn_update_running(be, (int)c->i[0], q[0], q[1], c->i[1], c->f[0], V(q[2]), V(q[3]));
     case K_BN_BRED:
-        return o->bn_bwd_reduce(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], q[2], q[3], q[4], c->f[0], V(q[5]),
-                                V(q[6]), V(q[7]), V(q[8]));
+        return o->bn_bwd_reduce(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], (act_kind_t)c->act, q[2], q[3], q[4],
+                                c->f[0], V(q[5]), V(q[6]), V(q[7]), V(q[8]));
     case K_BN_BAPP:
-        return o->bn_bwd_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], q[2], q[3], q[4], q[5], c->f[0], q[6],
-                               q[7], c->i[2], V(q[8]), V(q[9]));
+        return o->bn_bwd_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], (act_kind_t)c->act, q[2], q[3], q[4],
+                               q[5], c->f[0], q[6], q[7], c->i[2], V(q[8]), V(q[9]));
     case K_RELU_F: return o->relu_fwd(be, c->i[0], c->dt, q[0], V(q[1]));
     case K_RELU_B: return o->relu_bwd(be, c->i[0], c->dt, q[0], q[1], V(q[2]));
+    case K_RELU6_F: return o->relu6_fwd(be, c->i[0], c->dt, q[0], V(q[1]));
+    case K_RELU6_B: return o->relu6_bwd(be, c->i[0], c->dt, q[0], q[1], V(q[2]));
+    case K_BIAS_F: return o->channel_bias_fwd(be, c->i[0], (int)c->i[1], c->dt, q[0], V(q[1]));
+    case K_BIAS_B: return o->channel_bias_bwd(be, c->i[0], (int)c->i[1], c->dt, q[0], V(q[1]));
+    case K_DROP_F: return o->dropout_fwd(be, (int)c->i[0], c->i[1], c->dt, c->d[0], c->u, q[0], q[1], V(q[2]));
+    case K_DROP_B: return o->dropout_bwd(be, (int)c->i[0], c->i[1], c->dt, c->d[0], c->u, q[0], q[1], V(q[2]));
+    case K_AAPOOL_F: return o->adaptive_avgpool_fwd(be, &c->ps, c->dt, q[0], V(q[1]));
+    case K_AAPOOL_B: return o->adaptive_avgpool_bwd(be, &c->ps, c->dt, q[0], V(q[1]));
     case K_ADD: return o->add(be, c->i[0], c->dt, q[0], q[1], V(q[2]));
     case K_APOOL_F: return o->avgpool_fwd(be, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->dt, q[0], V(q[1]));
     case K_APOOL_B: return o->avgpool_bwd(be, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->dt, q[0], V(q[1]));
@@ -379,6 +424,14 @@ void cpu_graph_install(cpu_backend_t *c, const char *mode) {
     o->relu_fwd = w_relu_f;
     o->relu_bwd = w_relu_b;
     o->add = w_add;
+    o->relu6_fwd = w_relu6_f;
+    o->relu6_bwd = w_relu6_b;
+    o->channel_bias_fwd = w_bias_f;
+    o->channel_bias_bwd = w_bias_b;
+    o->dropout_fwd = w_drop_f;
+    o->dropout_bwd = w_drop_b;
+    o->adaptive_avgpool_fwd = w_aapool_f;
+    o->adaptive_avgpool_bwd = w_aapool_b;
     o->avgpool_fwd = w_apool_f;
     o->avgpool_bwd = w_apool_b;
     o->maxpool_fwd = w_mpool_f;

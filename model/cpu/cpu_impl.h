@@ -133,16 +133,16 @@ int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, flo
                  float *var);
 int cpu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                  const float *var, const float *gamma, const float *beta, float eps,
-                 const void *z, bool relu, void *y);
+                 const void *z, act_kind_t act, void *y);
 int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
                           int64_t count, float momentum, float *run_mean, float *run_var);
 int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                      const void *y, const void *dy, const float *mean, const float *var,
-                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
-                      float *dbeta);
+                      const void *y, act_kind_t act, const void *dy, const float *mean,
+                      const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
+                      float *dgamma, float *dbeta);
 int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                     const void *y, const void *dy, const float *mean, const float *var,
-                     const float *gamma, float eps, const float *sum_dy,
+                     const void *y, act_kind_t act, const void *dy, const float *mean,
+                     const float *var, const float *gamma, float eps, const float *sum_dy,
                      const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
 
 /* cpu_ops.c */
@@ -187,6 +187,17 @@ int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
  * abandon: frees a recording left open (destroy). */
 void cpu_graph_install(cpu_backend_t *c, const char *mode);
 void cpu_graph_abandon(cpu_backend_t *c);
+/* cpu_layers.c */
+int cpu_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
+int cpu_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);
+int cpu_channel_bias_fwd(backend_t *be, int64_t m, int c, dtype_t dt, const float *b, void *y);
+int cpu_channel_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void *dy, float *db);
+int cpu_dropout_fwd(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *x, void *y);
+int cpu_dropout_bwd(backend_t *be, int n, int64_t per_sample, dtype_t dt, double p, uint32_t node,
+                    const dropout_key_t *key, const void *dy, void *dx);
+int cpu_adaptive_avgpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *x, void *y);
+int cpu_adaptive_avgpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void *dy, void *dx);
 
 /* Splits [0, n) into chunks of `grain` elements: chunk i covers [i*grain, min(n, ...)). */
 static inline int cpu_nchunks(int64_t n, int64_t grain) {

@@ -2,7 +2,8 @@
  * model/backend.h (stats, apply, running-stat update, backward reduce, backward apply) so
  * SyncBN can reduce across ranks between them.
  *
- * Data is M rows of C channels (NHWC flattened). Reductions run over fixed blocks of rows,
+ * Data is M rows of C channels (NHWC flattened). The activation fused into apply and
+ * masked in the backward is relu or relu6 (act_kind_t). Reductions run over fixed blocks of rows,
  * each block summing runs of 16 rows in float and adding each run into double, and the
  * blocks are combined in block order: the result does not depend on thread count or
  * timing. Semantics follow torch BatchNorm2d:
@@ -35,7 +36,7 @@ typedef struct bn_task {
     float *out, *out2;
     const float *scale, *shift, *mean, *coef;   /* per channel */
     double *part;         /* [nblocks][2c] */
-    bool relu;
+    act_kind_t act;
     bool aliased;         /* bwd apply: an output overlaps an input */
 } bn_task_t;
 
@@ -156,7 +157,20 @@ int cpu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, flo
     return 0;
 }
 
-/* y = [relu](x * scale + shift [+ z]) on one block of rows, rounded once to dt. The
+/* The fused activation on one row, in place: relu as `v < 0 ? 0 : v` and relu6 as that
+ * then `v > 6 ? 6 : v`, so that NaN passes through as in torch. Branch-free loops the
+ * compiler vectorises. */
+static inline __attribute__((always_inline)) void act_row(float *restrict yr, int c, act_kind_t act) {
+    if (act == ACT_RELU)
+        for (int j = 0; j < c; j++) yr[j] = yr[j] < 0.0f ? 0.0f : yr[j];
+    else if (act == ACT_RELU6)
+        for (int j = 0; j < c; j++) {
+            float v = yr[j] < 0.0f ? 0.0f : yr[j];
+            yr[j] = v > 6.0f ? 6.0f : v;
+        }
+}
+
+/* y = act(x * scale + shift [+ z]) on one block of rows, rounded once to dt. The
  * variants are separate branch-free loops so the compiler vectorises them; relu is
  * written `v < 0 ? 0 : v` so that NaN passes through as in torch. */
 BN_CLONES static void apply_block(void *argp, int chunk) {
@@ -170,20 +184,23 @@ BN_CLONES static void apply_block(void *argp, int chunk) {
         float *yr = t->out + i * c;
         if (t->z) {
             const float *zr = t->z + i * c;
-            if (t->relu)
+            if (t->act == ACT_RELU)
                 for (int j = 0; j < c; j++) {
                     float v = xr[j] * sc[j] + sh[j] + zr[j];
                     yr[j] = v < 0.0f ? 0.0f : v;
                 }
-            else
+            else {
                 for (int j = 0; j < c; j++) yr[j] = xr[j] * sc[j] + sh[j] + zr[j];
-        } else if (t->relu) {
+                act_row(yr, c, t->act);
+            }
+        } else if (t->act == ACT_RELU) {
             for (int j = 0; j < c; j++) {
                 float v = xr[j] * sc[j] + sh[j];
                 yr[j] = v < 0.0f ? 0.0f : v;
             }
         } else {
             for (int j = 0; j < c; j++) yr[j] = xr[j] * sc[j] + sh[j];
+            act_row(yr, c, t->act);
         }
         if (t->dt != DT_F32)
             cpu_round_n(t->dt, yr, yr, c);
@@ -192,7 +209,7 @@ BN_CLONES static void apply_block(void *argp, int chunk) {
 
 int cpu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                  const float *var, const float *gamma, const float *beta, float eps,
-                 const void *z, bool relu, void *y) {
+                 const void *z, act_kind_t act, void *y) {
     cpu_backend_t *cb = cpu_of(be);
     float *ss = cpu_scratch(cb, 2 * (size_t)c);
     if (!ss) return -1;
@@ -202,7 +219,7 @@ int cpu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, con
         ss[c + j] = (float)((double)beta[j] - (double)mean[j] * (double)gamma[j] * invstd);
     }
     bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .z = z, .out = y, .scale = ss,
-                   .shift = ss + c, .relu = relu};
+                   .shift = ss + c, .act = act};
     cpu_pool_run(&cb->pool, cpu_nchunks(m, BN_ROWS), apply_block, &t);
     return 0;
 }
@@ -218,11 +235,18 @@ int cpu_bn_update_running(backend_t *be, int c, const float *mean, const float *
     return 0;
 }
 
+/* Whether the gradient passes the fused activation at output v: v > 0 for relu (NaN
+ * masks), not (v <= 0 or v >= 6) for relu6 (torch's hardtanh backward: NaN passes). */
+static inline bool act_keeps(act_kind_t act, float v) {
+    return act == ACT_RELU6 ? !(v <= 0.0f || v >= 6.0f) : v > 0.0f;
+}
+
 /* One run of rows [r0, r1) of reduce_block on channels [j0, j0 + 8*ng) (as stats_run). */
 static inline __attribute__((always_inline)) void reduce_run(const bn_task_t *t, int64_t r0,
                                                              int64_t r1, int j0, int ng,
                                                              double *s, double *q) {
     int c = t->c;
+    const v8f six = {6, 6, 6, 6, 6, 6, 6, 6};
     v8f mu[VG], fs[VG], fq[VG];
     for (int g = 0; g < ng; g++) {
         V8_LOAD(mu[g], t->mean + j0 + 8 * g);
@@ -237,7 +261,8 @@ static inline __attribute__((always_inline)) void reduce_run(const bn_task_t *t,
             if (t->y) {
                 v8f yv;
                 V8_LOAD(yv, t->y + o);
-                v8i keep = yv > (v8f){0};
+                v8i keep = t->act == ACT_RELU6 ? ~((yv <= (v8f){0}) | (yv >= six))
+                                                : yv > (v8f){0};
                 d = (v8f)((v8i)d & keep);
             }
             fs[g] += d;
@@ -248,8 +273,7 @@ static inline __attribute__((always_inline)) void reduce_run(const bn_task_t *t,
 
 /* Sum of masked dy and of masked dy * (x - mean) over one block, per channel: runs of SUB
  * rows accumulate in float registers, each run then adds into the block's double sums (as
- * in stats_block). dy is masked by y > 0 when y is given (NaN in y masks, as y > 0 is
- * false). */
+ * in stats_block). dy is masked by act_keeps(y) when y is given. */
 BN_CLONES static void reduce_block(void *argp, int chunk) {
     bn_task_t *t = argp;
     int c = t->c;
@@ -271,7 +295,7 @@ BN_CLONES static void reduce_block(void *argp, int chunk) {
             float fs = 0.0f, fq = 0.0f;
             for (int64_t i = r0; i < r1; i++) {
                 float d = t->dy[i * c + j0];
-                if (t->y && !(t->y[i * c + j0] > 0.0f)) d = 0.0f;
+                if (t->y && !act_keeps(t->act, t->y[i * c + j0])) d = 0.0f;
                 fs += d;
                 fq += d * (t->x[i * c + j0] - t->mean[j0]);
             }
@@ -282,16 +306,16 @@ BN_CLONES static void reduce_block(void *argp, int chunk) {
 }
 
 int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                      const void *y, const void *dy, const float *mean, const float *var,
-                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
-                      float *dbeta) {
+                      const void *y, act_kind_t act, const void *dy, const float *mean,
+                      const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
+                      float *dgamma, float *dbeta) {
     cpu_backend_t *cb = cpu_of(be);
     if (m < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_reduce: no rows");
     int nb = cpu_nchunks(m, BN_ROWS);
     double *part = partials(cb, nb, c);
     if (!part) return -1;
     bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .y = y, .dy = dy, .mean = mean,
-                   .part = part};
+                   .part = part, .act = act};
     cpu_pool_run(&cb->pool, nb, reduce_block, &t);
     double *tot = part + (int64_t)nb * 2 * c;
     combine(part, nb, c, tot);
@@ -309,11 +333,18 @@ int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
 /* One row of the backward apply when no output aliases an input: dz = masked dy,
  * dx = scale * (dz - mean_dy - (x - mean) * coef). */
 static inline void bwd_row(int c, const float *restrict x, const float *restrict y,
-                           const float *restrict dy, const float *restrict sc,
+                           act_kind_t act, const float *restrict dy, const float *restrict sc,
                            const float *restrict mdy, const float *restrict coef,
                            const float *restrict mean, float *restrict dx,
                            float *restrict dz) {
-    if (y && dz) {
+    if (y && act == ACT_RELU6) {
+        for (int j = 0; j < c; j++) {
+            float dv = dy[j], yv = y[j];
+            float d = yv <= 0.0f || yv >= 6.0f ? 0.0f : dv;
+            if (dz) dz[j] = d;
+            dx[j] = sc[j] * (d - mdy[j] - (x[j] - mean[j]) * coef[j]);
+        }
+    } else if (y && dz) {
         for (int j = 0; j < c; j++) {
             float dv = dy[j], yv = y[j];
             float d = yv > 0.0f ? dv : 0.0f;
@@ -337,15 +368,15 @@ static inline void bwd_row(int c, const float *restrict x, const float *restrict
 
 /* The same on one tile of a row through stack buffers, for when dx or dz aliases an input
  * (dx == dy is allowed): every input element is read before its output is written. */
-static void bwd_row_aliased(int c, const float *x, const float *y, const float *dy,
-                            const float *sc, const float *mdy, const float *coef,
-                            const float *mean, float *dx, float *dz) {
+static void bwd_row_aliased(int c, const float *x, const float *y, act_kind_t act,
+                            const float *dy, const float *sc, const float *mdy,
+                            const float *coef, const float *mean, float *dx, float *dz) {
     for (int j0 = 0; j0 < c; j0 += TILE) {
         int nj = c - j0 < TILE ? c - j0 : TILE;
         float dzt[TILE], dxt[TILE];
         for (int j = 0; j < nj; j++) {
             float dv = dy[j0 + j];
-            dzt[j] = y && !(y[j0 + j] > 0.0f) ? 0.0f : dv;
+            dzt[j] = y && !act_keeps(act, y[j0 + j]) ? 0.0f : dv;
         }
         for (int j = 0; j < nj; j++)
             dxt[j] = sc[j0 + j] * (dzt[j] - mdy[j0 + j] -
@@ -365,9 +396,9 @@ BN_CLONES static void bwd_apply_block(void *argp, int chunk) {
         const float *x = t->x + i * c, *y = t->y ? t->y + i * c : NULL, *dy = t->dy + i * c;
         float *dx = t->out + i * c, *dz = t->out2 ? t->out2 + i * c : NULL;
         if (t->aliased)
-            bwd_row_aliased(c, x, y, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
+            bwd_row_aliased(c, x, y, t->act, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
         else
-            bwd_row(c, x, y, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
+            bwd_row(c, x, y, t->act, dy, t->scale, t->shift, t->coef, t->mean, dx, dz);
         if (t->dt != DT_F32)
             cpu_round_n(t->dt, dx, dx, c);
     }
@@ -380,8 +411,8 @@ static bool overlaps(const void *a, const void *b, size_t n) {
 }
 
 int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
-                     const void *y, const void *dy, const float *mean, const float *var,
-                     const float *gamma, float eps, const float *sum_dy,
+                     const void *y, act_kind_t act, const void *dy, const float *mean,
+                     const float *var, const float *gamma, float eps, const float *sum_dy,
                      const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
     cpu_backend_t *cb = cpu_of(be);
     if (count < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_apply: count < 1");
@@ -400,7 +431,7 @@ int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
                            overlaps(dz, dy, bytes)));
     bn_task_t t = {.m = m, .c = c, .dt = dt, .x = x, .y = y, .dy = dy, .out = dx, .out2 = dz,
                    .mean = mean, .scale = ws, .shift = ws + c, .coef = ws + 2 * c,
-                   .aliased = aliased};
+                   .aliased = aliased, .act = act};
     cpu_pool_run(&cb->pool, cpu_nchunks(m, BN_ROWS), bwd_apply_block, &t);
     return 0;
 }

@@ -25,6 +25,7 @@
 #include "model/cuda/elementwise.cuh"
 #include "model/cuda/graph.cuh"
 #include "model/cuda/linear.cuh"
+#include "model/cuda/layers.cuh"
 #include "model/cuda/loss.cuh"
 #include "model/cuda/norm.cuh"
 #include "model/cuda/optim.cuh"
@@ -230,6 +231,14 @@ static backend_ops_t make_ops(void) {
     o.relu_fwd = cu_relu_fwd;
     o.relu_bwd = cu_relu_bwd;
     o.add = cu_add;
+    o.relu6_fwd = cu_relu6_fwd;
+    o.relu6_bwd = cu_relu6_bwd;
+    o.channel_bias_fwd = cu_channel_bias_fwd;
+    o.channel_bias_bwd = cu_channel_bias_bwd;
+    o.dropout_fwd = cu_dropout_fwd;
+    o.dropout_bwd = cu_dropout_bwd;
+    o.adaptive_avgpool_fwd = cu_adaptive_avgpool_fwd;
+    o.adaptive_avgpool_bwd = cu_adaptive_avgpool_bwd;
     o.avgpool_fwd = cu_avgpool_fwd;
     o.avgpool_bwd = cu_avgpool_bwd;
     o.maxpool_fwd = cu_maxpool_fwd;

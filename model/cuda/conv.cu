@@ -29,7 +29,9 @@
  * Weight gradients: cuDNN writes dw in the data type of the filter descriptor, so the
  * result goes to the staging buffer (beta = 0) and one kernel adds it into the fp32 dw;
  * for half data this matches what autocast does (a half weight gradient cast to fp32).
- * Not here: bias, groups, dilation, the cuDNN graph API.
+ * Groups (conv_shape_t.groups): the filter descriptor holds c / groups input channels and
+ * cudnnSetConvolutionGroupCount the count; cuDNN picks its grouped / depthwise kernels.
+ * Not here: bias (layers.cu), dilation, the cuDNN graph API.
  */
 #include "model/cuda/conv.cuh"
 
@@ -95,7 +97,9 @@ static int plan_init(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, struct co
     CUDNN_CHECK(cb, cudnnCreateFilterDescriptor(&p->wd));
     CUDNN_CHECK(cb, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, t, s->n, s->c, s->h, s->w));
     CUDNN_CHECK(cb, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, t, s->n, s->k, s->p, s->q));
-    CUDNN_CHECK(cb, cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NHWC, s->k, s->c, s->r, s->s));
+    /* grouped: the filter holds c / groups input channels, the descriptor the group count */
+    int g = conv_groups(s);
+    CUDNN_CHECK(cb, cudnnSetFilter4dDescriptor(p->wd, t, CUDNN_TENSOR_NHWC, s->k, s->c / g, s->r, s->s));
     cudnnMathType_t math = dt != DT_F32 ? CUDNN_TENSOR_OP_MATH
                                         : (cb->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
     for (int i = 0; i < 3; i++) {
@@ -103,6 +107,7 @@ static int plan_init(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, struct co
         CUDNN_CHECK(cb, cudnnSetConvolution2dDescriptor(p->cd[i], s->pad, s->pad, s->stride, s->stride,
                                                         1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
         CUDNN_CHECK(cb, cudnnSetConvolutionMathType(p->cd[i], math));
+        if (g > 1) CUDNN_CHECK(cb, cudnnSetConvolutionGroupCount(p->cd[i], g));
     }
     int on, oc, oh, ow;
     CUDNN_CHECK(cb, cudnnGetConvolution2dForwardOutputDim(p->cd[0], p->xd, p->wd, &on, &oc, &oh, &ow));
@@ -137,9 +142,9 @@ static struct conv_plan *plan_get(cuda_be_t *cb, const conv_shape_t *s, dtype_t 
         if (p->dt == dt && p->align == align && !memcmp(&p->s, s, sizeof *s)) return p;
     }
     if (s->n <= 0 || s->c <= 0 || s->k <= 0 || s->h <= 0 || s->w <= 0 || s->r <= 0 || s->s <= 0 ||
-        s->stride <= 0 || s->pad < 0) {
-        cb_fail(cb, "conv: invalid shape n%d h%d w%d c%d k%d r%d s%d stride %d pad %d", s->n, s->h,
-                s->w, s->c, s->k, s->r, s->s, s->stride, s->pad);
+        s->stride <= 0 || s->pad < 0 || s->groups < 0 || s->c % conv_groups(s) || s->k % conv_groups(s)) {
+        cb_fail(cb, "conv: invalid shape n%d h%d w%d c%d k%d r%d s%d stride %d pad %d groups %d", s->n, s->h,
+                s->w, s->c, s->k, s->r, s->s, s->stride, s->pad, s->groups);
         return NULL;
     }
     if (cb->n_convs == cb->cap_convs) {
@@ -465,7 +470,7 @@ int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const
     CB_ENTER(cb);
     struct conv_plan *p = plan_get(cb, s, dt, align_class(x, dy, dy));
     if (!p) return -1;
-    int64_t nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t nw = (int64_t)s->k * s->r * s->s * (s->c / conv_groups(s));
     if (cb_grow(cb, &cb->stage, (size_t)nw * dt_size(dt), "conv weight-gradient staging")) return -1;
     if (!p->found[DIR_BWD_FILTER] && plan_find(cb, p, DIR_BWD_FILTER, x, dy, cb->stage.p)) return -1;
     float alpha = 1.0f, beta = 0.0f;

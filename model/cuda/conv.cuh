@@ -1,6 +1,7 @@
 /* conv.cuh: 2-D convolutions of the CUDA backend on cuDNN (NHWC activations, KRSC
  * weights; backend_ops_t.conv2d_fwd / conv2d_bwd_data / conv2d_bwd_filter) and the
- * per-shape plan cache they keep in the backend. Not here: bias, groups, dilation.
+ * per-shape plan cache they keep in the backend; grouped when s->groups > 1. Not here:
+ * bias, dilation.
  */
 #ifndef RUNNER_MODEL_CUDA_CONV_CUH
 #define RUNNER_MODEL_CUDA_CONV_CUH

@@ -6,6 +6,8 @@
  * (row split, channel) into the backend's scratch and a second kernel adds the splits in
  * double, in a fixed order, so results are deterministic run to run.
  *
+ * The fused activation (act_kind_t) is relu or relu6; the backward masks dy by its
+ * derivative seen from the output y (act_keeps), as the CPU backend.
  * Numerics: statistics in fp32 per thread over values shifted by the channel's first
  * row (no catastrophic cancellation of sum(x^2) - sum(x)^2 when |mean| >> std), combined
  * in double; biased variance. apply/backward compute in fp32 and round the outputs once.
@@ -132,12 +134,18 @@ __global__ void bn_stats_final_k(int64_t m, int c, int splits, const T *x, const
     var[ch] = (float)(v > 0.0 ? v : 0.0);
 }
 
-/* y = [relu]((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). */
+/* Whether the gradient passes the fused activation at output v: v > 0 for relu (NaN
+ * masks), not (v <= 0 or v >= 6) for relu6 (torch's hardtanh backward: NaN passes). */
+__device__ __forceinline__ bool act_keeps(int act, float v) {
+    return act == ACT_RELU6 ? !(v <= 0.0f || v >= 6.0f) : v > 0.0f;
+}
+
+/* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, const float *mean,
                                                   const float *var, const float *gamma,
                                                   const float *beta, float eps, const T *z,
-                                                  bool relu, T *y) {
+                                                  int act, T *y) {
     int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
     if (ch0 >= c) return;
     float mu[V], sc[V], bt[V];
@@ -155,7 +163,8 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
         for (int k = 0; k < V; k++) {
             float o = (v[k] - mu[k]) * sc[k] + bt[k];
             if (z) o += w[k];
-            if (relu) o = o < 0.0f ? 0.0f : o;   /* NaN passes, as in torch and the cpu backend */
+            if (act != ACT_NONE) o = o < 0.0f ? 0.0f : o;   /* NaN passes, as in torch and the cpu backend */
+            if (act == ACT_RELU6) o = o > 6.0f ? 6.0f : o;
             v[k] = o;
         }
         store_v<T, V>(y + r * c + ch0, v);
@@ -173,7 +182,7 @@ __global__ void bn_running_k(int c, const float *mean, const float *var, float u
 /* Partial sums of g and g * (x - mean), g = dy masked by y > 0 when y is given. */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
-                                                        const T *dy, const float *mean,
+                                                        int act, const T *dy, const float *mean,
                                                         float *part) {
     int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
     bool active = ch0 < c;
@@ -194,7 +203,7 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
                 load_v<T, V>(y + r * c + ch0, yv);
 #pragma unroll
                 for (int k = 0; k < V; k++)
-                    if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+                    if (!act_keeps(act, yv[k])) g[k] = 0.0f;
             }
 #pragma unroll
             for (int k = 0; k < V; k++) {
@@ -222,7 +231,7 @@ __global__ void bn_bwd_final_k(int c, int splits, const float *part, const float
 /* dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count); dz = g. */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T *x, const T *y,
-                                                      const T *dy, const float *mean,
+                                                      int act, const T *dy, const float *mean,
                                                       const float *var, const float *gamma,
                                                       float eps, const float *sum_dy,
                                                       const float *sum_dy_xhat, float inv_count,
@@ -247,7 +256,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
             load_v<T, V>(y + off, yv);
 #pragma unroll
             for (int k = 0; k < V; k++)
-                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+                if (!act_keeps(act, yv[k])) g[k] = 0.0f;
         }
         if (dz) store_v<T, V>(dz + off, g);
 #pragma unroll
@@ -311,7 +320,7 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
 
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                 const float *var, const float *gamma, const float *beta, float eps,
-                const void *z, bool relu, void *y) {
+                const void *z, act_kind_t act, void *y) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     CB_ENTER(cb);
@@ -319,7 +328,7 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
     dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
         bn_apply_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, mean, var, gamma,
-                                                         beta, eps, (const T *)z, relu, (T *)y)));
+                                                         beta, eps, (const T *)z, (int)act, (T *)y)));
     KERNEL_CHECK(cb, "bn_apply_k");
     return 0;
 }
@@ -337,7 +346,7 @@ int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *v
 }
 
 int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                     const void *dy, const float *mean, const float *var, float eps,
+                     act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
                      float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return cb_fail(cb, "bn_bwd_reduce: empty input (m %lld, c %d)", (long long)m, c);
@@ -348,7 +357,7 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     float *part = (float *)cb->scratch.p;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
         bn_bwd_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
-                                                               (const T *)dy, mean, part)));
+                                                               (int)act, (const T *)dy, mean, part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
     bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)grid.y, part, var, eps, sum_dy,
                                                              sum_dy_xhat, dgamma, dbeta);
@@ -357,9 +366,9 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
 }
 
 int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                    const void *dy, const float *mean, const float *var, const float *gamma,
-                    float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count,
-                    void *dx, void *dz) {
+                    act_kind_t act, const void *dy, const float *mean, const float *var,
+                    const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                    int64_t count, void *dx, void *dz) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     if (count <= 0) return cb_fail(cb, "bn_bwd_apply: count %lld must be positive", (long long)count);
@@ -370,7 +379,7 @@ int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     float inv_count = (float)(1.0 / (double)count);
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
         bn_bwd_apply_k<T, V><<<grid, block, 0, cb->stream>>>(
-            m, c, (const T *)x, (const T *)y, (const T *)dy, mean, var, gamma, eps, sum_dy,
+            m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, eps, sum_dy,
             sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
     KERNEL_CHECK(cb, "bn_bwd_apply_k");
     return 0;

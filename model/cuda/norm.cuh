@@ -1,5 +1,5 @@
 /* norm.cuh: batch-norm ops of the CUDA backend (statistics, fused apply with residual add
- * and relu, running-stat update, the two backward phases). Signatures are those of
+ * and relu or relu6, running-stat update, the two backward phases). Signatures are those of
  * backend_ops_t (model/backend.h). Not here: cross-rank reduction (SyncBN hooks, comm/).
  */
 #ifndef RUNNER_MODEL_CUDA_NORM_CUH
@@ -11,15 +11,15 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
                 float *var);
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                 const float *var, const float *gamma, const float *beta, float eps,
-                const void *z, bool relu, void *y);
+                const void *z, act_kind_t act, void *y);
 int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
                          int64_t count, float momentum, float *run_mean, float *run_var);
 int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                     const void *dy, const float *mean, const float *var, float eps,
+                     act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
                      float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
 int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                    const void *dy, const float *mean, const float *var, const float *gamma,
-                    float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count,
-                    void *dx, void *dz);
+                    act_kind_t act, const void *dy, const float *mean, const float *var,
+                    const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                    int64_t count, void *dx, void *dz);
 
 #endif

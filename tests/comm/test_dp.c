@@ -2,7 +2,9 @@
  * 3-replica micro-batch of 7 (chunks 3, 3, 1) whose gradients equal, bit for bit, the
  * sum in replica order of the gradients of the three chunks computed one by one on a
  * single net with the loss scaled by 1/7, accumulated onto the previous micro-batch's;
- * BN running stats are replica 0's (chunk 0 only); loss and hit counts are summed. */
+ * BN running stats are replica 0's (chunk 0 only); loss and hit counts are summed. The
+ * net has a dropout layer: dp_set_rng_key gives replica i the masks of rows
+ * first + start_i of the micro-batch, as the single net keyed chunk by chunk draws. */
 #include "comm/dp.h"
 #include "util/rng.h"
 #include "tests/test.h"
@@ -24,13 +26,14 @@ static void test_chunks(void) {
 
 enum { H = 6, W = 6, CIN = 3, CLASSES = 5, WORLD = 3, N = 7 };
 
-/* conv -> bn_relu -> conv -> bn_add_relu(+ first block) -> avgpool -> fc */
+/* conv -> bn_relu -> dropout -> conv -> bn_add_relu(+ first block) -> avgpool -> fc */
 static net_t *small_net(backend_t *be, int max_batch, err_t *e) {
     net_t *n = net_create(CIN, e);
     if (!n) return NULL;
     int c1 = net_add_conv(n, "conv1", NET_INPUT, 8, 3, 1, 1, e);
     int b1 = net_add_bn(n, "bn1", NODE_BN_RELU, c1, -2 /* no shortcut */, false, e);
-    int c2 = net_add_conv(n, "conv2", b1, 8, 3, 1, 1, e);
+    int dr = net_add_dropout(n, b1, 0.2, e);
+    int c2 = net_add_conv(n, "conv2", dr, 8, 3, 1, 1, e);
     int b2 = net_add_bn(n, "bn2", NODE_BN_ADD_RELU, c2, b1, false, e);
     int p = net_add_avgpool(n, b2, e);
     if (c1 < 0 || b1 < 0 || c2 < 0 || b2 < 0 || p < 0 || net_add_linear(n, "fc", p, CLASSES, e) < 0 || net_bind(n, be, max_batch, H, W, DT_F32, e) < 0) {
@@ -71,6 +74,7 @@ static void test_dp_matches_chunked_reference(void) {
     for (int mb = 0; mb < 2; mb++) {
         fill_batch(img, lab, 100 + (uint64_t)mb);
         net_loss_out_t out;
+        dp_set_rng_key(d, 9, 1, 10 * mb, 1);
         CHECK_INT(dp_forward_backward(d, img, lab, NULL, N, N, 0.1f, 1.0f, &out, &e), 0);
         /* reference: chunk by chunk on one net, summed in replica order */
         float *sum = calloc(np, 4);
@@ -82,6 +86,7 @@ static void test_dp_matches_chunked_reference(void) {
             net_zero_grads(ref, &e);
             net_upload_buffers(ref, mb == 0 ? buf0 : want_buf, &e);
             CHECK_INT(net_upload_input(ref, img + starts[q] * H * W * CIN, counts[q], &e), 0);
+            CHECK_INT(net_set_rng_key(ref, 9, 1, 10 * mb + starts[q], 1, &e), 0);
             CHECK_INT(net_forward(ref, net_input(ref), counts[q], true, NULL, &e), 0);
             CHECK_INT(net_loss(ref, lab + starts[q], 0.1f, 1.0f / N, &lo, &e), 0);
             CHECK_INT(net_backward(ref, NULL, &e), 0);

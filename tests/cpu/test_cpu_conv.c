@@ -1,5 +1,6 @@
 /* test_cpu_conv.c: the CPU backend's convolutions (forward, backward data, backward
- * filter) on both engines (oneDNN, im2col/GEMM) against a double-precision reference,
+ * filter), dense, grouped and depthwise, on both engines (oneDNN, im2col/GEMM per group)
+ * against a double-precision reference,
  * backward also against central finite differences of that reference; accumulation into
  * dw, determinism, and AMP emulation (fp16/bf16 equals the fp32 op on pre-rounded inputs,
  * rounded after).
@@ -29,15 +30,23 @@ static bool winograd_available(void) {
 }
 
 static const conv_shape_t shapes[] = {
-    /* n  h  w  c   k  r  s  stride pad */
-    {2, 5, 5, 3, 4, 3, 3, 1, 1, 0, 0},     /* 3x3 pad 1 */
-    {2, 7, 7, 3, 5, 3, 3, 2, 1, 0, 0},     /* stride 2, odd size */
-    {2, 6, 6, 4, 6, 1, 1, 1, 0, 0, 0},     /* 1x1 */
-    {2, 7, 7, 4, 6, 1, 1, 2, 0, 0, 0},     /* 1x1 stride 2 (downsample) */
-    {1, 5, 6, 2, 3, 3, 3, 1, 0, 0, 0},     /* no padding, not square */
-    {3, 8, 8, 16, 16, 3, 3, 1, 1, 0, 0},   /* channels a multiple of the SIMD width */
-    {2, 9, 9, 8, 16, 3, 3, 2, 1, 0, 0},    /* stride 2 with more channels */
-    {2, 8, 8, 3, 16, 3, 3, 1, 1, 0, 0},    /* stem-like: 3 input channels */
+    /* n  h  w  c   k  r  s  stride pad  p q (finish)  groups */
+    {2, 5, 5, 3, 4, 3, 3, 1, 1, 0, 0, 1},     /* 3x3 pad 1 */
+    {2, 7, 7, 3, 5, 3, 3, 2, 1, 0, 0, 1},     /* stride 2, odd size */
+    {2, 6, 6, 4, 6, 1, 1, 1, 0, 0, 0, 1},     /* 1x1 */
+    {2, 7, 7, 4, 6, 1, 1, 2, 0, 0, 0, 1},     /* 1x1 stride 2 (downsample) */
+    {1, 5, 6, 2, 3, 3, 3, 1, 0, 0, 0, 1},     /* no padding, not square */
+    {3, 8, 8, 16, 16, 3, 3, 1, 1, 0, 0, 1},   /* channels a multiple of the SIMD width */
+    {2, 9, 9, 8, 16, 3, 3, 2, 1, 0, 0, 1},    /* stride 2 with more channels */
+    {2, 8, 8, 3, 16, 3, 3, 1, 1, 0, 0, 1},    /* stem-like: 3 input channels */
+    {2, 6, 6, 8, 8, 3, 3, 1, 1, 0, 0, 8},     /* depthwise */
+    {2, 7, 7, 16, 16, 3, 3, 2, 1, 0, 0, 16},  /* depthwise stride 2 (MobileNetV2) */
+    {2, 5, 5, 32, 32, 3, 3, 1, 1, 0, 0, 32},  /* depthwise, channels a multiple of the SIMD width */
+    {2, 5, 5, 4, 8, 3, 3, 1, 1, 0, 0, 4},     /* depthwise with multiplier 2 */
+    {2, 6, 6, 8, 16, 3, 3, 1, 1, 0, 0, 4},    /* grouped: 2 in, 4 out per group */
+    {2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 8},   /* ResNeXt-like: 8 groups of 8 */
+    {2, 6, 6, 12, 6, 1, 1, 1, 0, 0, 0, 3},    /* grouped 1x1 (the GEMM engine's plain path) */
+    {2, 7, 7, 16, 32, 1, 1, 2, 0, 0, 0, 2},   /* grouped 1x1 stride 2 */
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -48,11 +57,17 @@ static conv_shape_t finish(conv_shape_t s) {
 }
 
 static int64_t nx_of(const conv_shape_t *s) { return (int64_t)s->n * s->h * s->w * s->c; }
-static int64_t nw_of(const conv_shape_t *s) { return (int64_t)s->k * s->r * s->s * s->c; }
+static int64_t nw_of(const conv_shape_t *s) { return (int64_t)s->k * s->r * s->s * s->c / conv_groups(s); }
+
+/* Channels per group (input cg, output kg). */
+static int cg_of(const conv_shape_t *s) { return s->c / conv_groups(s); }
+static int kg_of(const conv_shape_t *s) { return s->k / conv_groups(s); }
 static int64_t ny_of(const conv_shape_t *s) { return (int64_t)s->n * s->p * s->q * s->k; }
 
-/* y = conv(x, w) in double; x, w given as double. */
+/* y = conv(x, w) in double; x, w given as double. Output channel k sees the input
+ * channels of its group, (k / kg) * cg + c for c < cg. */
 static void ref_fwd(const conv_shape_t *s, const double *x, const double *w, double *y) {
+    int cg = cg_of(s), kg = kg_of(s);
     for (int b = 0; b < s->n; b++)
         for (int p = 0; p < s->p; p++)
             for (int q = 0; q < s->q; q++)
@@ -62,9 +77,9 @@ static void ref_fwd(const conv_shape_t *s, const double *x, const double *w, dou
                         for (int t = 0; t < s->s; t++) {
                             int ih = p * s->stride - s->pad + r, iw = q * s->stride - s->pad + t;
                             if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
-                            for (int c = 0; c < s->c; c++)
-                                acc += x[(((int64_t)b * s->h + ih) * s->w + iw) * s->c + c] *
-                                       w[(((int64_t)k * s->r + r) * s->s + t) * s->c + c];
+                            for (int c = 0; c < cg; c++)
+                                acc += x[(((int64_t)b * s->h + ih) * s->w + iw) * s->c + (k / kg) * cg + c] *
+                                       w[(((int64_t)k * s->r + r) * s->s + t) * cg + c];
                         }
                     y[(((int64_t)b * s->p + p) * s->q + q) * s->k + k] = acc;
                 }
@@ -84,6 +99,7 @@ static void ref_bwd(const conv_shape_t *s, const double *x, const double *w, con
                     double *dx, double *dw) {
     memset(dx, 0, (size_t)nx_of(s) * sizeof *dx);
     memset(dw, 0, (size_t)nw_of(s) * sizeof *dw);
+    int cg = cg_of(s), kg = kg_of(s);
     for (int b = 0; b < s->n; b++)
         for (int p = 0; p < s->p; p++)
             for (int q = 0; q < s->q; q++)
@@ -93,9 +109,9 @@ static void ref_bwd(const conv_shape_t *s, const double *x, const double *w, con
                         for (int t = 0; t < s->s; t++) {
                             int ih = p * s->stride - s->pad + r, iw = q * s->stride - s->pad + t;
                             if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
-                            int64_t xo = (((int64_t)b * s->h + ih) * s->w + iw) * s->c;
-                            int64_t wo = (((int64_t)k * s->r + r) * s->s + t) * s->c;
-                            for (int c = 0; c < s->c; c++) {
+                            int64_t xo = (((int64_t)b * s->h + ih) * s->w + iw) * s->c + (k / kg) * cg;
+                            int64_t wo = (((int64_t)k * s->r + r) * s->s + t) * cg;
+                            for (int c = 0; c < cg; c++) {
                                 dx[xo + c] += gy * w[wo + c];
                                 dw[wo + c] += gy * x[xo + c];
                             }
@@ -150,13 +166,20 @@ static void run_engine(int engine) {
         double *yd = dalloc(ny), *dxd = dalloc(nx), *dwd = dalloc(nw);
         ref_fwd(&s, xd, wd, yd);
         ref_bwd(&s, xd, wd, gd, dxd, dwd);
-        int K = s.r * s.s * s.c, KB = s.k * s.r * s.s;
+        int K = s.r * s.s * cg_of(&s), KB = kg_of(&s) * s.r * s.s;
 #ifdef RUNNER_HAVE_DNNL
-        /* the forced engine, or where oneDNN lacks it at this ISA the next one */
-        bool wino = engine == 4 && s.r == 3 && s.stride == 1 && s.pad == 1 && winograd_available();
-        for (int which = 0; which < 3; which++)
-            CHECK_STR(cpu_backend_conv_engine_for(g_be, &s, which), wino ? "dnnl_wino"
-                      : engine >= 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
+        /* the forced engine, or where oneDNN lacks it at this ISA the next one; grouped
+         * shapes fall back where oneDNN has no kernel of the forced variant, but a
+         * depthwise one always has a oneDNN kernel (jit_dw at every ISA level) */
+        bool wino = engine == 4 && s.r == 3 && s.stride == 1 && s.pad == 1 && winograd_available() &&
+                    conv_groups(&s) == 1;
+        for (int which = 0; which < 3; which++) {
+            const char *got = cpu_backend_conv_engine_for(g_be, &s, which);
+            if (conv_groups(&s) == 1)
+                CHECK_STR(got, wino ? "dnnl_wino" : engine >= 3 ? "dnnl_blk" : engine == 2 ? "dnnl" : "gemm");
+            else if (engine >= 2 && conv_groups(&s) == s.c)
+                CHECK(strcmp(got, "gemm") != 0);
+        }
 #endif
         CHECK_INT(ops->conv2d_fwd(g_be, &s, DT_F32, x, w, y), 0);
         CHECK_INT(compare_arrays("fwd y", y, yd, ny, 1e-6 * K, 1e-5), 0);
@@ -172,9 +195,9 @@ static void run_engine(int engine) {
         for (int64_t i = 0; i < nw; i++) dw[i] -= 0.5f;
         CHECK_INT(check_fd("dw", &s, xd, wd, gd, wd, nw, dw, 1e-6 * rows), 0);
         if (test_failures_)
-            fprintf(stderr, "  (engine %s, shape %d: n%d h%d w%d c%d k%d r%d stride %d pad %d)\n",
+            fprintf(stderr, "  (engine %s, shape %d: n%d h%d w%d c%d k%d r%d stride %d pad %d groups %d)\n",
                     cpu_backend_conv_engine(g_be, &s), si, s.n, s.h, s.w, s.c, s.k, s.r,
-                    s.stride, s.pad);
+                    s.stride, s.pad, s.groups);
         free(x); free(w); free(g); free(y); free(dx); free(dw);
         free(xd); free(wd); free(gd); free(yd); free(dxd); free(dwd);
     }
@@ -207,8 +230,10 @@ static void deterministic_case(conv_shape_t s) {
 }
 
 static void test_conv_deterministic(void) {
-    deterministic_case(finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0}));
-    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0}));
+    deterministic_case(finish((conv_shape_t){4, 16, 16, 16, 32, 3, 3, 2, 1, 0, 0, 1}));
+    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1}));
+    deterministic_case(finish((conv_shape_t){4, 16, 16, 96, 96, 3, 3, 1, 1, 0, 0, 96}));
+    deterministic_case(finish((conv_shape_t){4, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 8}));
 }
 
 /* Winograd at a realistic width (forced here; with train.cpu_winograd the auto choice
@@ -217,7 +242,7 @@ static void test_conv_deterministic(void) {
  * allowed here as 1e-6 * K absolute + 1e-4 relative (measured: worst error 4.4e-6 on
  * outputs of magnitude ~1). Below AVX-512 the same checks run on the fallback. */
 static void test_conv_winograd_wide(void) {
-    conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){2, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1});
     cpu_backend_set_conv_engine(g_be, 4);
 #ifdef RUNNER_HAVE_DNNL
     CHECK_STR(cpu_backend_conv_engine(g_be, &s), winograd_available() ? "dnnl_wino" : "dnnl_blk");
@@ -260,11 +285,11 @@ static void test_conv_auto_choice(void) {
     CHECK(wb != NULL && b2 != NULL);
     if (!wb || !b2) return;
     static const conv_shape_t list[] = {
-        {128, 32, 32, 3, 16, 3, 3, 1, 1, 0, 0},   {128, 32, 32, 16, 16, 3, 3, 1, 1, 0, 0},
-        {128, 32, 32, 16, 32, 3, 3, 2, 1, 0, 0},  {128, 32, 32, 16, 32, 1, 1, 2, 0, 0, 0},
-        {128, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0},    {64, 32, 32, 64, 64, 3, 3, 1, 1, 0, 0},
-        {64, 16, 16, 128, 128, 3, 3, 1, 1, 0, 0}, {64, 8, 8, 256, 256, 3, 3, 1, 1, 0, 0},
-        {64, 4, 4, 512, 512, 3, 3, 1, 1, 0, 0},   {64, 8, 8, 256, 512, 3, 3, 2, 1, 0, 0},
+        {128, 32, 32, 3, 16, 3, 3, 1, 1, 0, 0, 1},   {128, 32, 32, 16, 16, 3, 3, 1, 1, 0, 0, 1},
+        {128, 32, 32, 16, 32, 3, 3, 2, 1, 0, 0, 1},  {128, 32, 32, 16, 32, 1, 1, 2, 0, 0, 0, 1},
+        {128, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1},    {64, 32, 32, 64, 64, 3, 3, 1, 1, 0, 0, 1},
+        {64, 16, 16, 128, 128, 3, 3, 1, 1, 0, 0, 1}, {64, 8, 8, 256, 256, 3, 3, 1, 1, 0, 0, 1},
+        {64, 4, 4, 512, 512, 3, 3, 1, 1, 0, 0, 1},   {64, 8, 8, 256, 512, 3, 3, 2, 1, 0, 0, 1},
     };
     int nwino = 0;
     for (int i = 0; i < (int)(sizeof list / sizeof list[0]); i++) {
@@ -298,6 +323,43 @@ static void test_conv_auto_choice(void) {
     backend_free(b2);
 }
 
+/* The automatic choice on MobileNetV2-CIFAR's depthwise and ResNeXt's grouped shapes:
+ * oneDNN's kernels, for depthwise its NHWC ones (a depthwise layer on the per-group GEMM
+ * would be ~100x slower, on the blocked kernels 1.5-3x), the
+ * same decisions from a second backend, never Winograd even with cpu_winograd (oneDNN
+ * has none for groups), and the description names the kernel. */
+static void test_conv_grouped_auto_choice(void) {
+    err_t e = {0};
+    backend_opts_t o = {.kind = BACKEND_CPU, .threads = 2, .cpu_winograd = true};
+    backend_t *wb = cpu_backend_create(&o, &e), *b2 = make_cpu(2);
+    CHECK(wb != NULL && b2 != NULL);
+    if (!wb || !b2) return;
+    static const conv_shape_t list[] = {
+        {64, 32, 32, 32, 32, 3, 3, 1, 1, 0, 0, 32},    {64, 32, 32, 144, 144, 3, 3, 2, 1, 0, 0, 144},
+        {64, 16, 16, 192, 192, 3, 3, 1, 1, 0, 0, 192}, {64, 8, 8, 384, 384, 3, 3, 1, 1, 0, 0, 384},
+        {64, 4, 4, 960, 960, 3, 3, 1, 1, 0, 0, 960},   {64, 32, 32, 128, 128, 3, 3, 1, 1, 0, 0, 8},
+        {64, 16, 16, 512, 512, 3, 3, 2, 1, 0, 0, 8},   {32, 56, 56, 128, 128, 3, 3, 1, 1, 0, 0, 32},
+    };
+    for (int i = 0; i < (int)(sizeof list / sizeof list[0]); i++) {
+        conv_shape_t s = finish(list[i]);
+        for (int which = 0; which < 3; which++) {
+            const char *d = cpu_backend_conv_engine_for(g_be, &s, which);
+            CHECK(strcmp(d, "dnnl_wino") != 0 && strcmp(d, "error") != 0);
+            CHECK_STR(cpu_backend_conv_engine_for(b2, &s, which), d);
+            CHECK_STR(cpu_backend_conv_engine_for(wb, &s, which), d);
+#ifdef RUNNER_HAVE_DNNL
+            if (s.groups == s.c) CHECK_STR(d, "dnnl");   /* oneDNN's NHWC depthwise kernels */
+#endif
+            char desc[96];
+            CHECK_INT(g_be->ops->conv_engine(g_be, &s, which, desc, sizeof desc), 0);
+            CHECK(!strncmp(desc, d, strlen(d)));
+            if (which == 0) fprintf(stderr, "  %dx%d %d groups %d stride %d: %s\n", s.h, s.w, s.c, s.groups, s.stride, desc);
+        }
+    }
+    backend_free(wb);
+    backend_free(b2);
+}
+
 /* Relative L2 error of a against the double reference b. */
 static double rel_l2(const float *a, const double *b, int64_t n) {
     double d2 = 0, b2 = 0;
@@ -319,7 +381,7 @@ static void test_conv_winograd_precision(void) {
         fprintf(stderr, "  (no Winograd at this ISA: nothing to measure)\n");
         return;
     }
-    conv_shape_t s = finish((conv_shape_t){32, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){32, 8, 8, 64, 64, 3, 3, 1, 1, 0, 0, 1});
     int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = falloc(nx), *g = falloc(ny), *dw = falloc(nw);
     fill_uniform(x, nx, 81, 0, 2);
@@ -346,9 +408,11 @@ static void test_conv_winograd_precision(void) {
 static void amp_case(int engine, dtype_t dt) {
     cpu_backend_set_conv_engine(g_be, engine);
     const backend_ops_t *ops = g_be->ops;
-    conv_shape_t list[2] = {finish((conv_shape_t){2, 7, 7, 8, 16, 3, 3, 2, 1, 0, 0}),
-                            finish((conv_shape_t){2, 6, 6, 16, 8, 1, 1, 1, 0, 0, 0})};
-    for (int si = 0; si < 2; si++) {
+    conv_shape_t list[4] = {finish((conv_shape_t){2, 7, 7, 8, 16, 3, 3, 2, 1, 0, 0, 1}),
+                            finish((conv_shape_t){2, 6, 6, 16, 8, 1, 1, 1, 0, 0, 0, 1}),
+                            finish((conv_shape_t){2, 7, 7, 16, 16, 3, 3, 2, 1, 0, 0, 16}),
+                            finish((conv_shape_t){2, 6, 6, 16, 16, 3, 3, 1, 1, 0, 0, 4})};
+    for (int si = 0; si < 4; si++) {
         conv_shape_t s = list[si];
         int64_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
         float *x = falloc(nx), *w = falloc(nw), *g = falloc(ny), *xr = falloc(nx);
@@ -388,11 +452,14 @@ static void test_conv_amp(void) {
 
 /* A shape whose p does not match the geometry is refused with an error, not run. */
 static void test_conv_bad_shape(void) {
-    conv_shape_t s = finish((conv_shape_t){1, 5, 5, 2, 2, 3, 3, 1, 1, 0, 0});
+    conv_shape_t s = finish((conv_shape_t){1, 5, 5, 2, 2, 3, 3, 1, 1, 0, 0, 1});
     s.p = 4;
     float buf[256] = {0};
     CHECK_INT(g_be->ops->conv2d_fwd(g_be, &s, DT_F32, buf, buf, buf), -1);
     CHECK_CONTAINS(g_be->err.msg, "inconsistent conv shape");
+    s = finish((conv_shape_t){1, 5, 5, 6, 4, 3, 3, 1, 1, 0, 0, 4});   /* 4 groups do not divide 6 */
+    CHECK_INT(g_be->ops->conv2d_fwd(g_be, &s, DT_F32, buf, buf, buf), -1);
+    CHECK_CONTAINS(g_be->err.msg, "groups 4");
 }
 
 int main(void) {
@@ -404,6 +471,7 @@ int main(void) {
     TEST_RUN(test_conv_deterministic);
     TEST_RUN(test_conv_winograd_wide);
     TEST_RUN(test_conv_auto_choice);
+    TEST_RUN(test_conv_grouped_auto_choice);
     TEST_RUN(test_conv_winograd_precision);
     TEST_RUN(test_conv_amp);
     TEST_RUN(test_conv_bad_shape);

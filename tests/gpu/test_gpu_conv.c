@@ -9,7 +9,7 @@
 #include "tests/gpu/gpu_test_util.h"
 
 static conv_shape_t shape(int n, int h, int w, int c, int k, int r, int stride, int pad) {
-    conv_shape_t s = {n, h, w, c, k, r, r, stride, pad, 0, 0};
+    conv_shape_t s = {n, h, w, c, k, r, r, stride, pad, 0, 0, 1};
     s.p = (h + 2 * pad - r) / stride + 1;
     s.q = (w + 2 * pad - r) / stride + 1;
     return s;
