@@ -3,20 +3,29 @@
  *
  * One process runs one configuration: a ResNet (CIFAR stem) built with resnet_build,
  * bound to a CUDA backend, trained with SGD (momentum 0.9, weight decay 5e-4) on one
- * fixed random batch, exactly the step the trainer runs: zero grads, forward (train),
- * loss (+ fp16 loss scaling), backward, unscale/check (fp16), optimizer step. After
- * --warmup steps (algorithm search, workspace growth) it times --steps steps with the
- * wall clock and a device sync at the end. Then, unless --graphs 0, it records the
- * micro-batch (forward, loss, backward) as a CUDA graph, as train.cuda_graphs does, and
- * times the same number of steps replaying it (zero grads, replay, unscale, optimizer
- * stay normal launches). It prints one JSON line:
- *   {"device": ..., "precision": ..., "batch": ..., "runner_img_per_s": ...,
- *    "step_ms": ..., "runner_graphs_img_per_s": ... (null if recording failed),
- *    "graphs_step_ms": ..., "model_tflops_per_s": 3 x forward FLOPs x the faster img/s,
- *    "mfu": that over the device's dense datasheet peak for the precision (null when the
- *    device is not in the table), "peak_tflops", "peak_memory_bytes": ..., "arch": ...}
- * Every line also has "host_ms": the host time to issue one step (from its start until the
- * last op returned, nothing waited for), "image_size" and "stem".
+ * fixed random batch by the trainer's own step (runner/train_bench.h: trainer_step, the
+ * learning rate written to the step control, then zero grads, forward (train), loss
+ * (+ fp16 loss scaling), backward, unscale/check (fp16), the optimizer reading the rate
+ * from device memory, the step-control update). After --warmup steps (algorithm search,
+ * workspace growth) it times --steps steps with normal launches (train.cuda_graphs
+ * false), wall clock with a device sync at the end. Then, unless --graphs 0, the same
+ * trainer with graphs (train.cuda_graphs auto/true in single mode: the whole step
+ * recorded on its second run and replayed with one launch from then on) takes 3 warm-up
+ * steps (normal, recorded, launched) and --steps timed ones. It prints one JSON line:
+ *   {"device": ..., "precision": ..., "batch": ..., "runner_img_per_s": the rate of the
+ *    default configuration (train.cuda_graphs' default, config.c: the replayed step's
+ *    rate where the default records and the recording worked, else normal launches'),
+ *    "default_graphs": whether that is the replay's, "runner_normal_img_per_s",
+ *    "step_ms": normal launches, "runner_graphs_img_per_s": ... (null if recording
+ *    failed), "graphs_step_ms": ..., "graphs_scope": "step" (the whole step; rows
+ *    before 2026-11-27 recorded forward + loss + backward only and lack the key),
+ *    "graph_recordings", "graph_launches", "model_tflops_per_s": 3 x forward FLOPs x
+ *    the faster img/s, "mfu": that over the device's dense datasheet peak for the
+ *    precision (null when the device is not in the table), "peak_tflops",
+ *    "peak_memory_bytes": ..., "arch": ..., "last_loss": the last timed step's mean
+ *    loss}
+ * Every line also has "host_ms": the host time to issue one normal step (from its start
+ * until the last op returned, nothing waited for), "image_size" and "stem".
  * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
@@ -29,7 +38,8 @@
  * --image-size 224 --stem imagenet: the ImageNet-shaped network (default: 32, cifar).
  * --versions: prints {device, driver, cuda, cudnn, nccl} of device 0 and exits.
  * --backend cpu: the same on the CPU backend (a dry run of the bench and of the
- * profiler's counting: no GPU times, no graphs), for tests without a GPU.
+ * profiler's counting: no GPU times; graphs only under RUNNER_CPU_GRAPHS=1, the cpu
+ * backend's recorder), for tests without a GPU.
  *
  * Usage: bench_gpu_bench [--arch resnet50] [--classes 100] [--batch 128]
  *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
@@ -38,6 +48,7 @@
  *                        [--backend cuda|cpu]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +59,8 @@
 #include "model/net.h"
 #include "model/optim.h"
 #include "model/resnet.h"
+#include "runner/config.h"
+#include "runner/train_bench.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/rng.h"
@@ -124,54 +137,6 @@ static void print_versions(void) {
     printf("}\n");
 }
 
-/* One training step as the trainer does it: labels already on the device, the loss
- * scale, overflow skip and step count handled there, nothing waited for. */
-static int train_step(net_t *n, optim_t *opt, loss_scaler_t *ls, int batch, err_t *e) {
-    if (net_zero_grads(n, e) || net_set_rng_key(n, 0, 0, 0, 1, e) || net_forward(n, net_input(n), batch, true, NULL, e) ||
-        net_loss_async(n, NULL, 0.0f, 1.0f / (float)batch, optim_ctl(opt), NULL, NULL, e) ||
-        net_backward(n, NULL, e) || loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), e) ||
-        optim_step(opt, 0.1, e))
-        return -1;
-    return 0;
-}
-
-/* Records forward + loss + backward of the bound batch as a graph; NULL (with the reason
- * on stderr) when the backend cannot. */
-static void *record_step(net_t *n, optim_t *opt, int batch) {
-    backend_t *be = net_backend(n);
-    err_t e = {0};
-    void *g = NULL;
-    if (net_set_rng_key(n, 0, 0, 0, 1, &e)) {
-        fprintf(stderr, "gpu_bench: %s\n", e.msg);
-        return NULL;
-    }
-    if (!be->ops->graph_capture_begin || be->ops->graph_capture_begin(be)) {
-        fprintf(stderr, "gpu_bench: no graph capture: %s\n", be->err.msg);
-        return NULL;
-    }
-    int rc = net_forward(n, net_input(n), batch, true, NULL, &e) ||
-             net_loss_async(n, NULL, 0.0f, 1.0f / (float)batch, optim_ctl(opt), NULL, NULL, &e) ||
-             net_backward(n, NULL, &e);
-    int end = be->ops->graph_capture_end(be, &g);
-    if (rc || end || !g) {
-        fprintf(stderr, "gpu_bench: recording failed: %s\n", e.code ? e.msg : be->err.msg);
-        if (g) be->ops->graph_free(be, g);
-        return NULL;
-    }
-    return g;
-}
-
-/* The trainer's step with the micro-batch replayed from g. */
-static int graph_step(net_t *n, optim_t *opt, loss_scaler_t *ls, void *g, int batch, err_t *e) {
-    backend_t *be = net_backend(n);
-    if (net_zero_grads(n, e) || net_set_rng_key(n, 0, 0, 0, 1, e)) return -1;
-    int r = be->ops->graph_launch(be, g);
-    if (r != 0) return err_set(e, ERR_RUNTIME, "graph launch: %s", r > 0 ? "stale graph" : be->err.msg);
-    net_graph_replayed(n, net_input(n), batch);
-    if (loss_scaler_unscale(ls, net_grads(n), (int64_t)net_num_params(n), e) || optim_step(opt, 0.1, e)) return -1;
-    return 0;
-}
-
 /* Dense peak of the device for the precision, TFLOP/s, from NVIDIA's datasheets (H100
  * SXM5 and H200 SXM: fp16/bf16 989.4, TF32 494.7, fp32 66.9; H100 PCIe: 756.5, 378.0,
  * 51.2); 0 for devices not in the table. */
@@ -185,8 +150,8 @@ static double peak_tflops(const char *dev, const char *precision) {
 
 /* --profile: profile_steps steps with the op-kind profiler; the table and the conv
  * algorithms to stderr; prof_json / conv_json get the JSON fragments (malloc'd, or NULL). */
-static int profile_steps(net_t *n, optim_t *opt, loss_scaler_t *ls, const bench_opts_t *o, char **prof_json,
-                         char **conv_json, err_t *e) {
+static int profile_steps(net_t *n, train_bench_t *tb, const bench_opts_t *o, char **prof_json, char **conv_json,
+                         err_t *e) {
     size_t len = 0;
     FILE *f = open_memstream(conv_json, &len);
     if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
@@ -215,7 +180,7 @@ static int profile_steps(net_t *n, optim_t *opt, loss_scaler_t *ls, const bench_
     int rc = -1;
     gpu_prof_timing(p, true);
     for (int s = 0; s < o->profile_steps; s++)
-        if (train_step(n, opt, ls, o->batch, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) ||
+        if (train_bench_step(tb, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) ||
             gpu_prof_collect(p, e))
             goto out;
     gpu_prof_print(p, o->profile_steps, stderr);
@@ -228,9 +193,33 @@ out:
     gpu_prof_detach(p);
     return rc;
 #else
-    (void)opt; (void)ls; (void)prof_json;
+    (void)tb; (void)prof_json;
     return err_set(e, ERR_INPUT, "--profile needs a build with CUDA");
 #endif
+}
+
+/* warm steps, then steps timed by the wall clock until the last one's record is read back
+ * (which waits for the device) into *secs; *issue_s: the host time issuing the timed
+ * steps (nothing waited for inside one); *loss_sum: the last step's loss sum. */
+static int timed_steps(train_bench_t *tb, int warm, int steps, double *issue_s, double *secs, double *loss_sum,
+                       err_t *e) {
+    for (int s = 0; s < warm; s++)
+        if (train_bench_step(tb, 0.1, e)) return -1;
+    double loss = 0;
+    int64_t hits = 0;
+    /* (train_bench_last waits for the device: the timed steps start with an empty queue) */
+    if (warm > 0 && train_bench_last(tb, &loss, &hits, e)) return -1;
+    *issue_s = 0;
+    double t0 = now_s();
+    for (int s = 0; s < steps; s++) {
+        double ts = now_s();
+        if (train_bench_step(tb, 0.1, e)) return -1;
+        *issue_s += now_s() - ts;
+    }
+    if (train_bench_last(tb, &loss, &hits, e)) return -1;
+    *secs = now_s() - t0;
+    *loss_sum = loss;
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -253,12 +242,10 @@ int main(int argc, char **argv) {
     net_t *n = resnet_build_stem(o.arch, strcmp(o.stem, "imagenet") ? RESNET_STEM_CIFAR : RESNET_STEM_IMAGENET, 3,
                                  o.classes, false, &e);
     optim_t *opt = NULL;
-    void *g = NULL;
+    train_bench_t *tb = NULL, *tg = NULL;
     char *prof_json = NULL, *conv_json = NULL;
     float *img = NULL;
     int32_t *labels = NULL;
-    loss_scaler_t ls;
-    memset(&ls, 0, sizeof ls);
     int rc = 1;
     if (!n || net_bind(n, be, o.batch, hw, hw, dt, &e) || net_init(n, 0, &e)) goto fail;
     optim_opts_t oo = {0};
@@ -266,7 +253,6 @@ int main(int argc, char **argv) {
     oo.momentum = 0.9;
     oo.weight_decay = 5e-4;
     if (!(opt = optim_create(n, &oo, &e))) goto fail;
-    if (loss_scaler_init(&ls, be, optim_ctl(opt), dt, 65536.0, 2000, &e)) goto fail;
 
     size_t npix = (size_t)o.batch * hw * hw * 3;
     img = malloc(npix * sizeof(float));
@@ -281,31 +267,32 @@ int main(int argc, char **argv) {
         goto fail;
     }
 
-    for (int s = 0; s < o.warmup; s++)
-        if (train_step(n, opt, &ls, o.batch, &e)) goto fail;
-    if (be->ops->sync(be)) { e = be->err; goto fail; }
-    double issue_s = 0;   /* host time issuing the steps (nothing waited for inside one) */
-    double t0 = now_s();
-    for (int s = 0; s < o.steps; s++) {
-        double ts = now_s();
-        if (train_step(n, opt, &ls, o.batch, &e)) goto fail;
-        issue_s += now_s() - ts;
+    /* normal launches (train.cuda_graphs false) */
+    double issue_s = 0, dt_s = 0, graph_s = -1, last_loss = NAN;
+    if (!(tb = train_bench_create(n, opt, o.batch, dt, false, 0, &e)) ||
+        timed_steps(tb, o.warmup, o.steps, &issue_s, &dt_s, &last_loss, &e))
+        goto fail;
+    if (o.profile && profile_steps(n, tb, &o, &prof_json, &conv_json, &e)) goto fail;
+    /* the whole step recorded and replayed (train.cuda_graphs auto / true) */
+    int64_t recordings = 0, launches = 0;
+    if (o.graphs && be->ops->graph_capture_begin) {
+        double unused;
+        if (!(tg = train_bench_create(n, opt, o.batch, dt, true, 0, &e)) ||
+            timed_steps(tg, 3, o.steps, &unused, &graph_s, &last_loss, &e))
+            goto fail;
+        recordings = train_bench_recordings(tg);
+        launches = train_bench_launches(tg);
+        if (!train_bench_graphs(tg)) {
+            fprintf(stderr, "gpu_bench: recording the step failed (a run would go on without graphs): %s\n",
+                    be->err.msg);
+            graph_s = -1;
+        }
     }
-    if (be->ops->sync(be)) { e = be->err; goto fail; }
-    double dt_s = now_s() - t0;
-    if (o.profile && profile_steps(n, opt, &ls, &o, &prof_json, &conv_json, &e)) goto fail;
-    double graph_s = -1;
-    g = o.graphs && be->ops->graph_capture_begin ? record_step(n, opt, o.batch) : NULL;
-    if (g) {
-        for (int s = 0; s < 3; s++)
-            if (graph_step(n, opt, &ls, g, o.batch, &e)) goto fail;
-        if (be->ops->sync(be)) { e = be->err; goto fail; }
-        t0 = now_s();
-        for (int s = 0; s < o.steps; s++)
-            if (graph_step(n, opt, &ls, g, o.batch, &e)) goto fail;
-        if (be->ops->sync(be)) { e = be->err; goto fail; }
-        graph_s = now_s() - t0;
-    }
+    /* the default configuration: train.cuda_graphs' default in single mode on this backend
+     * (plan.c: auto and true record wherever the backend has graph ops) */
+    experiment_t defaults;
+    config_defaults(&defaults);
+    bool default_graphs = defaults.train.cuda_graphs != GRAPHS_FALSE && be->ops->graph_capture_begin && graph_s > 0;
     char graphs_json[96] = "null, \"graphs_step_ms\": null";
     if (graph_s > 0)
         snprintf(graphs_json, sizeof graphs_json, "%.1f, \"graphs_step_ms\": %.3f",
@@ -315,24 +302,29 @@ int main(int argc, char **argv) {
     if (be->kind == BACKEND_CUDA) backend_cuda_device_name(o.device, dev, sizeof dev);
     else snprintf(dev, sizeof dev, "cpu");
     /* model FLOPs: forward x 3 (backward data + weights), per image, at the best rate */
+    double normal_img_s = (double)o.batch * o.steps / dt_s;
     double img_s = (double)o.batch * o.steps / (graph_s > 0 && graph_s < dt_s ? graph_s : dt_s);
+    double default_img_s = default_graphs ? (double)o.batch * o.steps / graph_s : normal_img_s;
     double tflops = 3.0 * net_forward_flops(n, hw, hw) * img_s / 1e12, peak = peak_tflops(dev, o.precision);
     char mfu_json[160] = "null";
     if (peak > 0)
         snprintf(mfu_json, sizeof mfu_json, "%.4f, \"mfu_normal\": %.4f, \"peak_tflops\": %.1f", tflops / peak,
-                 3.0 * net_forward_flops(n, hw, hw) * o.batch * o.steps / dt_s / 1e12 / peak, peak);
+                 3.0 * net_forward_flops(n, hw, hw) * normal_img_s / 1e12 / peak, peak);
     printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", \"image_size\": %d, "
-           "\"stem\": \"%s\", \"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"host_ms\": %.3f, "
-           "\"runner_graphs_img_per_s\": %s, \"model_tflops_per_s\": %.1f, \"mfu\": %s, "
-           "\"peak_memory_bytes\": %zu%s%s%s%s}\n",
-           dev, o.precision, o.batch, o.arch, hw, o.stem, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
-           issue_s * 1e3 / o.steps, graphs_json, tflops, mfu_json, be->ops->peak_memory(be),
+           "\"stem\": \"%s\", \"runner_img_per_s\": %.1f, \"default_graphs\": %s, \"runner_normal_img_per_s\": %.1f, "
+           "\"step_ms\": %.3f, \"host_ms\": %.3f, \"runner_graphs_img_per_s\": %s, \"graphs_scope\": \"step\", "
+           "\"graph_recordings\": %lld, \"graph_launches\": %lld, \"model_tflops_per_s\": %.1f, \"mfu\": %s, "
+           "\"last_loss\": %.6g, \"peak_memory_bytes\": %zu%s%s%s%s}\n",
+           dev, o.precision, o.batch, o.arch, hw, o.stem, default_img_s, default_graphs ? "true" : "false",
+           normal_img_s, dt_s * 1e3 / o.steps, issue_s * 1e3 / o.steps, graphs_json, (long long)recordings,
+           (long long)launches, tflops, mfu_json, last_loss / o.batch, be->ops->peak_memory(be),
            prof_json ? ", \"profile\": " : "", prof_json ? prof_json : "", conv_json ? ", \"conv_engines\": " : "",
            conv_json ? conv_json : "");
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : be->err.msg);
-    if (g) be->ops->graph_free(be, g);
+    train_bench_free(tb);
+    train_bench_free(tg);
     free(img);
     free(labels);
     free(prof_json);

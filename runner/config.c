@@ -72,9 +72,11 @@ void config_defaults(experiment_t *e) {
     e->train.max_steps = -1;
     e->train.eval_every = 1;
     e->train.deterministic = true;
-    /* The one line to flip once a GPU run has shown whole-step graphs exact and faster:
-     * GRAPHS_AUTO (docs/experiment-files.md train.cuda_graphs). */
-    e->train.cuda_graphs = GRAPHS_FALSE;
+    /* auto since the H100 run of 2026-11-26 (tree 70b6c41) showed whole-step graphs exact
+     * (test_gpu_cli_graphs: auto == false bit for bit in single, with the CPU loader, DDP
+     * over NCCL world 1 and across resume) and faster (the flagship's epoch 3.52 s against
+     * 14.62 s, bf16); the plan turns it off where it is not exact (plan.c). */
+    e->train.cuda_graphs = GRAPHS_AUTO;
     e->train.ema.warmup_gamma = 1.0;
     e->train.ema.warmup_power = 2.0 / 3.0;
     e->train.early_stopping.patience = 3;

@@ -162,6 +162,11 @@ typedef struct trainer {
     bool buffers_synced;                    /* ddp + ema: BN buffers broadcast after the last step */
     ckpt_writer_t *writer;                  /* rank 0: writes checkpoints in the background */
     struct train_skipped *skipped;          /* data.bad_images: skip: the files skipped */
+    /* train_bench.c: no data source; every step trains on the batch already in the net's
+     * input and labels (host_batch only keys dropout, micro-batch resident_batch of the
+     * epoch) */
+    bool resident;
+    int64_t resident_batch;
 } trainer_t;
 
 /* What stopped the loop after a window: nothing, SIGINT, or a scheduler's SIGTERM/SIGUSR1. */

@@ -93,6 +93,11 @@ static int rng_key_slot(trainer_t *t, int m, int64_t first, err_t *e) {
  * epoch, -1. */
 static int host_batch(trainer_t *t, int m, pending_step_t *ps, err_t *e) {
     backend_t *be = t->be;
+    if (t->resident) {   /* train_bench.c: the batch stays where it is */
+        if (rng_key_slot(t, m, t->resident_batch * t->p->micro_batch, e)) return -1;
+        t->resident_batch++;
+        return t->p->micro_batch;
+    }
 #ifdef RUNNER_HAVE_CUDA
     if (t->gpu_data) {
         const sampler_t *s = &t->gpu_sampler;

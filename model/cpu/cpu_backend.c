@@ -308,6 +308,13 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
     }
     c->avx2_blocked = cpu_dnnl_isa_is_avx2();
 #endif
+    /* test hook: RUNNER_CPU_CONV_ENGINE=gemm|dnnl|dnnl_blk|dnnl_wino forces the convolution
+     * engine as cpu_backend_set_conv_engine does, so that a test can train the same run
+     * on two correct engines (two summation orders) through the CLI */
+    const char *ce = getenv("RUNNER_CPU_CONV_ENGINE");
+    static const char *const engines[] = {"auto", "gemm", "dnnl", "dnnl_blk", "dnnl_wino"};
+    for (int i = 0; ce && i < (int)(sizeof engines / sizeof engines[0]); i++)
+        if (!strcmp(ce, engines[i])) c->conv_engine = i;
     /* test hook: graphs with CUDA semantics (cpu_graph.c), for the trainer's recorded steps */
     const char *g = getenv("RUNNER_CPU_GRAPHS");
     if (g && *g && strcmp(g, "0")) cpu_graph_install(c, g);

@@ -27,7 +27,8 @@
  *  6. RUNNER_CPU_GRAPHS=fail / fail-rank1: a failed recording (one rank's, in DDP) turns
  *     graphs off for every rank with one console line, and the run ends as without graphs.
  *  7. the key: auto / true / false / yes parse, a bad value is exit 2 naming the choices;
- *     `runner plan` says on or off and why; without the hook auto is off on the cpu.
+ *     `runner plan` says on or off and why; the default is auto, which without the hook
+ *     is off on the cpu (the cpu backend runs as before), with it on, and off for dp.
  */
 #include "tests/cli/cli_util.h"
 
@@ -335,11 +336,22 @@ static void the_key(void) {
         CHECK_INT(run_runner(args, out, sizeof out), 0);
         CHECK_CONTAINS(out, want[i]);
     }
-    /* the hook makes the cpu a graph device: auto on, dp still off */
+    /* the default is auto, which changes nothing on the cpu backend */
+    snprintf(args, sizeof args, "plan %s", exp);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "graphs       off: train.cuda_graphs auto: not here: the cpu backend runs ops as they are "
+                   "issued");
+    /* the hook makes the cpu a graph device: auto (given or the default) on, dp still off */
     setenv("RUNNER_CPU_GRAPHS", "1", 1);
     snprintf(args, sizeof args, "plan %s --set train.cuda_graphs=auto", exp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "graphs       on: train.cuda_graphs auto: each step (forward to optimizer)");
+    snprintf(args, sizeof args, "plan %s", exp);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "graphs       on: train.cuda_graphs auto: each step (forward to optimizer)");
+    snprintf(args, sizeof args, "plan %s --set parallel.mode=dp --set parallel.world_size=2", exp);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "graphs       off: train.cuda_graphs auto: not here: dp drives");
     snprintf(args, sizeof args, "plan %s --set train.cuda_graphs=true --set parallel.mode=dp "
              "--set parallel.world_size=2", exp);
     CHECK_INT(run_runner(args, out, sizeof out), 0);

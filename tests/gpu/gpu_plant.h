@@ -16,6 +16,9 @@
  *   sgd_no_wd            sgd_step ignores weight decay
  * Works on either backend kind (reads and writes through download/upload). Test code only:
  * the wrapped tables live in static storage of the including program.
+ * The CLI tests, whose GPU side is a runner process, plant their defects in that side's
+ * experiment or data instead (test_gpu_cli_images: img_flip_off, img_label_swap,
+ * img_grad_scale; gpu_dryrun.sh images).
  */
 #ifndef RUNNER_TESTS_GPU_PLANT_H
 #define RUNNER_TESTS_GPU_PLANT_H

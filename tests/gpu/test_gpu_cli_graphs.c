@@ -17,6 +17,8 @@
  *     collectives between the GPU's kernels); the run is the false run.
  *  5. resume: an auto run stopped mid-epoch by train.max_steps and resumed records again and
  *     ends where an uninterrupted false run ends.
+ *  6. the default is auto: `runner plan` without the key says on for single and DDP over
+ *     NCCL, off for DDP over shm and DP, each with its reason.
  * Compared for each pair: last.ckpt params, buffers, optimizer state, EMA; meta
  * optim_steps, loss_scale, growth_tracker, step, bn_counters; steps.csv loss, top1,
  * loss_scale, grad_norm of every step (read back 4 steps at a time, RUNNER_STEP_WINDOW);
@@ -207,12 +209,32 @@ static void resume_mid_epoch(void) {
     CHECK(summary(cut, "graph_launches") > 0);
 }
 
+/* The default is auto: `runner plan` without the key says on in single mode and over
+ * NCCL, off (and why) for ddp over shm with GPUs and for dp. */
+static void default_is_auto(void) {
+    const char *sets[] = {"--set parallel.mode=single",
+                          "--set parallel.mode=ddp --set parallel.world_size=1 --set parallel.backend=nccl",
+                          "--set parallel.mode=ddp --set parallel.world_size=2 --set parallel.backend=shm",
+                          "--set parallel.mode=dp --set parallel.world_size=1"};
+    const char *want[] = {"graphs       on: train.cuda_graphs auto: each step (forward to optimizer)",
+                          "graphs       on: train.cuda_graphs auto: each step (all-reduces included)",
+                          "graphs       off: train.cuda_graphs auto: not here: ddp over shm runs its all-reduces",
+                          "graphs       off: train.cuda_graphs auto: not here: dp drives"};
+    for (int i = 0; i < 4; i++) {
+        if (gc_dry && i == 1) continue;   /* no nccl on the cpu */
+        if (gc_dry && i == 2) continue;   /* the cpu hook records shm */
+        CHECK_INT(gc_runner("plan %s %s", exp_path, sets[i]), 0);
+        CHECK_CONTAINS(gc_out, want[i]);
+    }
+}
+
 int main(void) {
     gc_setup();
     if (gc_dry) setenv("RUNNER_CPU_GRAPHS", "1", 1);   /* the cpu backend's graph ops */
     /* a row per step, read back 4 steps at a time (the host runs ahead of the device) */
     setenv("RUNNER_STEP_WINDOW", "4", 1);
     gc_write_exp(exp_path, sizeof exp_path, "graphs", exp_yaml, gc_dev);
+    TEST_RUN(default_is_auto);
     TEST_RUN(single_on_device);
     TEST_RUN(single_cpu_loader);
     TEST_RUN(ddp_nccl_world1);

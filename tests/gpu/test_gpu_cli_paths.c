@@ -2,9 +2,11 @@
  *  1. train.cuda_graphs true (each step recorded whole as a CUDA graph per shape and
  *     replayed; test_gpu_cli_graphs covers auto, DDP and resume) vs false: bit-identical.
  *  2. data.on_device false (the CPU loader, pinned buffers, the copy stream and a cast on
- *     the device) vs the default (the split on the GPU, the augmentation kernel):
- *     bit-identical, since crop and flip give the same pixels on both paths
- *     (test_gpu_augment) and fp16 rounding happens once on either.
+ *     the device; with train.cuda_graphs' default, auto, each micro-batch's device work
+ *     recorded and replayed) vs the base run (the split on the GPU, the augmentation
+ *     kernel, graphs false): bit-identical, since crop and flip give the same pixels on
+ *     both paths (test_gpu_augment), fp16 rounding happens once on either and a replay
+ *     computes what the launches it holds compute.
  *  3. the same two comparisons with issue 17's data recipe on (RandAugment, random erasing
  *     of mode rand, mixup + cutmix in elem mode): the GPU kernels (auto-augment ops,
  *     erasing, cuda_mixup_batch, the soft-target loss, recorded in the graph) against the
@@ -48,7 +50,7 @@ static const char *exp_yaml =
     "logging: {print_every: 1}\n"
     "checkpoint: {every_epochs: 1, keep_last: 1, resume: never}\n";
 
-static char base_dir[4096];   /* the default run: graphs off, data on the device */
+static char base_dir[4096];   /* the base run: graphs false, data on the device */
 static char recipe_dir[4096]; /* the same with the recipe on */
 
 static const char *recipe_sets =
