@@ -13,7 +13,10 @@ epoch on CIFAR-100-shaped synthetic data), its name the configuration's label
 (precision fp32 | fp16 | bf16 from amp; cuda_graphs and deterministic as resolved.yaml
 says; batch the global batch). Then the checks of issue 22, printed and added as the
 last element {"checks": {...}}: the flagship (bf16, default keys, world 1) at most 3.0 s
-per epoch; DDP world 1 over NCCL within 5% of single (seconds per epoch, default keys).
+per epoch; DDP world 1 over NCCL within 5% of single (seconds per epoch, default keys);
+with them the train.cuda_graphs the default resolved to (flagship_cuda_graphs) and, when
+the session ran e2e_bf16_graphs_false, that row's seconds and the default's speedup over
+it (graphs_false_seconds_per_epoch, speedup_vs_graphs_false).
 
 Usage: gpu_e2e_json.py --runs DIR --out FILE [--device D] [--commit C]
 """
@@ -80,6 +83,10 @@ def main():
         "ddp1_vs_single": round(ddp / single, 4) if isinstance(ddp, (int, float)) and single else None,
     }
     checks["ddp1_within_5pct"] = checks["ddp1_vs_single"] <= 1.05 if checks["ddp1_vs_single"] else None
+    checks["flagship_cuda_graphs"] = flag.get("cuda_graphs")
+    off = by.get("e2e_bf16_graphs_false", {}).get("seconds_per_epoch")
+    checks["graphs_false_seconds_per_epoch"] = off
+    checks["speedup_vs_graphs_false"] = round(off / single, 3) if isinstance(off, (int, float)) and single else None
     with open(a.out, "w") as f:
         json.dump(rows + [{"checks": checks}], f, indent=1)
         f.write("\n")

@@ -21,11 +21,14 @@ Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C
 [--default-graphs on|off]): joins bench_gpu_bench's lines and torch's into one row per
 (precision, batch, image_size):
   {device, precision, batch, image_size, arch, commit,
-   runner_img_per_s      the rate of the runner's default configuration: with
-                         --default-graphs on (train.cuda_graphs' default records the step
-                         in single mode: auto or true) the graph replay's, else normal
-                         launches',
-   default_graphs, step_ms, graphs_step_ms, host_ms, mfu, mfu_normal,
+   runner_img_per_s      the rate of the runner's default configuration: the graph
+                         replay's where train.cuda_graphs' default records the step in
+                         single mode (auto or true) and the recording worked, else normal
+                         launches'. bench_gpu_bench says which (its default_graphs);
+                         --default-graphs decides only for lines without that key,
+   default_graphs, graphs_scope ("step": the whole step recorded; "fwd_bwd": lines of
+   gpu_bench before 2026-11-27, forward+loss+backward only), step_ms, graphs_step_ms,
+   host_ms, mfu, mfu_normal,
    runner_normal_img_per_s, runner_graphs_img_per_s,
    torch_eager_img_per_s, torch_compile_img_per_s, torch_best_img_per_s, torch_best_mode,
    torch_eager_step_ms, torch_version,
@@ -144,13 +147,13 @@ def assemble(args):
     runner = {key_of(r): r for r in read_jsonl(args.assemble[0]) if "runner_img_per_s" in r}
     torch_rows = [t for t in read_jsonl(args.assemble[1]) if t.get("torch_img_per_s")]
     keys = sorted({key_of(t) for t in torch_rows} | set(runner), key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0))
-    graphs_default = args.default_graphs == "on"
     out = []
     for k in keys:
         prec, batch, size = k
         r = runner.get(k, {})
         modes = {t["torch_mode"]: t for t in torch_rows if key_of(t) == k}
-        normal, graphs = r.get("runner_img_per_s"), r.get("runner_graphs_img_per_s")
+        graphs_default = r["default_graphs"] if "default_graphs" in r else args.default_graphs == "on"
+        normal, graphs = r.get("runner_normal_img_per_s", r.get("runner_img_per_s")), r.get("runner_graphs_img_per_s")
         default = graphs if graphs_default and graphs else normal
         best_mode = max(modes, key=lambda m: modes[m]["torch_img_per_s"]) if modes else None
         best = modes[best_mode]["torch_img_per_s"] if best_mode else None
@@ -161,6 +164,7 @@ def assemble(args):
             "device": r.get("device") or next((t.get("device") for t in modes.values()), None),
             "precision": prec, "batch": batch, "image_size": size, "arch": r.get("arch", "resnet50"),
             "commit": args.commit, "runner_img_per_s": default, "default_graphs": graphs_default and bool(graphs),
+            "graphs_scope": r.get("graphs_scope", "fwd_bwd") if r else None,
             "step_ms": r.get("step_ms"), "graphs_step_ms": r.get("graphs_step_ms"), "host_ms": r.get("host_ms"),
             "mfu": r.get("mfu"), "mfu_normal": r.get("mfu_normal"), "runner_normal_img_per_s": normal,
             "runner_graphs_img_per_s": graphs, "torch_eager_img_per_s": eager,
@@ -193,8 +197,9 @@ def assemble(args):
               f"{fmt(r['step_ms'], '.2f'):>7} {fmt(r['host_ms'], '.2f'):>7} {fmt(r['graphs_step_ms'], '.2f'):>6} "
               f"{fmt(r['mfu'], '.3f'):>5} {fmt(r['torch_eager_img_per_s']):>7} {fmt(r['torch_compile_img_per_s']):>7} "
               f"{fmt(r['speedup'], '.2f'):>6} {fmt(r['target'], '.1f'):>6}")
-    print(f"runner_img_per_s is the default configuration's rate (graphs {'on' if graphs_default else 'off'} by "
-          f"default); wrote {args.out}")
+    dflt = {r.get("default_graphs") for r in out if r.get("runner_img_per_s")}
+    print(f"runner_img_per_s is the default configuration's rate (graph replay of the whole step: "
+          f"{'yes' if dflt == {True} else 'no' if dflt == {False} else 'mixed'}); wrote {args.out}")
 
 
 def main():

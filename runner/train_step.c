@@ -89,7 +89,8 @@ static int rng_key_slot(trainer_t *t, int m, int64_t first, err_t *e) {
  * into index slot m and, with mixup, its mixing draws into sample slot m (the augmentation
  * and mixing kernels run with the device work, reading those slots and the epoch word).
  * CPU loader: images into the net's input (through the copy stream on CUDA), labels or soft
- * targets into the net's buffers. Returns the micro-batch's size, 0 at the end of the
+ * targets into the net's buffers. A resident trainer (train_bench.c) keeps the batch it
+ * was given and only keys dropout. Returns the micro-batch's size, 0 at the end of the
  * epoch, -1. */
 static int host_batch(trainer_t *t, int m, pending_step_t *ps, err_t *e) {
     backend_t *be = t->be;

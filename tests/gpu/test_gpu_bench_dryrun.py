@@ -9,7 +9,15 @@ optimizer, shadow cast and unscale), the bn_apply bytes of gpu_prof.c's formula 
 out here by hand from resnet20's layers (4-byte elements: the CPU backend's), the
 memory-bound total as the sum of its kinds, and one conv_engines entry per distinct
 convolution shape (8). Usage: test_gpu_bench_dryrun.py BENCH_GPU_BENCH
+
+Then the graph mode on the cpu backend's recorder (RUNNER_CPU_GRAPHS=1): the trainer's
+step (runner/train_bench.h) with graphs, 3 warm-up steps (normal, recorded, launched) and
+--steps timed: one recording, 2 + steps launches, graphs_scope "step", a graph rate; with
+train.cuda_graphs' default (auto) the default configuration is the replay
+(default_graphs true, runner_img_per_s the graph rate), while without the recorder the
+default is normal launches (default_graphs false, no graph rate).
 """
+import os
 import json
 import subprocess
 import sys
@@ -63,5 +71,24 @@ check(len(line["conv_engines"]) == 8, f"{len(line['conv_engines'])} conv shapes"
 check(all("fwd" in c for c in line["conv_engines"]), "every shape names its forward engine")
 check(line["host_ms"] > 0 and line["step_ms"] > 0, "host_ms, step_ms")
 check("memory-bound kinds:" in r.stderr and "op kind" in r.stderr, "the table on stderr")
+
+# the graph mode: the whole step recorded once, then launched
+S = 3
+env = dict(os.environ, RUNNER_CPU_GRAPHS="1")
+r = subprocess.run([bench, "--backend", "cpu", "--arch", "resnet20", "--classes", "10", "--batch", str(B),
+                    "--precision", "fp16", "--warmup", "1", "--steps", str(S)], capture_output=True, text=True,
+                   timeout=240, env=env)
+check(r.returncode == 0, f"graphs: exit {r.returncode}: {r.stderr[-2000:]}")
+g = json.loads(r.stdout.strip().splitlines()[-1])
+check(g["graph_recordings"] == 1, f"graph_recordings {g['graph_recordings']} != 1")
+check(g["graph_launches"] == 2 + S, f"graph_launches {g['graph_launches']} != {2 + S}")
+check(g["graphs_scope"] == "step", "graphs_scope")
+check(g["runner_graphs_img_per_s"] and g["graphs_step_ms"] > 0, "a graph rate")
+check(g["default_graphs"] is True and g["runner_img_per_s"] == g["runner_graphs_img_per_s"],
+      "the default (auto) is the replay's rate")
+check(g["last_loss"] > 0 and g["last_loss"] < 1e3, f"last_loss {g['last_loss']}")
+check(line["default_graphs"] is False and line["runner_graphs_img_per_s"] is None and
+      line["runner_img_per_s"] == line["runner_normal_img_per_s"] and line["graph_recordings"] == 0,
+      "without the recorder: normal launches are the default")
 print("ok" if not failures else f"{failures} checks failed")
 sys.exit(1 if failures else 0)
