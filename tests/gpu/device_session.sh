@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # device_session.sh: the whole GPU check of issue 22 in ONE device call of under 9 minutes:
 # build, the gpu test suite, compute-sanitizer, the model-only benchmarks against
-# PyTorch (with the op-kind profile), the flagship's end-to-end epochs, and the
-# Fashion-MNIST accuracy check against PyTorch; torch.compile's rows with what time is
-# left. Stages run in that order (by value), each time-boxed with `timeout`, and a stage
-# that fails or runs out of time is reported while the next still runs; whatever was
-# measured is assembled into the result files at the end.
+# PyTorch eager (with the op-kind profile; the runner's default, whole-step graphs, and
+# normal launches), the flagship's end-to-end epochs, torch.compile's rows for all four
+# configurations, issue 25's fusion options (stage `fusion`: exactness under
+# RUNNER_CUDA_FUSION=all and bench rows per option list; skipped when the build has no
+# --fusion), and the Fashion-MNIST accuracy check against PyTorch with what time is left.
+# Stages run in that order (by value), each time-boxed with `timeout`, and a stage that
+# fails or runs out of time is reported while the next still runs; whatever was measured
+# is assembled into the result files at the end.
 #
 # On this machine, once per session (the libraries and Fashion-MNIST travel in .deps/):
 #     echo /.deps/ >> .git/info/exclude; FASHION=1 bash tests/gpu/pack-gpu-deps.sh
-# then the device call (carry [".deps"], timeout_s 560):
+# then the device call (carry [".deps"], timeout_s 570):
 #     bash .deps/device_session.sh          (or: bash tests/gpu/device_session.sh)
 # and copy the results from the reply's files_at into bench/results/ (see docs/benchmarks.md).
 #
-# Budget: BUDGET seconds from the start (default 530; the call's limit is its timeout_s);
-# STAGES picks stages (default "build test sanitize bench e2e fashion compile"; also
-# "tb" and "allreduce", for a later call).
+# Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
+# STAGES picks stages (default "build test sanitize bench e2e compile fusion fashion";
+# also "tb" and "allreduce", for a later call). The commit recorded is .deps/commit.txt's
+# (written by pack-gpu-deps.sh when packing: the device copy of the tree may carry a stale
+# .git), else git describe's; the build compiles it into env.json (-DRUNNER_COMMIT).
 # Everything goes to $OUT (else out-gpu/session), at most 8 files:
 #   session.log                    this script's output (the summary table last)
 #   gpu_tests.json                 {device, driver, cuda, cudnn, nccl, commit, date, passed,
@@ -30,11 +35,13 @@
 #
 # SESSION_DRYRUN=cpu: the same control flow on a machine without a GPU, small: the build
 # folder given by RUNNER_BUILD_DIR is used as it is, benchmarks and epochs run on the CPU
-# backend with resnet20 and a few steps, PyTorch is not measured, Fashion-MNIST runs
-# 1 epoch of 1 seed on a subset (tests/gpu/test_device_session.sh runs it).
+# backend with resnet20 and a few steps (the bench's graphs on the cpu recorder,
+# RUNNER_CPU_GRAPHS=1), PyTorch is not measured, Fashion-MNIST runs 1 epoch of 1 seed on a
+# subset (tests/gpu/test_device_session.sh runs it). SESSION_COMMIT_FILE replaces
+# .deps/commit.txt.
 set -uo pipefail
 T0=$(date +%s)
-BUDGET=${BUDGET:-530}
+BUDGET=${BUDGET:-540}
 el() { echo $(($(date +%s) - T0)); }
 left() { echo $((BUDGET - $(el))); }
 R=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,11 +52,16 @@ O=${OUT:-$R/out-gpu/session}
 L=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$O" "$L/runs"
 exec > >(tee "$O/session.log") 2>&1
-stages=" ${STAGES:-build test sanitize bench e2e fashion compile} "
+stages=" ${STAGES:-build test sanitize bench e2e compile fusion fashion} "
 declare -a summary=()
 note() { summary+=("$(printf '%-10s %s' "$1" "$2")"); echo "== $1: $2, at $(el) s"; }
 PY=${PYTHON:-python3}
-COMMIT=$(git -C "$R" describe --always --dirty --abbrev=12 2>/dev/null || cat "$R/.deps/commit.txt" 2>/dev/null || echo unknown)
+COMMIT_FILE=${SESSION_COMMIT_FILE:-$R/.deps/commit.txt}
+if [ -s "$COMMIT_FILE" ]; then
+    COMMIT=$(head -n 1 "$COMMIT_FILE")
+else
+    COMMIT=$(git -C "$R" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+fi
 DATE=$(date +%F)
 export PYTHONUNBUFFERED=1
 
@@ -92,10 +104,14 @@ FM=$R/.deps/fashion-mnist
 if [ -n "$DRY" ]; then
     DEV=cpu; ARCH=resnet20; BENCH_STEPS="--warmup 1 --steps 2 --profile-steps 1"; E2E_SYN='{train_size: 256, val_size: 128, image: [3, 32, 32], classes: 10}'
     BENCH_CFGS="bf16:8"; IMNET=""; FM_EPOCHS=1; FM_SEEDS="0"; BACKEND_OPT="--backend cpu"
+    BENCH_ENV="RUNNER_CPU_GRAPHS=1"; FUSION_STEPS="--warmup 1 --steps 2"; FUSION_CFGS="bf16:8"
 else
     DEV=cuda; ARCH=resnet50; BENCH_STEPS="--warmup 15 --steps 40 --profile-steps 3"; E2E_SYN='{train_size: 50000, val_size: 10000, image: [3, 32, 32], classes: 100}'
     BENCH_CFGS="bf16:128 fp16:128 bf16:256 fp16:256"; IMNET="bf16:256:224"; FM_EPOCHS=""; FM_SEEDS="0 1 2"; BACKEND_OPT=""
+    BENCH_ENV="RUNNER_CPU_GRAPHS=0"; FUSION_STEPS="--warmup 8 --steps 20"; FUSION_CFGS="bf16:128 bf16:256 fp16:128 fp16:256"
 fi
+# issue 25's option lists the fusion stage benchmarks, per configuration in this order
+FUSION_LISTS="none graph_conv graph_conv,dgrad_accum"
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -103,7 +119,7 @@ stage_build() {
     if [ -n "$DRY" ]; then [ -x "$B/runner" ] && [ -x "$B/bench/bench_gpu_bench" ]; return; fi
     # shellcheck disable=SC2086
     rr cmake -G Ninja -S "$R" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-        $RUNNER_CUDA_CMAKE_FLAGS >"$L/configure.log" 2>&1 || { tail -20 "$L/configure.log"; return 1; }
+        -DRUNNER_COMMIT="$COMMIT" $RUNNER_CUDA_CMAKE_FLAGS >"$L/configure.log" 2>&1 || { tail -20 "$L/configure.log"; return 1; }
     grep -q "runner: CUDA backend ON" "$L/configure.log" || { echo "CMake built without CUDA"; return 1; }
     # the runner, the benchmark and every test `ctest -L gpu` runs (the targets that exist)
     local known want t targets="runner bench_gpu_bench"
@@ -163,8 +179,8 @@ stage_bench() {
     local cfg rc=0
     for cfg in $BENCH_CFGS; do
         # shellcheck disable=SC2086
-        box 45 env "$RENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" --batch "${cfg##*:}" \
-            $BENCH_STEPS --profile 1 >>"$RJ" 2>"$L/bench_${cfg/:/_}.err" || { rc=1; tail -3 "$L/bench_${cfg/:/_}.err"; }
+        box 45 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" \
+            --batch "${cfg##*:}" $BENCH_STEPS --profile 1 >>"$RJ" 2>"$L/bench_${cfg/:/_}.err" || { rc=1; tail -3 "$L/bench_${cfg/:/_}.err"; }
         grep -A40 "^op kind" "$L/bench_${cfg/:/_}.err" | head -40 >"$L/profile_${cfg/:/_}.txt"
     done
     if [ -n "$IMNET" ]; then
@@ -207,26 +223,19 @@ stage_e2e() {
     # shellcheck disable=SC2086
     {
         e2e_run e2e_bf16_default "$bf16" $single || rc=1
-        e2e_run e2e_bf16_graphs_true "$bf16" $single --set train.cuda_graphs=true || rc=1
-        e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
-        e2e_run e2e_fp16_default "$fp16" $single || rc=1
-        # what the default resolved to: a run with the same value again would repeat one
+        # what the default resolved to (auto since 2026-11-27): the other value is the comparison
         local dflt="" res
         for res in "$L"/runs/e2e_bf16_default/*/resolved.yaml; do
             [ -f "$res" ] && dflt=$(sed -nE 's/^\s+cuda_graphs:\s*([a-z]+).*/\1/p' "$res" | head -1)
         done
         echo "train.cuda_graphs defaults to ${dflt:-?}"
-        [ "$dflt" != false ] && { e2e_run e2e_bf16_graphs_false "$bf16" $single --set train.cuda_graphs=false || rc=1; }
-        if rr "$B/runner" plan experiments/resnet50_cifar100.yaml --set device=$DEV --set data.dataset=synthetic \
-            --set "data.synthetic=$E2E_SYN" $single --set train.cuda_graphs=auto >/dev/null 2>&1; then
-            if [ "$dflt" != auto ]; then
-                e2e_run e2e_bf16_graphs_auto "$bf16" $single --set train.cuda_graphs=auto || rc=1
-                e2e_run e2e_ddp1_nccl_bf16_graphs_auto "$bf16" $ddp --set train.cuda_graphs=auto || rc=1
-            fi
-            e2e_run e2e_ddp1_nccl_bf16_graphs_true "$bf16" $ddp --set train.cuda_graphs=true || rc=1
+        if [ "$dflt" = false ]; then
+            e2e_run e2e_bf16_graphs_auto "$bf16" $single --set train.cuda_graphs=auto || rc=1
         else
-            echo "train.cuda_graphs: auto is not a value this build knows (graphs22 adds it, and DDP graphs)"
+            e2e_run e2e_bf16_graphs_false "$bf16" $single --set train.cuda_graphs=false || rc=1
         fi
+        e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
+        e2e_run e2e_fp16_default "$fp16" $single || rc=1
     }
     return $rc
 }
@@ -235,11 +244,12 @@ stage_fashion() {
     [ -f "$FM/train-images-idx3-ubyte.gz" ] || { echo "no Fashion-MNIST in $FM (FASHION=1 pack-gpu-deps.sh)"; return 1; }
     local l epochs=${FM_EPOCHS}
     l=$(left)
-    # runner ~1 s and PyTorch ~1 s per epoch on an H100/H200 (estimated from the first
-    # run's rates: 94 host-bound steps of ~7 ms), plus ~5 s per runner start and ~15 s
-    # for PyTorch's: the epochs that fit the time left, the same for both
+    # the H100 run (2026-11-26): runner 0.5-0.6 s and PyTorch ~1 s per epoch, ~5 s per
+    # runner start, ~15 s for PyTorch's: 12 epochs of 3 seeds took 83 s. The epochs that
+    # fit the time left, the same for both; under 45 s it is for a call of its own
     if [ -z "$epochs" ]; then
-        if [ "$l" -ge 150 ]; then epochs=12; elif [ "$l" -ge 100 ]; then epochs=8; else epochs=5; fi
+        if [ "$l" -ge 100 ]; then epochs=12; elif [ "$l" -ge 75 ]; then epochs=8; elif [ "$l" -ge 60 ]; then epochs=5
+        elif [ "$l" -ge 45 ]; then epochs=3; else echo "only $l s left: run STAGES=fashion in a call of its own"; return 124; fi
     fi
     local extra=""
     [ -n "$DRY" ] && extra="--precision fp32 --threads 2 --python ${TORCH_PYTHON:-/usr/bin/python3}"
@@ -249,17 +259,74 @@ stage_fashion() {
         --commit "$COMMIT" --deadline $((l - 25)) --runner-env "LD_LIBRARY_PATH=$RLD" $extra 2>&1 | tail -12
 }
 
-# torch.compile rows, what time allows (each configuration compiles for ~40 s)
+# torch.compile rows for all four configurations, in an order that lets Inductor's caches
+# help (bf16 then fp16 of one batch size: the H100 run compiled bf16 b128 in 45 s, then
+# fp16 b128 in 2.4 s); warm-up 5 steps (compilation is in the first), 30 timed. Boxed to
+# leave FUSION_RESERVE seconds (default 100) for the stages after it.
 stage_compile() {
     [ -n "$DRY" ] && { echo "no PyTorch in a dry run"; return 0; }
     local confs="" cfg
     for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:compile"; done
-    box $(($(left) - 20)) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 15 --steps 40 \
-        >"$L/torch_compile.jsonl" 2>"$L/torch_compile.err"
+    box $(($(left) - ${FUSION_RESERVE:-100})) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 5 \
+        --steps 30 >"$L/torch_compile.jsonl" 2>"$L/torch_compile.err"
     local rc=$?
     cat "$L/torch_compile.jsonl" >>"$TJ"
     cat "$L/torch_compile.jsonl" >>"$BJ"
     echo "torch.compile rows: $(grep -c torch_img_per_s "$L/torch_compile.jsonl")"
+    return $rc
+}
+
+# ---- stage fusion (issue 25): the fusion options' exactness and speed ----
+# Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
+# (train, resume, paths, graphs) with every fusion option on (RUNNER_CUDA_FUSION=all, the
+# runner's test hook), then bench rows per option list of FUSION_LISTS for each
+# configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
+# "fusion" into bench.jsonl and fusion.jsonl (logs.tgz). Each part is skipped, saying so,
+# when the build lacks it: `bench_gpu_bench --fusion` (probed: its argument check names
+# --fusion as unknown) and the runner's RUNNER_CUDA_FUSION (probed: a bad list fails
+# `runner plan`).
+# Leaves FASHION_RESERVE seconds (default 50) for the stage after it.
+stage_fusion() {
+    local rc=0 reserve=${FASHION_RESERVE:-50} cfg list
+    if RUNNER_CUDA_FUSION=no_such_option rr "$B/runner" plan experiments/ci_smoke.yaml --set device=$DEV \
+        >"$L/fusion_probe.log" 2>&1; then
+        echo "fusion: this build's runner has no RUNNER_CUDA_FUSION: exactness tests skipped"
+    elif [ -n "$DRY" ]; then
+        echo "fusion: dry run: the exactness tests need a GPU"
+    else
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=all ctest \
+            -R 'test_gpu_cli_(train|resume|paths|graphs)' --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
+        grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
+    fi
+    # (--batch 0 makes any build stop at its argument check, before touching a device)
+    if rr "$B/bench/bench_gpu_bench" --fusion none --batch 0 2>&1 | grep -q "unknown option --fusion"; then
+        echo "fusion: this build's bench_gpu_bench has no --fusion: bench rows skipped"
+        return $rc
+    fi
+    : >"$L/fusion.jsonl"
+    for cfg in $FUSION_CFGS; do
+        for list in $FUSION_LISTS; do
+            [ "$(left)" -gt $((reserve + 30)) ] || { echo "fusion: no time left for $cfg $list"; continue; }
+            # shellcheck disable=SC2086
+            box 40 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" \
+                --batch "${cfg##*:}" --fusion "$list" $FUSION_STEPS >>"$L/fusion.jsonl" 2>"$L/fusion_${cfg/:/_}_$list.err" ||
+                { rc=1; tail -2 "$L/fusion_${cfg/:/_}_$list.err"; }
+        done
+    done
+    cat "$L/fusion.jsonl" >>"$BJ"
+    "$PY" - "$L/fusion.jsonl" <<'PY'
+import json, sys
+print(f"{'prec':5} {'batch':>5} {'fusion':28} {'img/s':>8} {'step ms':>8} {'graphs ms':>9} {'mfu':>6}")
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"
+    print(f"{r.get('precision', ''):5} {r.get('batch', 0):5} {str(r.get('fusion', '?')):28} "
+          f"{f(r.get('runner_img_per_s'), '.0f'):>8} {f(r.get('step_ms'), '.2f'):>8} "
+          f"{f(r.get('graphs_step_ms'), '.2f'):>9} {f(r.get('mfu'), '.3f'):>6}")
+PY
     return $rc
 }
 
@@ -281,7 +348,7 @@ PY
 }
 stage_allreduce() { box $(($(left) - 20)) env "$RENV" bash bench/allreduce_suite.sh "$B" >"$L/allreduce.log" 2>&1; tail -n 30 "$L/allreduce.log"; }
 
-for st in build test sanitize bench e2e fashion compile tb allreduce; do
+for st in build test sanitize bench e2e compile fusion fashion tb allreduce; do
     [[ $stages == *" $st "* ]] || continue
     t0=$(date +%s)
     echo "== $st ($(el) s, $(left) s left)"
@@ -297,12 +364,9 @@ done
 # ---- results ----
 echo "== results ($(el) s)"
 [ -f "$L/ctest.log" ] && write_gpu_tests
-default_graphs=off
-for res in "$L"/runs/e2e_bf16_default/*/resolved.yaml; do
-    [ -f "$res" ] && grep -qE '^\s+cuda_graphs:\s*(auto|true)' "$res" && default_graphs=on
-done
+# (bench_gpu_bench's lines say whether the default records the step: default_graphs)
 [ -s "$RJ" ] && $PY "$R/bench/gpu_vs_torch.py" --assemble "$RJ" "$TJ" --out "$O/gpu_resnet50_cifar.json" \
-    --commit "$COMMIT" --default-graphs "$default_graphs"
+    --commit "$COMMIT"
 compgen -G "$L/runs/*/*/summary.json" >/dev/null &&
     $PY "$R/bench/gpu_e2e_json.py" --runs "$L/runs" --out "$O/gpu_e2e.json" --device "${GPU_NAME:-$DEV}" --commit "$COMMIT"
 [ -f "$O/fashion_mnist_gpu_vs_torch.json" ] && $PY - "$O/fashion_mnist_gpu_vs_torch.json" <<'PY'
