@@ -27,6 +27,7 @@
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "runner/train_bench.h"
+#include "tests/model/cpu_graphs_be.h"
 #include "tests/model/families_net.h"
 #include "tests/test.h"
 #include "util/rng.h"
@@ -42,19 +43,7 @@ typedef struct side {
     int64_t hits[STEPS];
 } side_t;
 
-static backend_t *make_be(bool graphs) {
-    err_t e = {0};
-    if (graphs) setenv("RUNNER_CPU_GRAPHS", "1", 1);
-    else unsetenv("RUNNER_CPU_GRAPHS");
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *be = cpu_backend_create(&bo, &e);
-    unsetenv("RUNNER_CPU_GRAPHS");
-    if (!be) {
-        fprintf(stderr, "backend: %s\n", e.msg);
-        exit(1);
-    }
-    return be;
-}
+static backend_t *make_be(bool graphs) { return cpu_graphs_be(graphs ? "1" : NULL); }
 
 /* A side: its own backend (with graph ops when graphs), the net (families with dropout,
  * or resnet20), SGD with momentum and weight decay, the same batch uploaded once. */

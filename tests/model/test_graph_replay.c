@@ -32,21 +32,10 @@
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "util/rng.h"
+#include "tests/model/cpu_graphs_be.h"
 #include "tests/test.h"
 
-static backend_t *make_be(const char *graphs) {
-    err_t e = {0};
-    if (graphs) setenv("RUNNER_CPU_GRAPHS", graphs, 1);
-    else unsetenv("RUNNER_CPU_GRAPHS");
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *be = cpu_backend_create(&bo, &e);
-    unsetenv("RUNNER_CPU_GRAPHS");
-    if (!be) {
-        fprintf(stderr, "backend: %s\n", e.msg);
-        exit(1);
-    }
-    return be;
-}
+static backend_t *make_be(const char *graphs) { return cpu_graphs_be(graphs); }
 
 /* ---- 1. every working slot wrapped ---- */
 
