@@ -17,9 +17,9 @@
  *    rate where the default records and the recording worked, else normal launches'),
  *    "default_graphs": whether that is the replay's, "runner_normal_img_per_s",
  *    "step_ms": normal launches, "runner_graphs_img_per_s": ... (null if recording
- *    failed), "graphs_step_ms": ..., "graphs_scope": "step" (the whole step; rows
- *    before 2026-11-27 recorded forward + loss + backward only and lack the key),
- *    "graph_recordings", "graph_launches", "model_tflops_per_s": 3 x forward FLOPs x
+ *    failed), "graphs_step_ms": ..., "graphs_scope": "step" (the whole step; the
+ *    rows up to the H100 run of 2026-11-26 recorded forward + loss + backward only and
+ *    lack the key), "graph_recordings", "graph_launches", "model_tflops_per_s": 3 x forward FLOPs x
  *    the faster img/s, "mfu": that over the device's dense datasheet peak for the
  *    precision (null when the device is not in the table), "peak_tflops",
  *    "peak_memory_bytes": ..., "arch": ..., "last_loss": the last timed step's mean

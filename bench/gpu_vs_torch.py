@@ -27,8 +27,8 @@ Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C
                          launches'. bench_gpu_bench says which (its default_graphs);
                          --default-graphs decides only for lines without that key,
    default_graphs, graphs_scope ("step": the whole step recorded; "fwd_bwd": lines of
-   gpu_bench before 2026-11-27, forward+loss+backward only), step_ms, graphs_step_ms,
-   host_ms, mfu, mfu_normal,
+   gpu_bench up to the H100 run of 2026-11-26, forward+loss+backward only), step_ms,
+   graphs_step_ms, host_ms, mfu, mfu_normal,
    runner_normal_img_per_s, runner_graphs_img_per_s,
    torch_eager_img_per_s, torch_compile_img_per_s, torch_best_img_per_s, torch_best_mode,
    torch_eager_step_ms, torch_version,

@@ -223,7 +223,7 @@ stage_e2e() {
     # shellcheck disable=SC2086
     {
         e2e_run e2e_bf16_default "$bf16" $single || rc=1
-        # what the default resolved to (auto since 2026-11-27): the other value is the comparison
+        # what the default resolved to (auto since the H100 run of 2026-11-26): the other value is the comparison
         local dflt="" res
         for res in "$L"/runs/e2e_bf16_default/*/resolved.yaml; do
             [ -f "$res" ] && dflt=$(sed -nE 's/^\s+cuda_graphs:\s*([a-z]+).*/\1/p' "$res" | head -1)
