@@ -299,7 +299,9 @@ stage_fusion() {
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi
     # (--batch 0 makes any build stop at its argument check, before touching a device)
-    if rr "$B/bench/bench_gpu_bench" --fusion none --batch 0 2>&1 | grep -q "unknown option --fusion"; then
+    local probe
+    probe=$(rr "$B/bench/bench_gpu_bench" --fusion none --batch 0 2>&1)
+    if [[ $probe == *"unknown option --fusion"* ]]; then
         echo "fusion: this build's bench_gpu_bench has no --fusion: bench rows skipped"
         return $rc
     fi
