@@ -67,6 +67,11 @@ static int setup_backend(trainer_t *t, err_t *e) {
         o.deterministic = t->e->train.deterministic;
         o.allow_tf32 = t->e->amp.tf32;
         o.cpu_winograd = t->e->train.cpu_winograd;
+        for (int k = 0; k < t->e->train.n_cuda_fusion; k++) {   /* names checked at load */
+            unsigned bits = 0;
+            if (backend_fusion_parse(t->e->train.cuda_fusion[k], &bits, e) < 0) return -1;
+            o.cuda_fusion |= bits;
+        }
         t->replica_be[i] = backend_create(&o, e);
         if (!t->replica_be[i]) return -1;
     }

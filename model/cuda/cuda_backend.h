@@ -90,6 +90,12 @@ int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *s
  * searches again). For benchmarks that switch dtypes. */
 void cuda_backend_clear_caches(backend_t *be);
 
+/* Issue 25, for tests and benchmarks: the cuDNN graph API engine that last ran a
+ * convolution of shape s in direction which (0 fwd, 1 bwd data, 2 bwd filter), as
+ * "cudnn-graph eng<N> <knobs>[ +<fused ops>]": 0, or 1 when no graph plan ran it (the
+ * legacy API did, or no call yet). */
+int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
