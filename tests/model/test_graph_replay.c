@@ -31,7 +31,7 @@
 /* ---- the recording backend ---- */
 
 enum { K_CONV_F, K_CONV_BD, K_CONV_BF, K_BN_STATS, K_BN_APPLY, K_BN_RUN, K_BN_BRED, K_BN_BAPP, K_RELU_F,
-       K_RELU_B, K_ADD, K_POOL_F, K_POOL_B, K_LIN_F, K_LIN_B, K_XENT, K_CAST, K_COPY, K_ZERO };
+       K_RELU_B, K_ADD, K_POOL_F, K_POOL_B, K_LIN_F, K_LIN_B, K_XENT, K_CAST, K_COPY, K_ZERO, K_CONV_BDA };
 
 typedef struct call {
     int kind;
@@ -76,6 +76,10 @@ static int w_conv_f(backend_t *be, const conv_shape_t *s, dtype_t dt, const void
 static int w_conv_bd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w, void *dx) {
     REC(.kind = K_CONV_BD, .s = *s, .dt = dt, .p = {dy, w, dx});
     return g_cpu->conv2d_bwd_data(be, s, dt, dy, w, dx);
+}
+static int w_conv_bda(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w, void *dx) {
+    REC(.kind = K_CONV_BDA, .s = *s, .dt = dt, .p = {dy, w, dx});
+    return g_cpu->conv2d_bwd_data_accum(be, s, dt, dy, w, dx);
 }
 static int w_conv_bf(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *dy, float *dw) {
     REC(.kind = K_CONV_BF, .s = *s, .dt = dt, .p = {x, dy, dw});
@@ -180,6 +184,7 @@ static int replay(backend_t *be, const recording_t *r) {
         case K_CONV_F: rc = o->conv2d_fwd(be, &c->s, c->dt, p[0], p[1], p[2]); break;
         case K_CONV_BD: rc = o->conv2d_bwd_data(be, &c->s, c->dt, p[0], p[1], p[2]); break;
         case K_CONV_BF: rc = o->conv2d_bwd_filter(be, &c->s, c->dt, p[0], p[1], p[2]); break;
+        case K_CONV_BDA: rc = o->conv2d_bwd_data_accum(be, &c->s, c->dt, p[0], p[1], p[2]); break;
         case K_BN_STATS: rc = o->bn_stats(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2]); break;
         case K_BN_APPLY:
             rc = o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, p[0], p[1], p[2], p[3], p[4], c->f[0], p[5], c->b, p[6]);
@@ -247,6 +252,9 @@ static void make_rec_ops(void) {
     g_rec_ops.conv2d_fwd = w_conv_f;
     g_rec_ops.conv2d_bwd_data = w_conv_bd;
     g_rec_ops.conv2d_bwd_filter = w_conv_bf;
+    if (g_cpu->conv2d_bwd_data_accum) g_rec_ops.conv2d_bwd_data_accum = w_conv_bda;
+    g_rec_ops.conv2d_fwd_bn_stats = NULL;   /* not wrapped: the net runs the ops they fuse */
+    g_rec_ops.conv2d_bwd_data_bn = NULL;
     g_rec_ops.bn_stats = w_bn_stats;
     g_rec_ops.bn_apply = w_bn_apply;
     g_rec_ops.bn_update_running = w_bn_run;
