@@ -34,7 +34,9 @@ typedef struct pair {
     backend_t *cpu, *gpu;
 } pair_t;
 
-static inline pair_t pair_make(bool deterministic, bool tf32) {
+/* A CPU backend and a CUDA backend with the issue-25 fusion options `fusion`
+ * (BACKEND_FUSE_*; the CPU ignores them). */
+static inline pair_t pair_make_fused(bool deterministic, bool tf32, unsigned fusion) {
     pair_t p;
     err_t e = {0};
     backend_opts_t o = {0};
@@ -46,10 +48,13 @@ static inline pair_t pair_make(bool deterministic, bool tf32) {
     o.device = 0;
     o.deterministic = deterministic;
     o.allow_tf32 = tf32;
+    o.cuda_fusion = fusion;
     p.gpu = cuda_backend_create(&o, &e);
     if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
     return p;
 }
+
+static inline pair_t pair_make(bool deterministic, bool tf32) { return pair_make_fused(deterministic, tf32, 0); }
 
 static inline void pair_free(pair_t *p) {
     backend_free(p->cpu);
