@@ -18,10 +18,22 @@
  * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
+ * --fusion LIST (issue 25): the CUDA backend's fusion options (train.cuda_fusion names,
+ * comma-separated, or all / none); the line then also has "fusion" and the byte model's
+ * prediction for the step (model/net_fusion.h): "nonconv_gb_model" (bytes of the
+ * non-convolution kernels) and "conv_epilogue_gb_model" (what fused convs read besides).
+ * --conv-host-us PASSES (issue 25): instead of training, host microseconds per
+ * convolution call, the legacy API against the graph API: every conv layer of the net
+ * (its shape, buffers per distinct shape) issued in order, PASSES times per direction
+ * after two warm-up passes, timing only the issuing (the device is synchronized between
+ * passes, so no queue fills); one JSON line per (api, direction):
+ *   {"bench": "conv_host_us", "api": "legacy"|"graph", "dir": "fwd"|"bwd_data"|"bwd_filter",
+ *    "host_us_per_call": ..., "calls": ..., "graph_calls": ..., ...}
+ * (graph_calls: calls the graph API ran; the rest fell back to legacy).
  *
  * Usage: bench_gpu_bench [--arch resnet50] [--classes 100] [--batch 128]
  *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
- *                        [--device 0] [--graphs 1]
+ *                        [--device 0] [--graphs 1] [--fusion LIST] [--conv-host-us PASSES]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <stdio.h>
@@ -31,7 +43,11 @@
 
 #include "model/amp.h"
 #include "model/backend.h"
+#ifdef RUNNER_HAVE_CUDA
+#include "model/cuda/cuda_backend.h"
+#endif
 #include "model/net.h"
+#include "model/net_fusion.h"
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "util/clock.h"
@@ -40,10 +56,12 @@
 typedef struct bench_opts {
     const char *arch, *precision;
     int classes, batch, warmup, steps, device, graphs;
+    unsigned fusion;    /* --fusion: BACKEND_FUSE_* */
+    int conv_passes;    /* --conv-host-us: 0 = train */
 } bench_opts_t;
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1};
+    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "gpu_bench: %s needs a value\n", a); return -1; }
@@ -55,6 +73,11 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
         else if (!strcmp(a, "--device")) o->device = atoi(v);
         else if (!strcmp(a, "--graphs")) o->graphs = atoi(v);
+        else if (!strcmp(a, "--conv-host-us")) o->conv_passes = atoi(v);
+        else if (!strcmp(a, "--fusion")) {
+            err_t e = {0};
+            if (backend_fusion_parse(v, &o->fusion, &e)) { fprintf(stderr, "gpu_bench: --fusion: %s\n", e.msg); return -1; }
+        }
         else { fprintf(stderr, "gpu_bench: unknown option %s\n", a); return -1; }
         i++;
     }
@@ -125,16 +148,105 @@ static double peak_tflops(const char *dev, const char *precision) {
     return 0;
 }
 
+/* Whether the graph API ran shape s in direction d on be (a build without CUDA has none). */
+static bool ran_on_graph(backend_t *be, const conv_shape_t *s, int d) {
+#ifdef RUNNER_HAVE_CUDA
+    char eng[160];
+    return cuda_conv_graph_engine(be, s, d, eng, sizeof eng) == 0;
+#else
+    (void)be; (void)s; (void)d;
+    return false;
+#endif
+}
+
+/* One conv call of direction d on buffers b (x, w, y, dw). */
+static int conv_call(backend_t *be, int d, const conv_shape_t *s, dtype_t dt, void *const *b) {
+    if (d == 0) return be->ops->conv2d_fwd(be, s, dt, b[0], b[1], b[2]);
+    if (d == 1) return be->ops->conv2d_bwd_data(be, s, dt, b[2], b[1], b[0]);
+    return be->ops->conv2d_bwd_filter(be, s, dt, b[0], b[2], (float *)b[3]);
+}
+
+enum { MAX_CONVS = 512 };
+
+/* --conv-host-us: host microseconds per convolution call, legacy API (api 0) and graph
+ * API (api 1), every conv layer of the net in order; one JSON line per (api, direction). */
+static int conv_host_us(const bench_opts_t *o, dtype_t dt) {
+    static const char *const DIRS[3] = {"fwd", "bwd_data", "bwd_filter"};
+    char dev[256];
+    backend_cuda_device_name(o->device, dev, sizeof dev);
+    for (int api = 0; api < 2; api++) {
+        err_t e = {0};
+        backend_opts_t bo = {0};
+        bo.kind = BACKEND_CUDA;
+        bo.device = o->device;
+        bo.allow_tf32 = strcmp(o->precision, "fp32") != 0;
+        bo.cuda_fusion = api ? BACKEND_FUSE_GRAPH_CONV : 0;
+        backend_t *be = backend_create(&bo, &e);
+        net_t *n = be ? resnet_build(o->arch, 3, o->classes, false, &e) : NULL;
+        if (!n || net_bind(n, be, o->batch, 32, 32, dt, &e)) {
+            fprintf(stderr, "gpu_bench: %s\n", e.msg);
+            net_free(n);
+            backend_free(be);
+            return 1;
+        }
+        static conv_shape_t layer[MAX_CONVS], uniq[MAX_CONVS];
+        static int which[MAX_CONVS];
+        static void *buf[MAX_CONVS][4];
+        int nl = 0, nu = 0, rc = 0;
+        for (int i = 0; i < net_num_nodes(n) && nl < MAX_CONVS; i++) {
+            if (net_conv_geometry(n, i, o->batch, &layer[nl], NULL)) continue;
+            int u = 0;
+            while (u < nu && memcmp(&uniq[u], &layer[nl], sizeof uniq[u])) u++;
+            if (u == nu) {
+                const conv_shape_t *s = &layer[nl];
+                size_t esz = backend_elem_size(be, dt);
+                size_t bytes[4] = {(size_t)s->n * s->h * s->w * s->c * esz, (size_t)s->k * s->r * s->s * s->c * esz,
+                                   (size_t)s->n * s->p * s->q * s->k * esz, (size_t)s->k * s->r * s->s * s->c * 4};
+                for (int k = 0; k < 4; k++)
+                    if (!(buf[u][k] = be->ops->alloc(be, bytes[k])) || be->ops->zero(be, buf[u][k], bytes[k])) rc = 1;
+                uniq[nu++] = *s;
+            }
+            which[nl++] = u;
+        }
+        for (int d = 0; d < 3 && !rc; d++) {
+            double issue = 0;
+            for (int pass = 0; pass < 2 + o->conv_passes && !rc; pass++) {
+                double t0 = now_s();
+                for (int l = 0; l < nl && !rc; l++) rc = conv_call(be, d, &layer[l], dt, buf[which[l]]);
+                if (pass >= 2) issue += now_s() - t0;
+                if (be->ops->sync(be)) rc = 1;
+            }
+            int graph_calls = 0;
+            for (int l = 0; l < nl; l++) graph_calls += ran_on_graph(be, &layer[l], d);
+            if (!rc)
+                printf("{\"bench\": \"conv_host_us\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                       "\"arch\": \"%s\", \"api\": \"%s\", \"dir\": \"%s\", \"host_us_per_call\": %.2f, "
+                       "\"calls\": %d, \"graph_calls\": %d}\n", dev, o->precision, o->batch, o->arch,
+                       api ? "graph" : "legacy", DIRS[d], 1e6 * issue / ((double)o->conv_passes * nl),
+                       o->conv_passes * nl, api ? graph_calls * o->conv_passes : 0);
+        }
+        if (rc) fprintf(stderr, "gpu_bench: conv calls failed: %s\n", be->err.msg);
+        for (int u = 0; u < nu; u++)
+            for (int k = 0; k < 4; k++) be->ops->release(be, buf[u][k]);
+        net_free(n);
+        backend_free(be);
+        if (rc) return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o;
     if (parse(argc, argv, &o)) return 2;
     err_t e = {0};
     dtype_t dt = !strcmp(o.precision, "fp16") ? DT_F16 : !strcmp(o.precision, "bf16") ? DT_BF16 : DT_F32;
+    if (o.conv_passes > 0) return conv_host_us(&o, dt);
     backend_opts_t bo = {0};
     bo.kind = BACKEND_CUDA;
     bo.device = o.device;
     bo.deterministic = false;
     bo.allow_tf32 = strcmp(o.precision, "fp32") != 0;
+    bo.cuda_fusion = o.fusion;
     backend_t *be = backend_create(&bo, &e);
     if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
     net_t *n = resnet_build(o.arch, 3, o.classes, false, &e);
@@ -196,11 +308,17 @@ int main(int argc, char **argv) {
     double tflops = 3.0 * net_forward_flops(n, 32, 32) * img_s / 1e12, peak = peak_tflops(dev, o.precision);
     char mfu_json[128] = "null";
     if (peak > 0) snprintf(mfu_json, sizeof mfu_json, "%.4f, \"peak_tflops\": %.1f", tflops / peak, peak);
+    char fusion[128];
+    backend_fusion_format(o.fusion, fusion, sizeof fusion);
+    net_traffic_t tr;
+    if (net_traffic(n, o.batch, 32, 32, dt, false, o.fusion, &tr, &e)) tr.total = tr.conv_epilogue = 0;
     printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", "
            "\"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"runner_graphs_img_per_s\": %s, "
-           "\"model_tflops_per_s\": %.1f, \"mfu\": %s, \"peak_memory_bytes\": %zu}\n",
+           "\"model_tflops_per_s\": %.1f, \"mfu\": %s, \"peak_memory_bytes\": %zu, \"fusion\": \"%s\", "
+           "\"nonconv_gb_model\": %.3f, \"conv_epilogue_gb_model\": %.3f}\n",
            dev, o.precision, o.batch, o.arch, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
-           graphs_json, tflops, mfu_json, be->ops->peak_memory(be));
+           graphs_json, tflops, mfu_json, be->ops->peak_memory(be), fusion, tr.total / 1e9, tr.conv_epilogue / 1e9);
+    if (be->notice[0]) fprintf(stderr, "gpu_bench: backend notice: %s\n", be->notice);
     rc = 0;
 fail_free:
     if (g) be->ops->graph_free(be, g);
