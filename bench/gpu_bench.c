@@ -31,9 +31,14 @@
  *    "host_us_per_call": ..., "calls": ..., "graph_calls": ..., ...}
  * (graph_calls: calls the graph API ran; the rest fell back to legacy).
  *
+ * --predict: only the byte model for the configuration, no device needed: one JSON line
+ * with the bytes per step of each category (net_traffic_names), their total, the conv
+ * epilogues' reads, and how many nodes each fusion applies to.
+ *
  * Usage: bench_gpu_bench [--arch resnet50] [--classes 100] [--batch 128]
  *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
  *                        [--device 0] [--graphs 1] [--fusion LIST] [--conv-host-us PASSES]
+ *                        [--predict 1]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <stdio.h>
@@ -58,10 +63,11 @@ typedef struct bench_opts {
     int classes, batch, warmup, steps, device, graphs;
     unsigned fusion;    /* --fusion: BACKEND_FUSE_* */
     int conv_passes;    /* --conv-host-us: 0 = train */
+    int predict;        /* --predict: the byte model only */
 } bench_opts_t;
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1, 0, 0};
+    *o = (bench_opts_t){"resnet50", "fp32", 100, 128, 15, 60, 0, 1, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "gpu_bench: %s needs a value\n", a); return -1; }
@@ -74,6 +80,7 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--device")) o->device = atoi(v);
         else if (!strcmp(a, "--graphs")) o->graphs = atoi(v);
         else if (!strcmp(a, "--conv-host-us")) o->conv_passes = atoi(v);
+        else if (!strcmp(a, "--predict")) o->predict = atoi(v);
         else if (!strcmp(a, "--fusion")) {
             err_t e = {0};
             if (backend_fusion_parse(v, &o->fusion, &e)) { fprintf(stderr, "gpu_bench: --fusion: %s\n", e.msg); return -1; }
@@ -235,11 +242,33 @@ static int conv_host_us(const bench_opts_t *o, dtype_t dt) {
     return 0;
 }
 
+/* --predict: the byte model's line for the configuration. */
+static int predict(const bench_opts_t *o, dtype_t dt) {
+    err_t e = {0};
+    net_t *n = resnet_build(o->arch, 3, o->classes, false, &e);
+    net_traffic_t t;
+    if (!n || net_traffic(n, o->batch, 32, 32, dt, false, o->fusion, &t, &e)) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        net_free(n);
+        return 1;
+    }
+    char fusion[128];
+    backend_fusion_format(o->fusion, fusion, sizeof fusion);
+    printf("{\"bench\": \"byte_model\", \"arch\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"fusion\": \"%s\"",
+           o->arch, o->precision, o->batch, fusion);
+    for (int k = 0; k < NT_COUNT; k++) printf(", \"%s_gb\": %.4f", net_traffic_names[k], t.bytes[k] / 1e9);
+    printf(", \"nonconv_gb\": %.4f, \"conv_epilogue_gb\": %.4f, \"fused_stats\": %d, \"fused_dbn\": %d, "
+           "\"fused_accum\": %d}\n", t.total / 1e9, t.conv_epilogue / 1e9, t.fused_stats, t.fused_dbn, t.fused_accum);
+    net_free(n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_opts_t o;
     if (parse(argc, argv, &o)) return 2;
     err_t e = {0};
     dtype_t dt = !strcmp(o.precision, "fp16") ? DT_F16 : !strcmp(o.precision, "bf16") ? DT_BF16 : DT_F32;
+    if (o.predict) return predict(&o, dt);
     if (o.conv_passes > 0) return conv_host_us(&o, dt);
     backend_opts_t bo = {0};
     bo.kind = BACKEND_CUDA;

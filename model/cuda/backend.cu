@@ -257,6 +257,8 @@ static backend_ops_t make_ops(void) {
 }
 static const backend_ops_t cuda_ops = make_ops();
 
+const backend_ops_t *cu_shared_ops(void) { return &cuda_ops; }
+
 /* ---- public ---- */
 
 int cuda_device_count(void) {

@@ -29,10 +29,19 @@
 #include "model/cuda/cuda_impl.cuh"
 #include "model/cuda/norm.cuh"
 
+/* conv_engine: the graph plan that ran the shape, else the legacy API's report. */
+static int graph_first_engine(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len) {
+    if (cu_conv_graph_engine(cb_of(be), s, which, buf, len) == 0) return 0;
+    const backend_ops_t *shared = cu_shared_ops();
+    return shared->conv_engine ? shared->conv_engine(be, s, which, buf, len) : -1;
+}
+
 void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
     if (fusion & BACKEND_FUSE_DGRAD_ACCUM) o->conv2d_bwd_data_accum = cu_conv2d_bwd_data_accum;
     if (fusion & BACKEND_FUSE_CONV_STATS) o->conv2d_fwd_bn_stats = cu_conv2d_fwd_bn_stats;
     if (fusion & BACKEND_FUSE_DGRAD_DBN) o->conv2d_bwd_data_bn = cu_conv2d_bwd_data_bn;
+    if (fusion & (BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_DGRAD_ACCUM))
+        o->conv_engine = graph_first_engine;
 }
 
 __global__ void stats_from_sums_k(int c, double inv_m, const float *sum, const float *sq, float *mean,

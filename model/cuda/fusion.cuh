@@ -8,8 +8,13 @@
 #include "model/backend.h"
 
 /* Sets the fused slots of o that the BACKEND_FUSE_* bits in fusion turn on (and leaves
- * the others as they are, NULL in the shared table). */
+ * the others as they are, NULL in the shared table); with any option that may run a
+ * convolution on the graph API, conv_engine reports the graph engine where one ran and
+ * the shared table's conv_engine (the legacy API's) elsewhere. */
 void cu_fusion_install(backend_ops_t *o, unsigned fusion);
+
+/* The op table every CUDA backend starts from (backend.cu). */
+const backend_ops_t *cu_shared_ops(void);
 
 int cu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
                              const void *w, void *dx);
