@@ -21,7 +21,9 @@
  * limit (1 GiB, at most a quarter of the free memory). Not deterministic: the first
  * CG_TUNE plans that finalize are timed on the given buffers (as cudnnFind does for the
  * legacy API) and the fastest kept; accumulating graphs (beta = 1) are never timed,
- * they would add into their output. A key with no usable engine is remembered as such
+ * they would add into their output. A runtime-compiled engine (the fusion engines:
+ * NVRTC at finalize, about a second each) is taken only as the first candidate and then
+ * alone, so a plan costs at most one compilation. A key with no usable engine is remembered as such
  * (cu_conv_graph_run returns 1, the caller runs its other path, and the backend's
  * notice says so once per graph kind).
  *
@@ -339,6 +341,18 @@ static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
 
 /* ---- engine selection ---- */
 
+/* Whether the engine compiles its kernel at finalize (runtime fusion engines, ~1 s). */
+static bool runtime_compiled(bd_t engine) {
+    cudnnBackendBehaviorNote_t notes[CG_MAX_NOTES];
+    int64_t n = 0;
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, CG_MAX_NOTES, &n,
+                                 notes) != CUDNN_STATUS_SUCCESS)
+        return false;
+    for (int64_t i = 0; i < n && i < CG_MAX_NOTES; i++)
+        if (notes[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return true;
+    return false;
+}
+
 /* Whether an engine's notes allow it here (see the top of the file). */
 static bool engine_usable(const cuda_be_t *cb, dtype_t dt, bd_t engine) {
     cudnnBackendNumericalNote_t notes[CG_MAX_NOTES];
@@ -511,7 +525,11 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
                 if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) continue;
                 bool ok = cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                                    1, &one, &eng) == CUDNN_STATUS_SUCCESS &&
-                          engine_usable(cb, p->dt, eng) &&
+                          engine_usable(cb, p->dt, eng);
+                /* a runtime-compiled engine costs a compilation to finalize: only as the
+                 * first candidate, and then it is the only one */
+                bool rtc = ok && runtime_compiled(eng);
+                ok = ok && !(rtc && ncand > 0) &&
                           cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ==
                               CUDNN_STATUS_SUCCESS &&
                           cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
@@ -533,6 +551,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
                 cand_ws[ncand] = ws;
                 cfgs[i] = NULL;   /* kept */
                 ncand++;
+                if (rtc) want = ncand;
             }
         }
         for (int i = 0; i < ncfg; i++)

@@ -234,7 +234,7 @@ static void check_dgrad_accum(const conv_shape_t *s, dtype_t dt, unsigned fusion
 static void check_ops(dtype_t dt) {
     int ns;
     const conv_shape_t *ss = shapes(&ns);
-    for (int k = 0; k < ns - 1; k++) {   /* not the 3-channel stem: BN layers have >= 16 */
+    for (int k = 0; k < 2; k++) {   /* 3x3 64->64 and 1x1 64->256: each graph costs a compilation */
         check_conv_stats(&ss[k], dt, false);
         check_conv_stats(&ss[k], dt, true);
         check_dgrad_dbn(&ss[k], dt, true, false);
@@ -335,9 +335,11 @@ static void check_net(dtype_t dt, double loss_tol, double grad_tol) {
     double lim = dt == DT_F32 ? grad_tol : (grad_tol > 1.25 * uc ? grad_tol : 1.25 * uc);
     CHECK(fc <= lim);
     CHECK(bc <= (dt == DT_F32 ? grad_tol : lim));
-    /* deterministic: a second fused backend repeats the bits; so does a graph replay */
-    pair_t r = pair_make_fused(true, false, BACKEND_FUSE_ALL);
-    step_out_t f2 = step(r.gpu, dt, false), fg = step(r.gpu, dt, true);
+    /* deterministic: a second net on the backend repeats the bits (its own variant packs,
+     * the plans already built), and so does a graph replay; that another process picks
+     * the same engines is test_graph_conv_deterministic's (a second backend builds its
+     * plans again: runtime-compiled fusion engines take a second or so each) */
+    step_out_t f2 = step(p.gpu, dt, false), fg = step(p.gpu, dt, true);
     CHECK(memcmp(f.grads, f2.grads, f.np * 4) == 0);
     CHECK(memcmp(f.bufs, f2.bufs, f.nb * 4) == 0);
     CHECK(memcmp(f.grads, fg.grads, f.np * 4) == 0);
@@ -348,7 +350,6 @@ static void check_net(dtype_t dt, double loss_tol, double grad_tol) {
     }
     pair_free(&p);
     pair_free(&q);
-    pair_free(&r);
 }
 
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
