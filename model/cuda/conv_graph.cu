@@ -263,25 +263,22 @@ static cudnnDataType_t cudnn_dt(dtype_t dt) {
     return dt == DT_F32 ? CUDNN_DATA_FLOAT : (dt == DT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16);
 }
 
-/* Builds and finalizes the operation graph of p (descriptors in p->b); the graph or NULL
- * (p->b.st says why). */
-static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
-    cg_build_t *b = &p->b;
-    const conv_shape_t *s = &p->s;
-    cudnnDataType_t t = cudnn_dt(p->dt), f = CUDNN_DATA_FLOAT;
-    const unsigned char *al = p->align;
-    bool det = cb->deterministic;
-    bd_t ops[8];
+/* Builds and finalizes the operations of graph kind on shape s in dt with tensor
+ * alignments al into ops (descriptors in b; no device needed); their count, or -1 (b->st
+ * says why). */
+static int build_ops(cg_build_t *b, int kind, const conv_shape_t *s, dtype_t dt, const unsigned char *al, bool det,
+                     bd_t *ops) {
+    cudnnDataType_t t = cudnn_dt(dt), f = CUDNN_DATA_FLOAT;
     int nops = 0;
     bd_t cd = bconv_desc(b, s);
-    switch (p->kind) {
+    switch (kind) {
     case CG_FPROP:
     case CG_FPROP_STATS: {
         bd_t x = btensor(b, 1, t, s->n, s->c, s->h, s->w, al[0], false);
         bd_t w = btensor(b, 2, t, s->k, s->c, s->r, s->s, al[1], false);
         bd_t y = btensor(b, 3, t, s->n, s->k, s->p, s->q, al[2], false);
         ops[nops++] = bconv_op(b, 0, cd, x, w, y, 0.0f);
-        if (p->kind == CG_FPROP_STATS) {
+        if (kind == CG_FPROP_STATS) {
             bd_t sum = btensor(b, 4, f, 1, s->k, 1, 1, al[3], false);
             bd_t sq = btensor(b, 5, f, 1, s->k, 1, 1, al[4], false);
             ops[nops++] = bgenstats(b, y, sum, sq);
@@ -293,7 +290,7 @@ static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
         bd_t dy = btensor(b, 1, t, s->n, s->k, s->p, s->q, al[0], false);
         bd_t w = btensor(b, 2, t, s->k, s->c, s->r, s->s, al[1], false);
         bd_t dx = btensor(b, 3, t, s->n, s->c, s->h, s->w, al[2], false);
-        ops[nops++] = bconv_op(b, 1, cd, dy, w, dx, p->kind == CG_DGRAD_ACCUM ? 1.0f : 0.0f);
+        ops[nops++] = bconv_op(b, 1, cd, dy, w, dx, kind == CG_DGRAD_ACCUM ? 1.0f : 0.0f);
         break;
     }
     case CG_WGRAD: {
@@ -305,7 +302,7 @@ static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
     }
     case CG_DGRAD_DBN:
     case CG_DGRAD_DRELU_DBN: {
-        bool relu = p->kind == CG_DGRAD_DRELU_DBN;
+        bool relu = kind == CG_DGRAD_DRELU_DBN;
         int u = 1;   /* uids in pointer order: dy, w, g, [relu_y], bn_x, mean, s1, s2 */
         bd_t dy = btensor(b, u, t, s->n, s->k, s->p, s->q, al[u - 1], false); u++;
         bd_t w = btensor(b, u, t, s->k, s->c, s->r, s->s, al[u - 1], false); u++;
@@ -329,9 +326,19 @@ static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
     }
     default:
         b->st = CUDNN_STATUS_BAD_PARAM;
-        snprintf(b->what, sizeof b->what, "graph kind %d", p->kind);
-        return NULL;
+        snprintf(b->what, sizeof b->what, "graph kind %d", kind);
+        return -1;
     }
+    return b->st == CUDNN_STATUS_SUCCESS ? nops : -1;
+}
+
+/* Builds and finalizes the operation graph of p (descriptors in p->b); the graph or NULL
+ * (p->b.st says why). */
+static bd_t build_graph(cuda_be_t *cb, struct cg_plan *p) {
+    cg_build_t *b = &p->b;
+    bd_t ops[8];
+    int nops = build_ops(b, p->kind, &p->s, p->dt, p->align, cb->deterministic, ops);
+    if (nops < 0) return NULL;
     bd_t og = bnew(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
     BSET(b, og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops);
     BSET(b, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cb->cudnn);
@@ -732,4 +739,26 @@ int cu_conv_graph_wgrad(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, const 
 
 int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len) {
     return cu_conv_graph_engine(cb_of(be), s, which, buf, len);
+}
+
+int cuda_conv_graph_kinds(void) { return CG_KIND_COUNT; }
+
+const char *cuda_conv_graph_kind_name(int kind) {
+    static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad_accum", "fprop_stats",
+                                                     "dgrad_dbn", "dgrad_drelu_dbn"};
+    return kind >= 0 && kind < CG_KIND_COUNT ? NAMES[kind] : NULL;
+}
+
+int cuda_conv_graph_describe(int kind, const conv_shape_t *s, dtype_t dt, bool deterministic, char *why, size_t len) {
+    cg_build_t b;
+    memset(&b, 0, sizeof b);
+    unsigned char al[CG_MAX_T];
+    memset(al, 16, sizeof al);
+    bd_t ops[8];
+    int n = kind >= 0 && kind < CG_KIND_COUNT ? build_ops(&b, kind, s, dt, al, deterministic, ops) : -1;
+    if (n < 0 && !b.what[0]) snprintf(why, len, "graph kind %d does not exist", kind);
+    else if (n < 0) snprintf(why, len, "%s: %s", b.what, cudnnGetErrorString(b.st));
+    else snprintf(why, len, "%d operations", n);
+    bfree(&b);
+    return n < 0 ? -1 : 0;
 }
