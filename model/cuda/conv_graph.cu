@@ -574,6 +574,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
                  "the unfused path runs there", cb->deterministic ? "deterministic " : "", NAMES[p->kind],
                  dtype_names[p->dt], s->r, s->s, s->c, s->k, s->stride, why);
         cg_notice(cb, text);
+        bfree(&p->b);   /* nothing will run on this graph */
         p->ready = false;
         return 0;
     }
