@@ -165,19 +165,25 @@ static inline int twin_cmp(const char *what, pair_t *p, const twin_t *t, double 
     return bad;
 }
 
+/* ||g - c|| / ||c|| (||g - c|| when c is zero). */
+static inline double vec_rel_l2(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* ||g - c|| / ||c|| of the two sides of t. */
 static inline double twin_rel_l2(pair_t *p, const twin_t *t) {
     float *cv, *gv;
     twin_get(p, t, &cv, &gv);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < t->n; i++) {
-        double d = (double)gv[i] - cv[i];
-        num += d * d;
-        den += (double)cv[i] * cv[i];
-    }
+    double r = vec_rel_l2(gv, cv, (size_t)t->n);
     free(cv);
     free(gv);
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    return r;
 }
 
 #endif

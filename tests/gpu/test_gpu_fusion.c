@@ -310,22 +310,12 @@ static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
     return o;
 }
 
-static double rel_l2(const float *g, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static void check_net(dtype_t dt, double loss_tol, double grad_tol) {
     pair_t p = pair_make_fused(true, false, BACKEND_FUSE_ALL);
     pair_t q = pair_make(true, false);   /* the unfused GPU */
     step_out_t c = step(p.cpu, dt, false), f = step(p.gpu, dt, false), u = step(q.gpu, dt, false);
-    double fc = rel_l2(f.grads, c.grads, c.np), uc = rel_l2(u.grads, c.grads, c.np);
-    double bc = rel_l2(f.bufs, c.bufs, c.nb);
+    double fc = vec_rel_l2(f.grads, c.grads, c.np), uc = vec_rel_l2(u.grads, c.grads, c.np);
+    double bc = vec_rel_l2(f.bufs, c.bufs, c.nb);
     fprintf(stderr, "  %s: loss cpu %.6f fused %.6f unfused %.6f; grads rel L2 vs cpu: fused %.3g, unfused %.3g; "
             "buffers %.3g\n%s\n", dtype_names[dt], c.loss, f.loss, u.loss, fc, uc, bc, p.gpu->notice);
     CHECK_NEAR(f.loss, c.loss, 0.0, loss_tol);

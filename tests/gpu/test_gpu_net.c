@@ -29,16 +29,6 @@ static side_t side_make(backend_t *be, dtype_t dt) {
     return s;
 }
 
-static double rel_l2(const float *g, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* One forward + loss + backward on both sides; compares loss, hits, grads, buffers. */
 static void check_step(dtype_t dt, double loss_tol, double grad_tol) {
     pair_t p = pair_make(true, false);
@@ -64,7 +54,7 @@ static void check_step(dtype_t dt, double loss_tol, double grad_tol) {
     }
     CHECK_NEAR(out[1].loss_sum, out[0].loss_sum, 0.0, loss_tol);
     if (dt == DT_F32) CHECK_INT(out[1].correct1, out[0].correct1);
-    double gl2 = rel_l2(grads[1], grads[0], np), bl2 = rel_l2(bufs[1], bufs[0], nb);
+    double gl2 = vec_rel_l2(grads[1], grads[0], np), bl2 = vec_rel_l2(bufs[1], bufs[0], nb);
     fprintf(stderr, "  %s: loss cpu %.6f gpu %.6f, grads rel L2 %.3g, buffers rel L2 %.3g\n",
             dtype_names[dt], out[0].loss_sum, out[1].loss_sum, gl2, bl2);
     CHECK(gl2 <= grad_tol);
@@ -116,7 +106,7 @@ static void test_three_sgd_steps(void) {
         if (net_download_params(n, params[i], &e)) { fprintf(stderr, "%s\n", e.msg); exit(1); }
         optim_free(opt);
     }
-    double l2 = rel_l2(params[1], params[0], np);
+    double l2 = vec_rel_l2(params[1], params[0], np);
     fprintf(stderr, "  params after 3 steps: rel L2 %.3g\n", l2);
     CHECK(l2 <= 1e-4);
     for (int i = 0; i < 2; i++) {
