@@ -48,7 +48,9 @@ typedef struct pair {
     backend_t *cpu, *gpu;
 } pair_t;
 
-static inline pair_t pair_make(bool deterministic, bool tf32) {
+/* A CPU backend and a CUDA backend with the issue-25 fusion options `fusion`
+ * (BACKEND_FUSE_*; the CPU ignores them). */
+static inline pair_t pair_make_fused(bool deterministic, bool tf32, unsigned fusion) {
     pair_t p;
     err_t e = {0};
     backend_opts_t o = {0};
@@ -65,12 +67,15 @@ static inline pair_t pair_make(bool deterministic, bool tf32) {
         o.device = 0;
         o.deterministic = deterministic;
         o.allow_tf32 = tf32;
+        o.cuda_fusion = fusion;
         p.gpu = cuda_backend_create(&o, &e);
         if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
     }
     gpu_plant(p.cpu, p.gpu);
     return p;
 }
+
+static inline pair_t pair_make(bool deterministic, bool tf32) { return pair_make_fused(deterministic, tf32, 0); }
 
 static inline void pair_free(pair_t *p) {
     backend_free(p->cpu);
@@ -181,19 +186,25 @@ static inline int twin_cmp(const char *what, pair_t *p, const twin_t *t, double 
     return bad;
 }
 
+/* ||g - c|| / ||c|| (||g - c|| when c is zero). */
+static inline double vec_rel_l2(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* ||g - c|| / ||c|| of the two sides of t. */
 static inline double twin_rel_l2(pair_t *p, const twin_t *t) {
     float *cv, *gv;
     twin_get(p, t, &cv, &gv);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < t->n; i++) {
-        double d = (double)gv[i] - cv[i];
-        num += d * d;
-        den += (double)cv[i] * cv[i];
-    }
+    double r = vec_rel_l2(gv, cv, (size_t)t->n);
     free(cv);
     free(gv);
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    return r;
 }
 
 #endif
