@@ -17,18 +17,7 @@ precision and batch (step_ms, graphs_step_ms, and the model's non-conv GB).
 import argparse
 import json
 
-
-def load_rows(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass
-    return rows
+from gpu_vs_torch import read_jsonl   # beside this file; imports torch only to measure
 
 
 def merge(path, new, key):
@@ -53,7 +42,7 @@ def main():
     ap.add_argument("--host-out", required=True)
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()
-    raw = load_rows(args.raw)
+    raw = read_jsonl(args.raw)
     train, host = [], []
     for r in raw:
         if r.get("bench") == "conv_host_us":

@@ -19,10 +19,11 @@
  *                recorded as a CUDA graph and replayed (what train.cuda_graphs relies on)
  *                repeat the bits, and for all a second backend does too. Each line names
  *                the option, so a failure says which one does not repeat.
- * Which graphs found an engine is printed ("fused" / "fallback"), and
- * cuda_backend_last_fused agrees; test_fused_engines fails when fp16 has none for conv +
- * genStats or dgrad + dBN sums in non-deterministic mode, so a device without those
- * runtime-fusion engines shows up as a finding. vec16 is in test_gpu_norm (and in the
+ * Which graphs found an engine is printed (the engine, "the unfused ops timed faster" when
+ * the first call's timing retired the plan, or "fallback"), and cuda_backend_last_fused
+ * agrees; test_fused_engines fails when fp16 has none for conv + genStats or dgrad + dBN
+ * sums in non-deterministic mode, so a device without those runtime-fusion engines shows
+ * up as a finding. vec16 is in test_gpu_norm (and in the
  * determinism checks here). Skipped (77) without a GPU.
  */
 #include "model/net.h"
@@ -71,21 +72,7 @@ static void check_graph_conv(dtype_t dt) {
     const conv_shape_t *ss = shapes(&ns);
     for (int k = 0; k < ns; k++) {
         const conv_shape_t *s = &ss[k];
-        int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * (s->c / conv_groups(s));
-        int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
-        float *hx = hrand(nx, 1, -1, 1), *hw = hrand(nw, 2, -0.5f, 0.5f), *hdy = hrand(ny, 3, -1, 1);
-        float *hdw = hrand(nw, 4, -0.25f, 0.25f);
-        twin_t x = twin_new(&p, nx, dt, hx), w = twin_new(&p, nw, dt, hw), dy = twin_new(&p, ny, dt, hdy);
-        twin_t y = twin_new(&p, ny, dt, NULL), dx = twin_new(&p, nx, dt, NULL), dw = twin_new(&p, nw, DT_F32, hdw);
-        backend_t *bes[2] = {p.cpu, p.gpu};
-        for (int i = 0; i < 2; i++) {
-            backend_t *be = bes[i];
-#define S(t) (i ? (t).g : (t).c)
-            OK(be, be->ops->conv2d_fwd(be, s, dt, S(x), S(w), S(y)));
-            OK(be, be->ops->conv2d_bwd_data(be, s, dt, S(dy), S(w), S(dx)));
-            OK(be, be->ops->conv2d_bwd_filter(be, s, dt, S(x), S(dy), (float *)S(dw)));
-#undef S
-        }
+        conv_twins_t t = conv_twins_run(&p, s, dt);
         char what[160];
         snprintf(what, sizeof what, "graph %s c%d k%d r%d s%d g%d", dtype_names[dt], s->c, s->k, s->r, s->stride,
                  conv_groups(s));
@@ -94,12 +81,8 @@ static void check_graph_conv(dtype_t dt) {
         char eng[160];
         for (int d = 0; d < 3 && conv_groups(s) > 1; d++)   /* grouped: the legacy API ran it */
             CHECK_INT(cuda_conv_graph_engine(p.gpu, s, d, eng, sizeof eng), 1);
-        CHECK_INT(twin_cmp(what, &p, &y, dt_tol(dt)), 0);
-        CHECK_INT(twin_cmp(what, &p, &dx, dt_tol(dt)), 0);
-        CHECK_INT(twin_cmp(what, &p, &dw, dt_tol(dt)), 0);
-        twin_t *all[] = {&x, &w, &dy, &y, &dx, &dw};
-        for (int i = 0; i < 6; i++) twin_free(&p, all[i]);
-        free(hx); free(hw); free(hdy); free(hdw);
+        CHECK_INT(conv_twins_cmp(&p, &t, what, dt_tol(dt)), 0);
+        conv_twins_free(&p, &t);
     }
     /* the common 3x3 layer of every ResNet must have run on the graph API in half (fp32
      * without TF32 needs an engine without tensor cores, which may not exist) */
@@ -149,7 +132,23 @@ static void test_graph_conv_deterministic(void) {
 
 /* ---- conv_stats, dgrad_dbn, dgrad_accum ---- */
 
-/* conv2d_fwd_bn_stats against conv + bn_stats on the CPU; 1 when the fused graph ran. */
+/* After a fused op's first call on gpu (shape s, direction which): 1 when it ran fused
+ * (the graph plan with tag in its engine), 2 when a fused engine existed and the unfused
+ * ops timed faster (the plan retired; the backend's notice says so), 0 otherwise; printed
+ * with option and label. cuda_backend_last_fused must agree with the plan. */
+static int fused_state(backend_t *gpu, const conv_shape_t *s, int which, const char *tag, const char *option,
+                       const char *label, dtype_t dt) {
+    char buf[160] = "";
+    bool plan = cuda_conv_graph_engine(gpu, s, which, buf, sizeof buf) == 0 && strstr(buf, tag);
+    int ran = cuda_backend_last_fused(gpu);
+    CHECK_INT(ran, plan ? 1 : 0);
+    int state = ran ? 1 : strstr(gpu->notice, "measured faster") ? 2 : 0;
+    fprintf(stderr, "  %s %s c%d k%d r%d%s: %s\n", option, dtype_names[dt], s->c, s->k, s->r, label,
+            state == 1 ? buf : state == 2 ? "engine found, the unfused ops timed faster" : "fallback (unfused)");
+    return state;
+}
+
+/* conv2d_fwd_bn_stats against conv + bn_stats on the CPU; fused_state's answer. */
 static int check_conv_stats(const conv_shape_t *s, dtype_t dt, bool det) {
     pair_t p = pair_make_fused(det, false, BACKEND_FUSE_CONV_STATS);
     int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
@@ -161,11 +160,7 @@ static int check_conv_stats(const conv_shape_t *s, dtype_t dt, bool det) {
     OK(p.cpu, p.cpu->ops->bn_stats(p.cpu, ny / s->k, s->k, dt, y.c, (float *)mean.c, (float *)var.c));
     CHECK(p.gpu->ops->conv2d_fwd_bn_stats != NULL);
     OK(p.gpu, p.gpu->ops->conv2d_fwd_bn_stats(p.gpu, s, dt, x.g, w.g, y.g, (float *)mean.g, (float *)var.g));
-    char buf[160] = "";
-    int fused = cuda_conv_graph_engine(p.gpu, s, 0, buf, sizeof buf) == 0 && strstr(buf, "genstats");
-    fprintf(stderr, "  conv_stats %s c%d k%d r%d%s: %s\n", dtype_names[dt], s->c, s->k, s->r, det ? " det" : "",
-            fused ? buf : "fallback (conv + bn_stats)");
-    CHECK_INT(cuda_backend_last_fused(p.gpu), fused);
+    int fused = fused_state(p.gpu, s, 0, "genstats", "conv_stats", det ? " det" : "", dt);
     if (det) CHECK_INT(fused, 0);   /* genStats sums in no fixed order: unfused in deterministic mode */
     char what[96];
     snprintf(what, sizeof what, "conv_stats %s y", dtype_names[dt]);
@@ -182,7 +177,8 @@ static int check_conv_stats(const conv_shape_t *s, dtype_t dt, bool det) {
 }
 
 /* conv2d_bwd_data_bn (mask of act; ACT_NONE: none) against conv bwd data + bn_bwd_reduce
- * on the CPU; 1 when fused. ReLU6 runs unfused (the graph builds the ReLU mask only). */
+ * on the CPU; fused_state's answer. ReLU6 runs unfused (the graph builds ReLU's mask
+ * only). */
 static int check_dgrad_dbn(const conv_shape_t *s, dtype_t dt, act_kind_t act, bool det) {
     bool relu = act != ACT_NONE;
     pair_t p = pair_make_fused(det, false, BACKEND_FUSE_DGRAD_DBN);
@@ -211,13 +207,9 @@ static int check_dgrad_dbn(const conv_shape_t *s, dtype_t dt, act_kind_t act, bo
         OK(c, c->ops->relu6_bwd(c, nx, dt, ry.c, dx.c, dx.c));
         OK(g, g->ops->relu6_bwd(g, nx, dt, ry.g, dx.g, dx.g));
     }
-    char buf[160] = "";
-    int fused = cuda_conv_graph_engine(g, s, 1, buf, sizeof buf) == 0 && strstr(buf, "dbn");
-    CHECK_INT(cuda_backend_last_fused(g), fused && act != ACT_RELU6);
-    if (det || act == ACT_RELU6) CHECK_INT(cuda_backend_last_fused(g), 0);   /* unfused there */
-    static const char *const ACT[3] = {"", " relu", " relu6"};
-    fprintf(stderr, "  dgrad_dbn %s%s c%d k%d r%d%s: %s\n", dtype_names[dt], ACT[act], s->c, s->k, s->r,
-            det ? " det" : "", fused ? buf : "fallback (dgrad + bn_bwd_reduce)");
+    static const char *const ACT[3][2] = {{"", " det"}, {" relu", " relu det"}, {" relu6", " relu6 det"}};
+    int fused = fused_state(g, s, 1, "dbn", "dgrad_dbn", ACT[act][det], dt);
+    if (det || act == ACT_RELU6) CHECK_INT(fused, 0);   /* unfused there */
     char what[96];
     double t = dt == DT_F32 ? 1e-3 : 1e-2;
     snprintf(what, sizeof what, "dgrad_dbn %s dx", dtype_names[dt]);
@@ -276,11 +268,12 @@ static void test_ops_fp32(void) { check_ops(DT_F32); }
 static void test_ops_fp16(void) { check_ops(DT_F16); }
 static void test_ops_bf16(void) { check_ops(DT_BF16); }
 
-/* fp16 non-deterministic: the runtime-fusion engines exist on this device. */
+/* fp16 non-deterministic: the runtime-fusion engines exist on this device (fused, or
+ * found and then timed slower than the unfused ops). */
 static void test_fused_engines(void) {
     conv_shape_t s = shape(8, 16, 16, 64, 64, 3, 1, 1);
-    CHECK_INT(check_conv_stats(&s, DT_F16, false), 1);
-    CHECK_INT(check_dgrad_dbn(&s, DT_F16, ACT_RELU, false), 1);
+    CHECK(check_conv_stats(&s, DT_F16, false) >= 1);
+    CHECK(check_dgrad_dbn(&s, DT_F16, ACT_RELU, false) >= 1);
 }
 
 /* ---- a whole step ---- */
