@@ -138,9 +138,11 @@ static int race(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_t dt, void
     return v;
 }
 
-/* Whether the first call of a fused plan is to be raced now. */
+/* Whether the first call of a fused plan is to be raced now (grouped shapes have no
+ * graph plan to keep a verdict in: they always run unfused). */
 static bool race_due(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_t dt, void *const *ptrs) {
-    return !cb->deterministic && !cb->capturing && cu_conv_graph_verdict(cb, kind, s, dt, ptrs) == 0;
+    return !cb->deterministic && !cb->capturing && conv_groups(s) <= 1 &&
+           cu_conv_graph_verdict(cb, kind, s, dt, ptrs) == 0;
 }
 
 typedef struct stats_args {
