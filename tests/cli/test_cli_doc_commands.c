@@ -50,6 +50,8 @@ static const struct { const char *text, *with, *why; } SUBSTITUTIONS[] = {
     {"~/.cache/torch/hub/checkpoints/resnet50-11ad3fa6.pth", "weights/resnet50.pth",
      "the file torchvision's download leaves there; the state dict the command before saved stands in"},
     {"/path/to/imagenet", "data/imagenet", "a placeholder for the user's ImageNet folder"},
+    {"data.root=.deps/fashion-mnist", "data.root=/usr/share/datasets/fashion-mnist",
+     "the Fashion-MNIST subset tests/gpu/pack-gpu-deps.sh packs for a GPU session; Debian's full copy stands in"},
 };
 
 /* A plan refusal that is the machine's, not the command's: it comes after every flag and

@@ -281,7 +281,9 @@ stage_compile() {
 # (train, resume, paths, graphs) with every fusion option on (RUNNER_CUDA_FUSION=all, the
 # runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
-# "fusion" into bench.jsonl and fusion.jsonl (logs.tgz). Each part is skipped, saying so,
+# "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
+# bench/gpu_fusion.py, into gpu_resnet50_cifar.json as "runner-fusion" rows (the whole
+# bench/gpu_fusion matrix is ~5 minutes: a call of its own). Each part is skipped, saying so,
 # when the build lacks it: `bench_gpu_bench --fusion` (probed: its argument check names
 # --fusion as unknown) and the runner's RUNNER_CUDA_FUSION (probed: a bad list fails
 # `runner plan`).
@@ -369,6 +371,9 @@ echo "== results ($(el) s)"
 # (bench_gpu_bench's lines say whether the default records the step: default_graphs)
 [ -s "$RJ" ] && $PY "$R/bench/gpu_vs_torch.py" --assemble "$RJ" "$TJ" --out "$O/gpu_resnet50_cifar.json" \
     --commit "$COMMIT"
+# the fusion stage's rows beside them (torch_mode "runner-fusion"; bench/gpu_fusion.py)
+[ -s "$L/fusion.jsonl" ] && [ -f "$R/bench/gpu_fusion.py" ] && $PY "$R/bench/gpu_fusion.py" "$L/fusion.jsonl" \
+    --out "$O/gpu_resnet50_cifar.json" --host-out "$L/gpu_conv_host_us.json" --commit "$COMMIT"
 compgen -G "$L/runs/*/*/summary.json" >/dev/null &&
     $PY "$R/bench/gpu_e2e_json.py" --runs "$L/runs" --out "$O/gpu_e2e.json" --device "${GPU_NAME:-$DEV}" --commit "$COMMIT"
 [ -f "$O/fashion_mnist_gpu_vs_torch.json" ] && $PY - "$O/fashion_mnist_gpu_vs_torch.json" <<'PY'
