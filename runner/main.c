@@ -82,11 +82,20 @@ static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *o
 }
 
 /* Path arguments the shell left alone ('~/runs/x' quoted, or a value it never saw as a
- * path) get the expansion experiment files get (util/fs.h path_expand). The expanded
- * strings live until the process exits. */
+ * path) get the expansion experiment files get (util/fs.h path_expand). A positional
+ * argument loses trailing slashes (shells complete directories as 'runs/x/'), so the run
+ * directories it names are printed and named as 'runs/x'. The changed strings live until
+ * the process exits. */
 static int cli_expand_paths(cli_t *c, err_t *e) {
     const char **paths[64 + 3];
     int n = 0;
+    for (int i = 0; i < c->n_positional; i++) {
+        const char *v = c->positional[i];
+        size_t l = strlen(v);
+        if (l < 2 || v[l - 1] != '/') continue;
+        while (l > 1 && v[l - 1] == '/') l--;
+        if (!(c->positional[i] = strndup(v, l))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
     for (int i = 0; i < c->n_positional; i++) paths[n++] = &c->positional[i];
     paths[n++] = &c->output;
     paths[n++] = &c->baseline;

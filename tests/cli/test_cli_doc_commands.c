@@ -370,6 +370,7 @@ static int run_doc_command(const doc_cmd_t *c) {
             return 0;
         }
     size_t len = strlen(out);
+    fflush(stdout);   /* the ok lines before it, so the failure is not spliced into one */
     fprintf(stderr, "%s:%d: the documented command\n    %s\nfailed: it ran (in %s)\n    %s\nexit %d, expected %s; "
             "output (end):\n%s\n", c->file, c->line, c->text, sandbox, run, rc,
             expect == EXPECT_0 ? "0" : expect == EXPECT_0_OR_1 ? "0 or 1" : "2 at compare's data check",

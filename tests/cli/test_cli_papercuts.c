@@ -3,7 +3,8 @@
  *    verb (`trian x.yaml` is not taken for a file); exit 2.
  *  - A synthetic plan says it is generated (seed, no files), not a path.
  *  - `export --output` into a missing folder names the folder and the fix; into an existing
- *    folder it writes model.safetensors there.
+ *    folder it writes model.safetensors there. A run directory given with a trailing slash
+ *    (as shells complete it) is printed without "//" and named without the slash.
  *  - The load code `export` prints runs without the safetensors package (Debian 12) and
  *    gives the logits of the file's tensors read independently, for torchvision ResNets
  *    with either stem and for a CIFAR ResNet (check_printed_load.py).
@@ -106,6 +107,23 @@ static void export_output_folder(void) {
     snprintf(want, sizeof want, "runner: wrote %s/exports/model.safetensors\n", tmp);
     CHECK_CONTAINS(out, want);
     CHECK(access(path_in("exports/model.safetensors"), R_OK) == 0);
+    /* a run directory as the shell completes it, with a trailing slash: the paths printed
+     * (and the load code) have no "//", and report names a run by its directory alone */
+    snprintf(args, sizeof args, "export %s/", dir);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    snprintf(want, sizeof want, "runner: wrote %s/model.safetensors\n", dir);
+    CHECK_CONTAINS(out, want);
+    CHECK(strstr(out, "//") == NULL);
+    char copy[4200];
+    snprintf(copy, sizeof copy, "%s-again", dir);
+    snprintf(args, sizeof args, "cp -r '%s' '%s'", dir, copy);
+    CHECK_INT(test_run_cmd(args, NULL, 0), 0);
+    snprintf(args, sizeof args, "report %s/ %s/ --output %s/rep", dir, copy, tmp);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    const char *slash = strrchr(copy, '/');
+    snprintf(want, sizeof want, "| exo (%s) |", slash ? slash + 1 : copy);
+    CHECK_CONTAINS(out, want);
+    CHECK(strstr(out, "/) |") == NULL);
 }
 
 /* The indented blocks of an export's output, unindented, as tmp/NAME<i>.py; returns how many. */
@@ -207,13 +225,17 @@ static void fixed_in_place_is_seen(void) {
     snprintf(body, sizeof body, "device: cpu\ndata: {dataset: image_folder, root: %s, image_size: 16, workers: 1}\n"
              "model: {arch: resnet20}\n", root);
     test_write_file(exp, body);
-    snprintf(args, sizeof args, "plan %s", exp);
+    /* the run (the plan writes nothing) indexes the folder, caches the index with the bad
+     * file in it and stops before creating a run directory */
+    snprintf(args, sizeof args, "%s --set output.root=%s", exp, path_in("fix_runs"));
     CHECK_INT(run_runner(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "train/cat/001.jpg: not an image (it starts with the text \"not a photo\"): expected a "
                         "JPEG or PNG file; fix or remove the file");
+    CHECK(access(path_in("fix_runs"), F_OK) != 0);
     /* fixed in place, as the message says: its folder's mtime stays, the file's changes */
     snprintf(cmd, sizeof cmd, "sleep 0.01; cat %s/train/cat/000.jpg > %s/train/cat/001.jpg", root, root);
     CHECK_INT(system(cmd), 0);
+    snprintf(args, sizeof args, "plan %s", exp);
     int rc = run_runner(args, out, sizeof out);
     if (rc) fprintf(stderr, "%s\n", out);
     CHECK_INT(rc, 0);
