@@ -225,6 +225,11 @@ static int load_experiment(const cli_t *c, experiment_t *x, const char **exp_pat
         const char *dir = c->positional[0];
         if (!strcmp(c->verb, "_member")) snprintf(buf, len, "%s/experiment.yaml", dir);
         else snprintf(buf, len, "%s/resolved.yaml", dir);
+        struct stat st;
+        if (!strcmp(c->verb, "resume") && stat(dir, &st) == 0 && S_ISREG(st.st_mode))
+            return err_set(e, ERR_INPUT, "%s is a file, not a run directory: to continue the newest unfinished run "
+                           "of an experiment file, run the file itself (runner %s); resume takes the directory "
+                           "runner printed when the run started (runs/<name>/<timestamp>-<id>)", dir, dir);
         if (access(buf, R_OK) != 0)
             return err_set(e, ERR_INPUT, "%s: not a run directory (no %s); give the directory runner printed "
                            "when the run started (runs/<name>/<timestamp>-<id>)", dir, strrchr(buf, '/') + 1);

@@ -1,6 +1,7 @@
 /* test_cli_papercuts.c: the rough edges issue 23 found, through the runner binary.
  *  - Command line: `--set k v` names the corrected argument; a typo of a verb names the
- *    verb (`trian x.yaml` is not taken for a file); exit 2.
+ *    verb (`trian x.yaml` is not taken for a file); `resume x.yaml` says to run the file;
+ *    exit 2.
  *  - A synthetic plan says it is generated (seed, no files), not a path.
  *  - `export --output` into a missing folder names the folder and the fix; into an existing
  *    folder it writes model.safetensors there. A run directory given with a trailing slash
@@ -64,6 +65,13 @@ static void command_line_typos(void) {
     /* a file path is still a file path */
     CHECK_INT(run_runner("no_such_experiment.yaml", out, sizeof out), 2);
     CHECK_CONTAINS(out, "no_such_experiment.yaml: no such file");
+    /* resume of the experiment file (a natural guess after an interruption): says to run
+     * the file itself (it said "not a run directory (no resolved.yaml)") */
+    snprintf(args, sizeof args, "resume %s", exp);
+    CHECK_INT(run_runner(args, out, sizeof out), 2);
+    snprintf(want, sizeof want, "runner: %s is a file, not a run directory: to continue the newest unfinished run "
+             "of an experiment file, run the file itself (runner %s); resume takes the directory", exp, exp);
+    CHECK_CONTAINS(out, want);
 }
 
 static void synthetic_plan_says_generated(void) {
