@@ -20,6 +20,22 @@
  * Precisions: fp32 (no TF32), tf32 (fp32 with TF32 tensor cores), fp16 (AMP with loss
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
+ * --fusion LIST (issue 25): the CUDA backend's fusion options (train.cuda_fusion names,
+ * comma-separated, or all / none); the line then also has "fusion" and the byte model's
+ * prediction for the step (model/net_fusion.h): "nonconv_gb_model" (bytes of the
+ * non-convolution kernels) and "conv_epilogue_gb_model" (what fused convs read besides).
+ * --conv-host-us PASSES (issue 25): instead of training, host microseconds per
+ * convolution call, the legacy API against the graph API: every conv layer of the net
+ * (its shape, buffers per distinct shape) issued in order, PASSES times per direction
+ * after two warm-up passes, timing only the issuing (the device is synchronized between
+ * passes, so no queue fills); one JSON line per (api, direction):
+ *   {"bench": "conv_host_us", "api": "legacy"|"graph", "dir": "fwd"|"bwd_data"|"bwd_filter",
+ *    "host_us_per_call": ..., "calls": ..., "graph_calls": ..., ...}
+ * (graph_calls: calls the graph API ran; the rest fell back to legacy).
+ *
+ * --predict: only the byte model for the configuration, no device needed: one JSON line
+ * with the bytes per step of each category (net_traffic_names), their total, the conv
+ * epilogues' reads, and how many nodes each fusion applies to.
  *
  * --profile 1: after the timed steps, --profile-steps more steps run with the op-kind
  * profiler (bench/gpu_prof: GPU time per op kind from events behind a head start, host
@@ -35,7 +51,8 @@
  *                        [--precision fp32|tf32|fp16|bf16] [--warmup 15] [--steps 60]
  *                        [--device 0] [--graphs 1] [--profile 0] [--profile-steps 3]
  *                        [--image-size 32] [--stem cifar|imagenet] [--versions]
- *                        [--backend cuda|cpu]
+ *                        [--backend cuda|cpu] [--fusion LIST] [--conv-host-us PASSES]
+ *                        [--predict 1]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <stdio.h>
@@ -46,11 +63,13 @@
 #include "model/amp.h"
 #include "model/backend.h"
 #include "model/net.h"
+#include "model/net_fusion.h"
 #include "model/optim.h"
 #include "model/resnet.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/rng.h"
+#include "bench/fusion/fusion_bench.h"
 #ifdef RUNNER_HAVE_CUDA
 #include "bench/gpu_prof/gpu_prof.h"
 #endif
@@ -59,10 +78,13 @@ typedef struct bench_opts {
     const char *arch, *precision, *stem, *backend;
     int classes, batch, warmup, steps, device, graphs, profile, profile_steps, image_size;
     bool versions;
+    unsigned fusion;    /* --fusion: BACKEND_FUSE_* */
+    int conv_passes;    /* --conv-host-us: 0 = train */
+    int predict;        /* --predict: the byte model only */
 } bench_opts_t;
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false};
+    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--versions")) { o->versions = true; continue; }
@@ -80,6 +102,12 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--image-size")) o->image_size = atoi(v);
         else if (!strcmp(a, "--stem")) o->stem = v;
         else if (!strcmp(a, "--backend")) o->backend = v;
+        else if (!strcmp(a, "--conv-host-us")) o->conv_passes = atoi(v);
+        else if (!strcmp(a, "--predict")) o->predict = atoi(v);
+        else if (!strcmp(a, "--fusion")) {
+            err_t e = {0};
+            if (backend_fusion_parse(v, &o->fusion, &e)) { fprintf(stderr, "gpu_bench: --fusion: %s\n", e.msg); return -1; }
+        }
         else { fprintf(stderr, "gpu_bench: unknown option %s\n", a); return -1; }
         i++;
     }
@@ -242,11 +270,15 @@ int main(int argc, char **argv) {
     }
     err_t e = {0};
     dtype_t dt = !strcmp(o.precision, "fp16") ? DT_F16 : !strcmp(o.precision, "bf16") ? DT_BF16 : DT_F32;
+    if (o.predict) return fusion_bench_predict(o.arch, o.classes, o.batch, o.precision, o.fusion, dt);
+    if (o.conv_passes > 0)
+        return fusion_bench_conv_host_us(o.arch, o.classes, o.batch, o.precision, o.device, o.conv_passes, dt);
     backend_opts_t bo = {0};
     bo.kind = strcmp(o.backend, "cpu") ? BACKEND_CUDA : BACKEND_CPU;
     bo.device = o.device;
     bo.deterministic = false;
     bo.allow_tf32 = strcmp(o.precision, "fp32") != 0;
+    bo.cuda_fusion = o.fusion;
     backend_t *be = backend_create(&bo, &e);
     if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
     int hw = o.image_size;
@@ -321,14 +353,20 @@ int main(int argc, char **argv) {
     if (peak > 0)
         snprintf(mfu_json, sizeof mfu_json, "%.4f, \"mfu_normal\": %.4f, \"peak_tflops\": %.1f", tflops / peak,
                  3.0 * net_forward_flops(n, hw, hw) * o.batch * o.steps / dt_s / 1e12 / peak, peak);
+    char fusion[128];
+    backend_fusion_format(o.fusion, fusion, sizeof fusion);
+    net_traffic_t tr;
+    if (net_traffic(n, o.batch, hw, hw, dt, false, o.fusion, &tr, &e)) tr.total = tr.conv_epilogue = 0;
     printf("{\"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"arch\": \"%s\", \"image_size\": %d, "
            "\"stem\": \"%s\", \"runner_img_per_s\": %.1f, \"step_ms\": %.3f, \"host_ms\": %.3f, "
            "\"runner_graphs_img_per_s\": %s, \"model_tflops_per_s\": %.1f, \"mfu\": %s, "
-           "\"peak_memory_bytes\": %zu%s%s%s%s}\n",
+           "\"peak_memory_bytes\": %zu%s%s%s%s, \"fusion\": \"%s\", \"nonconv_gb_model\": %.3f, "
+           "\"conv_epilogue_gb_model\": %.3f}\n",
            dev, o.precision, o.batch, o.arch, hw, o.stem, (double)o.batch * o.steps / dt_s, dt_s * 1e3 / o.steps,
            issue_s * 1e3 / o.steps, graphs_json, tflops, mfu_json, be->ops->peak_memory(be),
            prof_json ? ", \"profile\": " : "", prof_json ? prof_json : "", conv_json ? ", \"conv_engines\": " : "",
-           conv_json ? conv_json : "");
+           conv_json ? conv_json : "", fusion, tr.total / 1e9, tr.conv_epilogue / 1e9);
+    if (be->notice[0]) fprintf(stderr, "gpu_bench: backend notice: %s\n", be->notice);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : be->err.msg);

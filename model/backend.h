@@ -115,7 +115,47 @@ typedef struct backend_opts {
     bool allow_tf32;     /* cuda: TF32 tensor cores for fp32 convs/GEMMs */
     bool cpu_winograd;   /* cpu: Winograd for 3x3 filter gradients where oneDNN has it
                           * (faster, ~10x less precise; train.cpu_winograd) */
+    unsigned cuda_fusion;/* cuda: BACKEND_FUSE_* bits (train.cuda_fusion); 0: none */
 } backend_opts_t;
+
+/* Fusion options of the CUDA backend (issue 25), each off by default: none is the
+ * default until a GPU run has shown it exact and faster (docs/benchmarks.md "Fusion
+ * options"). The cpu backend ignores them. Names as in train.cuda_fusion and
+ * bench_gpu_bench --fusion; what the first GPU run (H100, bf16, ResNet-50 batch 128)
+ * measured is in brackets.
+ *   graph_conv   convolutions on the cuDNN graph (backend) API, one execution plan per
+ *                layer shape and direction built once, variant packs cached per layer;
+ *                the legacy API where the graph API has no engine for a shape and for
+ *                grouped convolutions [faster: ~15-23 us of host time per conv call
+ *                against ~150-440]
+ *   conv_stats   BN batch statistics from the producing convolution (conv2d_fwd_bn_stats)
+ *                [slower: +1.5 ms per step]
+ *   dgrad_dbn    a BN's backward reduction (with its ReLU mask) in the data gradient of
+ *                the convolution that consumes it (conv2d_bwd_data_bn) [no gain]
+ *   dgrad_accum  residual gradients summed by the convolution (beta = 1) instead of a
+ *                separate add (conv2d_bwd_data_accum) [faster: -0.25 ms]
+ *   vec16        16-byte accesses in the BN kernels on every channel count that is a
+ *                multiple of 8 (else 4- and 8-byte ones below 256 channels) [no gain]
+ * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
+ * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
+ * faster; the others stay selectable by name for measurement. */
+enum {
+    BACKEND_FUSE_GRAPH_CONV = 1u << 0,
+    BACKEND_FUSE_CONV_STATS = 1u << 1,
+    BACKEND_FUSE_DGRAD_DBN = 1u << 2,
+    BACKEND_FUSE_DGRAD_ACCUM = 1u << 3,
+    BACKEND_FUSE_VEC16 = 1u << 4,
+    BACKEND_FUSE_COUNT = 5,
+    BACKEND_FUSE_EVERY = (1u << 5) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM
+};
+/* "graph_conv", ... for bit i (NULL past the last). */
+const char *backend_fusion_name(int bit);
+/* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
+ * unknown name fails with ERR_INPUT naming the known ones. */
+int backend_fusion_parse(const char *list, unsigned *mask, err_t *e);
+/* Writes the names of mask's bits, comma-separated ("none" for 0). */
+void backend_fusion_format(unsigned mask, char *buf, size_t len);
 
 /* The op table. One line per slot; slots marked (optional) may be NULL. */
 typedef struct backend_ops {
@@ -309,6 +349,27 @@ typedef struct backend_ops {
      * libraries: the math libraries and the instruction-set level they run at. */
     int (*conv_engine)(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
     void (*libraries)(backend_t *be, char *buf, size_t len);
+    /* Fused convolutions (issue 25; all optional: NULL, and the net runs the unfused ops
+     * it always ran, with their bits). Each gives what its unfused sequence gives, to
+     * rounding; the cpu backend's conv2d_bwd_data_accum gives the same bits.
+     * conv2d_bwd_data_accum: dx += conv2d_bwd_data(dy, w) (dx holds a gradient already;
+     *   the net's residual-gradient sum without a separate add).
+     * conv2d_fwd_bn_stats: conv2d_fwd, then what bn_stats(m = n*p*q, k channels) writes
+     *   for y into mean and var (the statistics may come from the conv's epilogue).
+     * conv2d_bwd_data_bn: dx = conv2d_bwd_data(dy, w), masked by the derivative of act
+     *   seen from relu_y (as bn_bwd_reduce masks dy) when relu_y is given, or left unmasked
+     *   (bn_bwd_apply masks it again with the same relu_y and act, so both give the same
+     *   result), then what bn_bwd_reduce(m = n*h*w, c, bn_x, relu_y, act, dx, mean, var,
+     *   eps, ...) writes into sum_dy, sum_dy_xhat and adds into dgamma, dbeta. A backend
+     *   may run it unfused for any act (the cuda backend fuses ACT_NONE and ACT_RELU). */
+    int (*conv2d_bwd_data_accum)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                                 const void *w, void *dx);
+    int (*conv2d_fwd_bn_stats)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                               const void *w, void *y, float *mean, float *var);
+    int (*conv2d_bwd_data_bn)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                              const void *w, void *dx, const void *bn_x, const void *relu_y,
+                              act_kind_t act, const float *mean, const float *var, float eps,
+                              float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

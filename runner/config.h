@@ -166,6 +166,8 @@ typedef struct experiment {
             stop_mode_t mode;     /* auto: loss min, top-k max */
         } early_stopping;
         bool cpu_winograd;        /* false (project key: Winograd 3x3 filter gradients on the CPU) */
+        int n_cuda_fusion;        /* 0 = null */
+        char cuda_fusion[CFG_MAX_LIST][16]; /* null (project key: CUDA fusion options, issue 25) */
     } train;
 
     struct {

@@ -297,6 +297,15 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
             a[i] = (int)v;
         } else if (r->kind == K_FLOATS) {
             if (get_double(c, il, ek, r, items[i], (double *)FIELD(st, r) + i)) return -1;
+        } else if (r->names) {   /* a list of names (train.cuda_fusion): stored as spelled in names[] */
+            cfg_row_t er = *r;
+            er.flags &= ~(unsigned)F_NULLABLE;
+            int k = get_name(c, il, ek, &er, items[i]);
+            if (k < 0) return -1;
+            for (int j = 0; j < i && (r->flags & F_UNIQUE); j++)
+                if (!strcmp(FIELD(st, r) + (size_t)j * r->size, r->names[k]))
+                    return cfg_fail(c, il, "%s: '%s' appears twice; list each once", ek, r->names[k]);
+            snprintf(FIELD(st, r) + (size_t)i * r->size, r->size, "%s", r->names[k]);
         } else {
             if (get_string(c, il, ek, r, items[i], r->size, FIELD(st, r) + (size_t)i * r->size))
                 return -1;

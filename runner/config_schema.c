@@ -41,6 +41,8 @@ static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", 
                                       "val_top1_ema", "val_top5_ema", "train_loss", "train_top1"};
 static const char *const STOP_MODES[] = {"auto", "min", "max"};
 static const char *const GRAPHS[] = {"false", "true", "auto"};   /* graphs_mode_t */
+/* backend_fusion_name's names, and all (BACKEND_FUSE_ALL: the options measured faster) */
+static const char *const FUSIONS[] = {"graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "all"};
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 /* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
 #define HASH_NEW (F_HASH | F_HASH_SET)
@@ -218,6 +220,10 @@ const cfg_row_t cfg_rows[] = {
     ROW_BOOL("train.cpu_winograd", train.cpu_winograd, 0,
              "project key: Winograd for 3x3 filter gradients on the CPU where oneDNN has it "
              "(faster, ~10x less precise)"),
+    {"train.cuda_fusion", K_STRS, OFF(train.cuda_fusion), SZ(train.cuda_fusion[0]), 0, 0, F_NULLABLE | F_UNIQUE,
+     0, CFG_MAX_LIST, OFF(train.n_cuda_fusion), NAMES(FUSIONS),
+     "project key: CUDA fusion options [graph_conv, conv_stats, dgrad_dbn, dgrad_accum, vec16]; all = "
+     "[graph_conv, dgrad_accum], the ones a GPU run measured faster"},
 
     ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
     ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,

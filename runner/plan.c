@@ -85,6 +85,13 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     }
     bool cuda = e->device == DEVICE_CUDA || (e->device == DEVICE_AUTO && p->gpus_visible > 0);
     snprintf(p->device, sizeof p->device, "%s", cuda ? "cuda" : "cpu");
+    /* train.c's test hook: a bad list stops the run here, before a run directory exists */
+    const char *fv = getenv("RUNNER_CUDA_FUSION");
+    unsigned bits;
+    err_t fe = {0};
+    if (fv && *fv && backend_fusion_parse(fv, &bits, &fe) < 0)
+        return err_set(err, ERR_INPUT, "environment variable RUNNER_CUDA_FUSION=%s: %s; unset it or fix the list", fv,
+                       fe.msg);
 
     p->nnodes = e->parallel.nnodes;
     if (e->parallel.mode == PAR_SINGLE) {

@@ -67,6 +67,22 @@ static int setup_backend(trainer_t *t, err_t *e) {
         o.deterministic = t->e->train.deterministic;
         o.allow_tf32 = t->e->amp.tf32;
         o.cpu_winograd = t->e->train.cpu_winograd;
+        for (int k = 0; k < t->e->train.n_cuda_fusion; k++) {   /* names checked at load */
+            unsigned bits = 0;
+            if (backend_fusion_parse(t->e->train.cuda_fusion[k], &bits, e) < 0) return -1;
+            o.cuda_fusion |= bits;
+        }
+        /* test hook: RUNNER_CUDA_FUSION=LIST adds options, so the gpu CLI tests (exact
+         * resume, graphs on == off, DDP) can run their checks with them unchanged */
+        const char *fv = getenv("RUNNER_CUDA_FUSION");
+        if (fv && *fv) {
+            unsigned bits = 0;
+            err_t pe = {0};
+            if (backend_fusion_parse(fv, &bits, &pe) < 0)
+                return err_set(e, ERR_INPUT, "environment variable RUNNER_CUDA_FUSION=%s: %s; unset it or fix the list",
+                               fv, pe.msg);
+            o.cuda_fusion |= bits;
+        }
         t->replica_be[i] = backend_create(&o, e);
         if (!t->replica_be[i]) return -1;
     }

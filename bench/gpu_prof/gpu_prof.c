@@ -23,6 +23,15 @@
  *                 FLOPs 2*n*p*q*k*r*s*c
  *   linear: fwd n*in + out*in + n*out at e + out*4; bwd x, w, dy read, dx written, dw,
  *           db read-modify-written in fp32; FLOPs 2*n*in*out (fwd), 4*n*in*out (bwd)
+ *   fused convolutions (issue 25; the byte model's rules, model/net_fusion.h): the conv's
+ *   bytes plus what its epilogue reads and writes, when it ran fused:
+ *     conv_fwd_bn_stats    + 24k (sum, sum of squares; mean, var from them)
+ *     conv_bwd_data_bn     + n*h*w*c*e (bn_x) [+ n*h*w*c*e (relu_y)] + 32c (as bn_bwd_reduce's vectors)
+ *     conv_bwd_data_accum  + n*h*w*c*e (the gradient it adds to)
+ *   when a fused op ran its unfused fallback (cuda_backend_last_fused 0; always on the
+ *   CPU), the conv kind gets the conv's bytes and the pseudo-kind fused_fallback (calls,
+ *   bytes, no GPU time of its own: that is in the conv kind) the unfused kernel's:
+ *   bn_stats', bn_bwd_reduce's or add's bytes above.
  * "Memory-bound" kinds are all but conv_* and linear_* (matrix work) and upload/download.
  */
 #include "bench/gpu_prof/gpu_prof.h"
@@ -38,13 +47,14 @@ int gpu_prof_spin(void *stream, long long cycles);   /* spin.cu */
 
 /* One line per backend op profiled: add a line here and a wrapper below for a new op. */
 #define GPU_PROF_KINDS(X)                                                                          \
-    X(conv_fwd) X(conv_bwd_data) X(conv_bwd_filter) X(linear_fwd) X(linear_bwd) X(bn_stats)         \
+    X(conv_fwd) X(conv_bwd_data) X(conv_bwd_filter) X(conv_fwd_bn_stats) X(conv_bwd_data_bn)        \
+    X(conv_bwd_data_accum) X(linear_fwd) X(linear_bwd) X(bn_stats)                                 \
     X(bn_apply) X(bn_update_running) X(bn_bwd_reduce) X(bn_bwd_apply) X(relu_fwd) X(relu_bwd)      \
     X(add) X(avgpool_fwd) X(avgpool_bwd) X(maxpool_fwd) X(maxpool_bwd) X(softmax_xent)              \
     X(softmax_xent_soft) X(sgd_step) X(adamw_step) X(step_ctl_update) X(clip_grad_norm)            \
     X(ema_update) X(cast) X(unscale_check_finite) X(scale) X(relu6_fwd) X(relu6_bwd) X(channel_bias_fwd)  \
     X(channel_bias_bwd) X(dropout_fwd) X(dropout_bwd) X(adaptive_avgpool_fwd) X(adaptive_avgpool_bwd)   \
-    X(zero) X(copy) X(upload) X(download)
+    X(fused_fallback) X(zero) X(copy) X(upload) X(download)
 
 enum {
 #define X(k) K_##k,
@@ -135,6 +145,21 @@ static void prof_leave(gpu_prof_t *p, int kind, int slot, double t0, double byte
     prof_leave(p, K_##kind, slot, t0, (bytes), (flops));         \
     return rc
 
+/* A fused op's call (see the top): the conv kind with conv_b + epi_b when it ran fused,
+ * else conv_b there and unfused_b under fused_fallback. */
+#define PROF_FUSED(kname, call, conv_b, epi_b, unfused_b, flops)                     \
+    gpu_prof_t *p = g_prof;                                                         \
+    int slot = prof_enter(p);                                                       \
+    double t0 = now_s();                                                            \
+    int rc = p->orig->call;                                                         \
+    bool fused = be->kind == BACKEND_CUDA && cuda_backend_last_fused(be);           \
+    prof_leave(p, K_##kname, slot, t0, (conv_b) + (fused ? (epi_b) : 0.0), (flops)); \
+    if (!fused) {                                                                   \
+        p->k[K_fused_fallback].calls++;                                             \
+        p->k[K_fused_fallback].bytes += (unfused_b);                                \
+    }                                                                               \
+    return rc
+
 static double conv_flops(const conv_shape_t *s) {
     return 2.0 * s->n * s->p * s->q * (double)s->k * s->r * s->s * s->c;
 }
@@ -153,6 +178,29 @@ static int w_conv_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, con
 static int w_conv_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *dy,
                              float *dw) {
     PROF_CALL(conv_bwd_filter, conv2d_bwd_filter(be, s, dt, x, dy, dw), conv_bytes(be, s, dt, 8.0), conv_flops(s));
+}
+static int w_conv_fwd_bn_stats(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w,
+                               void *y, float *mean, float *var) {
+    double m = (double)s->n * s->p * s->q;
+    PROF_FUSED(conv_fwd_bn_stats, conv2d_fwd_bn_stats(be, s, dt, x, w, y, mean, var), conv_bytes(be, s, dt, es(dt)),
+               24.0 * s->k, es(dt) * m * s->k + 8.0 * s->k, conv_flops(s));
+}
+static int w_conv_bwd_data_bn(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w,
+                              void *dx, const void *bn_x, const void *relu_y, act_kind_t act, const float *mean,
+                              const float *var, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                              float *dbeta) {
+    double mc = (double)s->n * s->h * s->w * s->c;
+    PROF_FUSED(conv_bwd_data_bn,
+               conv2d_bwd_data_bn(be, s, dt, dy, w, dx, bn_x, relu_y, act, mean, var, eps, sum_dy, sum_dy_xhat, dgamma,
+                                  dbeta),
+               conv_bytes(be, s, dt, es(dt)), es(dt) * mc * (relu_y ? 2 : 1) + 32.0 * s->c,
+               es(dt) * mc * (relu_y ? 3 : 2) + 32.0 * s->c, conv_flops(s));
+}
+static int w_conv_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w,
+                                 void *dx) {
+    double nx = (double)s->n * s->h * s->w * s->c;
+    PROF_FUSED(conv_bwd_data_accum, conv2d_bwd_data_accum(be, s, dt, dy, w, dx), conv_bytes(be, s, dt, es(dt)),
+               es(dt) * nx, 3.0 * es(dt) * nx, conv_flops(s));
 }
 static int w_linear_fwd(backend_t *be, int n, int in, int out, dtype_t dt, const void *x, const void *w,
                         const float *b, void *y) {
@@ -303,6 +351,8 @@ static int w_download(backend_t *be, void *dst, const void *src, size_t bytes) {
 #define WRAP(slot, fn) if (p->ops.slot) p->ops.slot = fn
 static void wrap_all(gpu_prof_t *p) {
     WRAP(conv2d_fwd, w_conv_fwd); WRAP(conv2d_bwd_data, w_conv_bwd_data); WRAP(conv2d_bwd_filter, w_conv_bwd_filter);
+    WRAP(conv2d_fwd_bn_stats, w_conv_fwd_bn_stats); WRAP(conv2d_bwd_data_bn, w_conv_bwd_data_bn);
+    WRAP(conv2d_bwd_data_accum, w_conv_bwd_data_accum);
     WRAP(linear_fwd, w_linear_fwd); WRAP(linear_bwd, w_linear_bwd); WRAP(bn_stats, w_bn_stats);
     WRAP(bn_apply, w_bn_apply); WRAP(bn_update_running, w_bn_update_running); WRAP(bn_bwd_reduce, w_bn_bwd_reduce);
     WRAP(bn_bwd_apply, w_bn_bwd_apply); WRAP(relu_fwd, w_relu_fwd); WRAP(relu_bwd, w_relu_bwd); WRAP(add, w_add);

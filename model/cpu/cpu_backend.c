@@ -94,20 +94,25 @@ static int cpu_sync(backend_t *be) { (void)be; return 0; }
 
 static size_t cpu_peak_memory(backend_t *be) { return cpu_of(be)->peak_bytes; }
 
-float *cpu_scratch(cpu_backend_t *c, size_t n) {
-    if (n <= c->scratch_floats) return c->scratch;
-    free(c->scratch);
-    c->scratch_floats = 0;
+/* Makes *buf hold at least n floats (grow-only, 256-byte aligned). */
+static float *grow_floats(cpu_backend_t *c, float **buf, size_t *have, size_t n) {
+    if (n <= *have) return *buf;
+    free(*buf);
+    *have = 0;
     size_t bytes = (n * sizeof(float) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    c->scratch = aligned_alloc(CPU_ALIGN, bytes);
-    if (!c->scratch) {
+    *buf = aligned_alloc(CPU_ALIGN, bytes);
+    if (!*buf) {
         err_set(&c->base.err, ERR_RUNTIME, "cpu backend: out of memory for a %zu-byte workspace",
                 bytes);
         return NULL;
     }
-    c->scratch_floats = n;
-    return c->scratch;
+    *have = n;
+    return *buf;
 }
+
+float *cpu_scratch(cpu_backend_t *c, size_t n) { return grow_floats(c, &c->scratch, &c->scratch_floats, n); }
+
+float *cpu_accum_buf(cpu_backend_t *c, size_t n) { return grow_floats(c, &c->accum, &c->accum_floats, n); }
 
 typedef struct round_task {
     dtype_t dt;
@@ -196,6 +201,7 @@ static void cpu_destroy(backend_t *be) {
 #endif
     free(c->choices);
     free(c->scratch);
+    free(c->accum);
     free(c);
 }
 
@@ -269,6 +275,7 @@ static const backend_ops_t cpu_ops = {
     .host_task = cpu_host_task,
     .conv_engine = cpu_backend_conv_describe,
     .libraries = cpu_libraries,
+    .conv2d_bwd_data_accum = cpu_conv2d_bwd_data_accum,
 };
 
 backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {

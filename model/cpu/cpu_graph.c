@@ -24,7 +24,8 @@ enum {
     K_CONV_F, K_CONV_BD, K_CONV_BF, K_BN_STATS, K_BN_APPLY, K_BN_RUN, K_BN_BRED, K_BN_BAPP, K_RELU_F, K_RELU_B,
     K_ADD, K_APOOL_F, K_APOOL_B, K_MPOOL_F, K_MPOOL_B, K_LIN_F, K_LIN_B, K_XENT, K_XENT_SOFT, K_SGD, K_ADAMW,
     K_CTL, K_CLIP, K_EMA, K_EMA_DEV, K_CAST, K_UNSCALE, K_SCALE, K_BN_COMBINE, K_HOST, K_COPY, K_ZERO,
-    K_RELU6_F, K_RELU6_B, K_BIAS_F, K_BIAS_B, K_DROP_F, K_DROP_B, K_AAPOOL_F, K_AAPOOL_B
+    K_RELU6_F, K_RELU6_B, K_BIAS_F, K_BIAS_B, K_DROP_F, K_DROP_B, K_AAPOOL_F, K_AAPOOL_B, K_CONV_BDA, K_CONV_FS,
+    K_CONV_BDN
 };
 
 /* One stored call: the op's arguments by value (shapes copied, pointers as given). */
@@ -125,6 +126,24 @@ static int w_conv_bd(backend_t *be, const conv_shape_t *s, dtype_t dt, const voi
 static int w_conv_bf(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *dy, float *dw) {
     REC(.kind = K_CONV_BF, .cs = *s, .dt = dt, .p = {x, dy, dw});
     return plain(be)->conv2d_bwd_filter(be, s, dt, x, dy, dw);
+}
+/* the fused convolutions (issue 25; wrapped where the plain table has them) */
+static int w_conv_bda(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w, void *dx) {
+    REC(.kind = K_CONV_BDA, .cs = *s, .dt = dt, .p = {dy, w, dx});
+    return plain(be)->conv2d_bwd_data_accum(be, s, dt, dy, w, dx);
+}
+static int w_conv_fs(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w, void *y,
+                     float *mean, float *var) {
+    REC(.kind = K_CONV_FS, .cs = *s, .dt = dt, .p = {x, w, y, mean, var});
+    return plain(be)->conv2d_fwd_bn_stats(be, s, dt, x, w, y, mean, var);
+}
+static int w_conv_bdn(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w, void *dx,
+                      const void *bn_x, const void *relu_y, act_kind_t act, const float *mean, const float *var,
+                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    REC(.kind = K_CONV_BDN, .cs = *s, .dt = dt, .p = {dy, w, dx, bn_x, relu_y, mean, var, sum_dy, sum_dy_xhat, dgamma,
+        dbeta}, .f = {eps}, .act = act);
+    return plain(be)->conv2d_bwd_data_bn(be, s, dt, dy, w, dx, bn_x, relu_y, act, mean, var, eps, sum_dy, sum_dy_xhat,
+                                         dgamma, dbeta);
 }
 static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var) {
     REC(.kind = K_BN_STATS, .i = {m, c}, .dt = dt, .p = {x, mean, var});
@@ -299,6 +318,11 @@ static int run_call(backend_t *be, const cpu_call_t *c) {
     case K_CONV_F: return o->conv2d_fwd(be, &c->cs, c->dt, q[0], q[1], V(q[2]));
     case K_CONV_BD: return o->conv2d_bwd_data(be, &c->cs, c->dt, q[0], q[1], V(q[2]));
     case K_CONV_BF: return o->conv2d_bwd_filter(be, &c->cs, c->dt, q[0], q[1], V(q[2]));
+    case K_CONV_BDA: return o->conv2d_bwd_data_accum(be, &c->cs, c->dt, q[0], q[1], V(q[2]));
+    case K_CONV_FS: return o->conv2d_fwd_bn_stats(be, &c->cs, c->dt, q[0], q[1], V(q[2]), V(q[3]), V(q[4]));
+    case K_CONV_BDN:
+        return o->conv2d_bwd_data_bn(be, &c->cs, c->dt, q[0], q[1], V(q[2]), q[3], q[4], (act_kind_t)c->act, q[5],
+                                     q[6], c->f[0], V(q[7]), V(q[8]), V(q[9]), V(q[10]));
     case K_BN_STATS: return o->bn_stats(be, c->i[0], (int)c->i[1], c->dt, q[0], V(q[1]), V(q[2]));
     case K_BN_APPLY:
         return o->bn_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], q[2], q[3], q[4], c->f[0], q[5],
@@ -416,6 +440,9 @@ void cpu_graph_install(cpu_backend_t *c, const char *mode) {
     o->conv2d_fwd = w_conv_f;
     o->conv2d_bwd_data = w_conv_bd;
     o->conv2d_bwd_filter = w_conv_bf;
+    o->conv2d_bwd_data_accum = o->conv2d_bwd_data_accum ? w_conv_bda : NULL;
+    o->conv2d_fwd_bn_stats = o->conv2d_fwd_bn_stats ? w_conv_fs : NULL;
+    o->conv2d_bwd_data_bn = o->conv2d_bwd_data_bn ? w_conv_bdn : NULL;
     o->bn_stats = w_bn_stats;
     o->bn_apply = w_bn_apply;
     o->bn_update_running = w_bn_run;

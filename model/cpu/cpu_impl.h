@@ -74,6 +74,8 @@ typedef struct cpu_backend {
     int nchoices, choices_cap;
     float *scratch;               /* grow-only workspace for im2col and AMP rounding */
     size_t scratch_floats;
+    float *accum;                 /* grow-only: conv2d_bwd_data_accum's data gradient */
+    size_t accum_floats;
     cpu_dnnl_t *dnnl;             /* NULL without oneDNN */
     /* graphs (cpu_graph.c, RUNNER_CPU_GRAPHS): ops is graph_ops, plain the cpu table */
     const backend_ops_t *plain;
@@ -88,6 +90,8 @@ static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be;
 /* Returns a workspace of at least n floats (valid until the next call), or NULL with
  * be->err set. */
 float *cpu_scratch(cpu_backend_t *c, size_t n);
+/* The same for conv2d_bwd_data_accum's own buffer (the convolution uses cpu_scratch). */
+float *cpu_accum_buf(cpu_backend_t *c, size_t n);
 
 /* Rounds v to dt (identity for DT_F32). */
 static inline float cpu_round(dtype_t dt, float v) {
@@ -109,6 +113,8 @@ int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const 
                         const void *w, void *dx);
 int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
                           const void *dy, float *dw);
+int cpu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                              const void *w, void *dx);
 /* cpu_dnnl.c: 0 ok, -1 error (be->err set); only called when c->dnnl != NULL */
 cpu_dnnl_t *cpu_dnnl_create(int threads, err_t *e);
 void cpu_dnnl_free(cpu_dnnl_t *d);

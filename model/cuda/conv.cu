@@ -31,7 +31,10 @@
  * for half data this matches what autocast does (a half weight gradient cast to fp32).
  * Groups (conv_shape_t.groups): the filter descriptor holds c / groups input channels and
  * cudnnSetConvolutionGroupCount the count; cuDNN picks its grouped / depthwise kernels.
- * Not here: bias (layers.cu), dilation, the cuDNN graph API.
+ * With the graph_conv fusion option (issue 25) each op first offers its call to the cuDNN
+ * graph API (conv_graph.cu) and runs here only where that has no engine for the shape
+ * (grouped convolutions always run here: the graph API path builds dense ones only).
+ * Not here: bias (layers.cu), dilation.
  */
 #include "model/cuda/conv.cuh"
 
@@ -39,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/cuda/conv_graph.cuh"
 #include "model/cuda/cuda_impl.cuh"
 #include "model/cuda/elementwise.cuh"
 
@@ -440,6 +444,10 @@ int cu_conv2d_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *
                   void *y) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
+    if (cb->fusion & BACKEND_FUSE_GRAPH_CONV) {   /* issue 25: 0 ran, 1 no graph engine, -1 error */
+        int r = cu_conv_graph_fwd(cb, s, dt, x, w, y);
+        if (r <= 0) return r;
+    }
     struct conv_plan *p = plan_get(cb, s, dt, align_class(x, w, y));
     if (!p) return -1;
     if (!p->found[DIR_FWD] && plan_find(cb, p, DIR_FWD, x, w, y)) return -1;
@@ -454,10 +462,33 @@ int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const v
                        const void *w, void *dx) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
+    if (cb->fusion & BACKEND_FUSE_GRAPH_CONV) {   /* issue 25: 0 ran, 1 no graph engine, -1 error */
+        int r = cu_conv_graph_dgrad(cb, s, dt, dy, w, dx);
+        if (r <= 0) return r;
+    }
+    return cu_conv_legacy_bwd_data(be, s, dt, dy, w, dx, 0.0f);
+}
+
+int cu_conv_legacy_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                            const void *w, void *dx, float beta) {
+    cuda_be_t *cb = cb_of(be);
+    CB_ENTER(cb);
     struct conv_plan *p = plan_get(cb, s, dt, align_class(dy, w, dx));
     if (!p) return -1;
-    if (!p->found[DIR_BWD_DATA] && plan_find(cb, p, DIR_BWD_DATA, dy, w, dx)) return -1;
-    float alpha = 1.0f, beta = 0.0f;
+    if (!p->found[DIR_BWD_DATA]) {
+        /* with beta != 0 dx holds a gradient the search must not overwrite: search on a
+         * buffer with dx's address bits modulo 256 (the same alignment class) */
+        void *tmp = NULL, *out = dx;
+        if (beta != 0.0f) {
+            size_t bytes = (size_t)s->n * s->h * s->w * s->c * dt_size(dt);
+            if (!(tmp = cb_malloc(cb, bytes + 256, "conv search output"))) return -1;
+            out = (char *)tmp + ((uintptr_t)dx & 255);
+        }
+        int r = plan_find(cb, p, DIR_BWD_DATA, dy, w, out);
+        cb_free(cb, tmp);
+        if (r) return -1;
+    }
+    float alpha = 1.0f;
     CUDNN_CHECK(cb, cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->wd, w, p->yd, dy, p->cd[DIR_BWD_DATA],
                                                  (cudnnConvolutionBwdDataAlgo_t)p->algo[DIR_BWD_DATA],
                                                  cb->ws.p, p->ws[DIR_BWD_DATA], &beta, p->xd, dx));
@@ -472,6 +503,11 @@ int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const
     if (!p) return -1;
     int64_t nw = (int64_t)s->k * s->r * s->s * (s->c / conv_groups(s));
     if (cb_grow(cb, &cb->stage, (size_t)nw * dt_size(dt), "conv weight-gradient staging")) return -1;
+    if (cb->fusion & BACKEND_FUSE_GRAPH_CONV) {   /* issue 25: 0 ran, 1 no graph engine, -1 error */
+        int r = cu_conv_graph_wgrad(cb, s, dt, x, dy, cb->stage.p);
+        if (r < 0) return -1;
+        if (r == 0) return cu_accumulate(be, nw, dt, cb->stage.p, dw);
+    }
     if (!p->found[DIR_BWD_FILTER] && plan_find(cb, p, DIR_BWD_FILTER, x, dy, cb->stage.p)) return -1;
     float alpha = 1.0f, beta = 0.0f;
     CUDNN_CHECK(cb, cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->xd, x, p->yd, dy, p->cd[DIR_BWD_FILTER],

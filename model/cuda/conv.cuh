@@ -14,6 +14,11 @@ int cu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const v
                        const void *w, void *dx);
 int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
                          const void *dy, float *dw);
+/* The legacy API's data gradient, dx = dgrad(dy, w) + beta * dx (beta 0 or 1; the
+ * graph API is not tried): conv2d_bwd_data's legacy half, and the residual sum of the
+ * dgrad_accum fusion (fusion.cu). */
+int cu_conv_legacy_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                            const void *w, void *dx, float beta);
 
 /* backend_ops_t.conv_engine: the algorithm each plan of shape s uses in direction which
  * (0 fwd, 1 bwd data, 2 bwd filter) and how it was chosen, e.g. "cudnn fwd

@@ -233,9 +233,9 @@ static void fixed_in_place_is_seen(void) {
     snprintf(body, sizeof body, "device: cpu\ndata: {dataset: image_folder, root: %s, image_size: 16, workers: 1}\n"
              "model: {arch: resnet20}\n", root);
     test_write_file(exp, body);
-    /* the run (the plan writes nothing) indexes the folder, caches the index with the bad
-     * file in it and stops before creating a run directory */
-    snprintf(args, sizeof args, "%s --set output.root=%s", exp, path_in("fix_runs"));
+    /* a run (the plan writes no index cache) meets the bad file, caches the index with it
+     * and stops before creating a run directory */
+    snprintf(args, sizeof args, "%s --set train.max_steps=1 --set output.root=%s", exp, path_in("fix_runs"));
     CHECK_INT(run_runner(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "train/cat/001.jpg: not an image (it starts with the text \"not a photo\"): expected a "
                         "JPEG or PNG file; fix or remove the file");

@@ -124,6 +124,18 @@ static void test_wrong_types(void) {
               "exp.yaml:3:17: <<: expected an alias of a mapping, e.g. <<: *defaults");
 }
 
+/* train.cuda_fusion takes only the option names, each once. */
+static void test_cuda_fusion_names(void) {
+    CHECK_STR(fail(MIN "train: {cuda_fusion: [conv_stat]}\n"),
+              "exp.yaml:3:23: train.cuda_fusion[0]: 'conv_stat' is not one of graph_conv, conv_stats, "
+              "dgrad_dbn, dgrad_accum, vec16, all; did you mean conv_stats?");
+    CHECK_STR(fail(MIN "train: {cuda_fusion: [vec16, vec16]}\n"),
+              "exp.yaml:3:30: train.cuda_fusion[1]: 'vec16' appears twice; list each once");
+    CHECK_STR(fail(MIN "train: {cuda_fusion: fast}\n"),
+              "exp.yaml:3:22: train.cuda_fusion[0]: 'fast' is not one of graph_conv, conv_stats, dgrad_dbn, "
+              "dgrad_accum, vec16, all");
+}
+
 static void test_ranges(void) {
     CHECK_STR(fail(MIN "optimizer: {lr: -0.1}\n"),
               "exp.yaml:3:17: optimizer.lr: -0.1 is out of range; must be > 0");
@@ -576,6 +588,7 @@ int main(void) {
     if (test_tmpdir(dir, sizeof dir)) return 1;
     TEST_RUN(test_unknown_keys);
     TEST_RUN(test_wrong_types);
+    TEST_RUN(test_cuda_fusion_names);
     TEST_RUN(test_ranges);
     TEST_RUN(test_required_and_cross_checks);
     TEST_RUN(test_yaml_level);

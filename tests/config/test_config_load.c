@@ -786,6 +786,32 @@ static void test_hash(void) {
 }
 
 /* docs/experiment-files.md and resolved.yaml name every key of the schema table. */
+/* train.cuda_fusion: names matched case-insensitively and stored as spelled in the
+ * schema, empty by default, written to resolved.yaml and read back. */
+static void test_cuda_fusion_key(void) {
+    experiment_t *x = load("exp.yaml", MIN, NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 0);
+    free(x);
+    x = load("fuse.yaml", MIN "train: {cuda_fusion: [conv_stats, GRAPH_CONV, vec16]}\n", NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 3);
+    CHECK_STR(x->train.cuda_fusion[0], "conv_stats");
+    CHECK_STR(x->train.cuda_fusion[1], "graph_conv");
+    CHECK_STR(x->train.cuda_fusion[2], "vec16");
+    experiment_t *y = round_trip(x, "resolved_fuse.yaml");
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
+    x = load("one.yaml", MIN "train: {cuda_fusion: dgrad_accum}\n", NULL, 0);   /* a scalar is a list of one */
+    CHECK_INT(x->train.n_cuda_fusion, 1);
+    CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum");
+    free(x);
+    const char *sets[] = {"train.cuda_fusion=[all]"};
+    x = load("exp.yaml", MIN, sets, 1);
+    CHECK_INT(x->train.n_cuda_fusion, 1);
+    CHECK_STR(x->train.cuda_fusion[0], "all");
+    free(x);
+}
+
 static void test_every_key_documented_and_written(void) {
     char path[1100];
     snprintf(path, sizeof path, "%s/docs/experiment-files.md", test_source_dir());
@@ -868,6 +894,7 @@ int main(void) {
     TEST_RUN(test_matrix_repeats);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_hash);
+    TEST_RUN(test_cuda_fusion_key);
     TEST_RUN(test_every_key_documented_and_written);
     TEST_RUN(test_shipped_experiments);
     char cmd[600];

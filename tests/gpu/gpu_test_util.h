@@ -48,7 +48,9 @@ typedef struct pair {
     backend_t *cpu, *gpu;
 } pair_t;
 
-static inline pair_t pair_make(bool deterministic, bool tf32) {
+/* A CPU backend and a CUDA backend with the issue-25 fusion options `fusion`
+ * (BACKEND_FUSE_*; the CPU ignores them). */
+static inline pair_t pair_make_fused(bool deterministic, bool tf32, unsigned fusion) {
     pair_t p;
     err_t e = {0};
     backend_opts_t o = {0};
@@ -65,12 +67,15 @@ static inline pair_t pair_make(bool deterministic, bool tf32) {
         o.device = 0;
         o.deterministic = deterministic;
         o.allow_tf32 = tf32;
+        o.cuda_fusion = fusion;
         p.gpu = cuda_backend_create(&o, &e);
         if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
     }
     gpu_plant(p.cpu, p.gpu);
     return p;
 }
+
+static inline pair_t pair_make(bool deterministic, bool tf32) { return pair_make_fused(deterministic, tf32, 0); }
 
 static inline void pair_free(pair_t *p) {
     backend_free(p->cpu);
@@ -181,19 +186,79 @@ static inline int twin_cmp(const char *what, pair_t *p, const twin_t *t, double 
     return bad;
 }
 
+/* ||g - c|| / ||c|| (||g - c|| when c is zero). */
+static inline double vec_rel_l2(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* ||g - c|| / ||c|| of the two sides of t. */
 static inline double twin_rel_l2(pair_t *p, const twin_t *t) {
     float *cv, *gv;
     twin_get(p, t, &cv, &gv);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < t->n; i++) {
-        double d = (double)gv[i] - cv[i];
-        num += d * d;
-        den += (double)cv[i] * cv[i];
-    }
+    double r = vec_rel_l2(gv, cv, (size_t)t->n);
     free(cv);
     free(gv);
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    return r;
+}
+
+/* One convolution of shape s in dt on both sides of a pair: inputs x, w, dy from tags 1-3,
+ * the fp32 weight gradient dw starting from tag 4's values (hdw keeps them), and the
+ * outputs y, dx, dw of the three directions. */
+typedef struct conv_twins {
+    twin_t x, w, dy, y, dx, dw;
+    int64_t nx, nw, ny;
+    float *hx, *hw, *hdy, *hdw;
+} conv_twins_t;
+
+/* Allocates and fills the twins and runs fwd, bwd data and bwd filter (accumulating) on
+ * both backends (exits on an op failure). */
+static inline conv_twins_t conv_twins_run(pair_t *p, const conv_shape_t *s, dtype_t dt) {
+    conv_twins_t t;
+    int groups = s->groups > 1 ? s->groups : 1;
+    t.nx = (int64_t)s->n * s->h * s->w * s->c;
+    t.nw = (int64_t)s->k * s->r * s->s * (s->c / groups);
+    t.ny = (int64_t)s->n * s->p * s->q * s->k;
+    t.hx = hrand(t.nx, 1, -1, 1);
+    t.hw = hrand(t.nw, 2, -0.5f, 0.5f);
+    t.hdy = hrand(t.ny, 3, -1, 1);
+    t.hdw = hrand(t.nw, 4, -0.25f, 0.25f);
+    t.x = twin_new(p, t.nx, dt, t.hx);
+    t.w = twin_new(p, t.nw, dt, t.hw);
+    t.dy = twin_new(p, t.ny, dt, t.hdy);
+    t.y = twin_new(p, t.ny, dt, NULL);
+    t.dx = twin_new(p, t.nx, dt, NULL);
+    t.dw = twin_new(p, t.nw, DT_F32, t.hdw);
+    backend_t *bes[2] = {p->cpu, p->gpu};
+    for (int i = 0; i < 2; i++) {
+        backend_t *be = bes[i];
+#define S_(tw) (i ? (tw).g : (tw).c)
+        OK(be, be->ops->conv2d_fwd(be, s, dt, S_(t.x), S_(t.w), S_(t.y)));
+        OK(be, be->ops->conv2d_bwd_data(be, s, dt, S_(t.dy), S_(t.w), S_(t.dx)));
+        OK(be, be->ops->conv2d_bwd_filter(be, s, dt, S_(t.x), S_(t.dy), (float *)S_(t.dw)));
+#undef S_
+    }
+    return t;
+}
+
+/* Compares y, dx and dw of the two sides (twin_cmp with tol); the number of tensors off. */
+static inline int conv_twins_cmp(pair_t *p, const conv_twins_t *t, const char *what, double tol) {
+    return (twin_cmp(what, p, &t->y, tol) != 0) + (twin_cmp(what, p, &t->dx, tol) != 0) +
+           (twin_cmp(what, p, &t->dw, tol) != 0);
+}
+
+static inline void conv_twins_free(pair_t *p, conv_twins_t *t) {
+    twin_t *all[] = {&t->x, &t->w, &t->dy, &t->y, &t->dx, &t->dw};
+    for (int k = 0; k < 6; k++) twin_free(p, all[k]);
+    free(t->hx);
+    free(t->hw);
+    free(t->hdy);
+    free(t->hdw);
 }
 
 #endif

@@ -4,11 +4,14 @@
 The GPU times of the op-kind profiler (bench/gpu_prof) need a GPU; what it counts does
 not: one resnet20 step (batch 4, fp16 AMP, 10 classes) with --backend cpu --profile 1
 must report the calls each op kind gets from the net's structure (21 convolutions and
-BN layers, 20 data gradients: the stem's input needs none; one classifier, loss,
-optimizer, shadow cast and unscale), the bn_apply bytes of gpu_prof.c's formula worked
-out here by hand from resnet20's layers (4-byte elements: the CPU backend's), the
-memory-bound total as the sum of its kinds, and one conv_engines entry per distinct
-convolution shape (8). Usage: test_gpu_bench_dryrun.py BENCH_GPU_BENCH
+BN layers, 20 data gradients: the stem's input needs none, and the 9 that sum into a
+block input's gradient go through the CPU's conv2d_bwd_data_accum (issue 25), counted as
+conv_bwd_data_accum with their add's bytes under fused_fallback, none as add; one
+classifier, loss, optimizer, shadow cast and unscale), the bn_apply and fused_fallback
+bytes of gpu_prof.c's formulas worked out here by hand from resnet20's layers (4-byte
+elements: the CPU backend's), the memory-bound total as the sum of its kinds, and one
+conv_engines entry per distinct convolution shape (8). Usage: test_gpu_bench_dryrun.py
+BENCH_GPU_BENCH
 """
 import json
 import subprocess
@@ -33,7 +36,8 @@ check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}")
 line = json.loads(r.stdout.strip().splitlines()[-1])
 prof = line["profile"]
 kinds = {k["kind"]: k for k in prof["kinds"]}
-want_calls = {"conv_fwd": 21, "conv_bwd_data": 20, "conv_bwd_filter": 21, "bn_stats": 21, "bn_apply": 21,
+want_calls = {"conv_fwd": 21, "conv_bwd_data": 11, "conv_bwd_data_accum": 9, "fused_fallback": 9,
+              "conv_bwd_filter": 21, "bn_stats": 21, "bn_apply": 21,
               "bn_update_running": 21, "bn_bwd_reduce": 21, "bn_bwd_apply": 21, "linear_fwd": 1, "linear_bwd": 1,
               "avgpool_fwd": 1, "avgpool_bwd": 1, "softmax_xent": 1, "sgd_step": 1, "step_ctl_update": 1,
               "cast": 1, "unscale_check_finite": 1}
@@ -53,6 +57,13 @@ for hw, c in ((16, 32), (8, 64)):                           # layer2, layer3
 want = sum(e * B * mc * (3 if z else 2) + 16 * c for mc, c, z in layers)
 check(len(layers) == 21, f"{len(layers)} BN layers")
 check(kinds["bn_apply"]["bytes"] == want, f"bn_apply bytes {kinds['bn_apply']['bytes']} != {want}")
+# the residual sums: each block input (elements per sample) once, 3 e-byte passes (add)
+inputs = [32 * 32 * 16] * 4 + [16 * 16 * 32] * 3 + [8 * 8 * 64] * 2
+want = sum(3 * e * B * nx for nx in inputs)
+check(kinds["fused_fallback"]["bytes"] == want, f"fused_fallback bytes {kinds['fused_fallback']['bytes']} != {want}")
+check(kinds["fused_fallback"]["memory_bound"] and not kinds["conv_bwd_data_accum"]["memory_bound"],
+      "fused_fallback is memory-bound, the accumulating conv is not")
+check("add" not in kinds, "no separate gradient adds")
 mem = sum(k["bytes"] for k in prof["kinds"] if k["memory_bound"])
 check(abs(prof["nonconv_bytes"] - mem) <= 1, f"nonconv_bytes {prof['nonconv_bytes']} != {mem}")
 check(not kinds["conv_fwd"]["memory_bound"] and kinds["bn_stats"]["memory_bound"], "memory_bound flags")

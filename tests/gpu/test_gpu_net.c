@@ -61,16 +61,6 @@ static side_t side_make(backend_t *be, dtype_t dt, int batch, int hw) {
     return s;
 }
 
-static double rel_l2(const float *g, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)g[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 #define NET_OK(what, call) do { err_t e_ = {0}; if ((call) || e_.code) { \
     fprintf(stderr, "%s: %s\n", what, e_.msg); exit(1); } } while (0)
 
@@ -128,7 +118,7 @@ static void test_step_fp32(void) {
     runs_t r;
     runs_do(&r, 2, (backend_t *[]){p.cpu, p.gpu}, (dtype_t[]){DT_F32, DT_F32});
     size_t np = r.np;
-    double gl2 = rel_l2(r.grads[1], r.grads[0], np), bl2 = rel_l2(r.bufs[1], r.bufs[0], r.nb);
+    double gl2 = vec_rel_l2(r.grads[1], r.grads[0], np), bl2 = vec_rel_l2(r.bufs[1], r.bufs[0], r.nb);
     fprintf(stderr, "  fp32: loss cpu %.6f gpu %.6f, grads rel L2 %.3g, buffers rel L2 %.3g\n", r.out[0].loss_sum,
             r.out[1].loss_sum, gl2, bl2);
     CHECK_NEAR(r.out[1].loss_sum, r.out[0].loss_sum, 0.0, 1e-4);
@@ -153,12 +143,12 @@ static void check_step_half(dtype_t dt, double loss_tol) {
     size_t np = r.np, nb = r.nb;
     float **grads = r.grads, **bufs = r.bufs;
     net_loss_out_t *out = r.out;
-    double gc = rel_l2(grads[1], grads[0], np), gg = rel_l2(grads[2], grads[0], np);
-    double bc = rel_l2(bufs[1], bufs[0], nb), bg = rel_l2(bufs[2], bufs[0], nb);
+    double gc = vec_rel_l2(grads[1], grads[0], np), gg = vec_rel_l2(grads[2], grads[0], np);
+    double bc = vec_rel_l2(bufs[1], bufs[0], nb), bg = vec_rel_l2(bufs[2], bufs[0], nb);
     fprintf(stderr, "  %s: loss fp32 %.6f cpu %.6f gpu %.6f; grads rel L2 to fp32: cpu %.3g gpu %.3g (%.2fx); "
             "buffers: cpu %.3g gpu %.3g (%.2fx); gpu vs cpu grads %.3g\n", dtype_names[dt], out[0].loss_sum,
             out[1].loss_sum, out[2].loss_sum, gc, gg, gc > 0 ? gg / gc : 0.0, bc, bg, bc > 0 ? bg / bc : 0.0,
-            rel_l2(grads[2], grads[1], np));
+            vec_rel_l2(grads[2], grads[1], np));
     /* per tensor: a defect confined to one layer hides in the whole gradient's norm */
     double unit = dt == DT_F16 ? 0x1p-11 : 0x1p-8, worst = 0;
     const char *worst_name = "";
@@ -166,8 +156,8 @@ static void check_step_half(dtype_t dt, double loss_tol) {
     for (int t = 0; t < net_num_tensors(r.s[0].net); t++) {
         const net_tensor_t *nt = net_tensor(r.s[0].net, t);
         if (nt->store != NET_STORE_PARAM) continue;
-        double c = rel_l2(grads[1] + nt->offset, grads[0] + nt->offset, nt->numel);
-        double g = rel_l2(grads[2] + nt->offset, grads[0] + nt->offset, nt->numel);
+        double c = vec_rel_l2(grads[1] + nt->offset, grads[0] + nt->offset, nt->numel);
+        double g = vec_rel_l2(grads[2] + nt->offset, grads[0] + nt->offset, nt->numel);
         double ratio = g / (TENSOR_RATIO * c + 4 * unit);
         over += ratio > 1.0;
         if (ratio > worst) { worst = ratio; worst_name = nt->name; }
@@ -371,7 +361,7 @@ static void test_three_sgd_steps(void) {
             }
             for (size_t k = 0; k < np; k++) upd[i][k] = after[i][k] - start.params[k];
         }
-        double ul2 = rel_l2(upd[1], upd[0], np), bl2 = rel_l2(bufs[1], bufs[0], nb);
+        double ul2 = vec_rel_l2(upd[1], upd[0], np), bl2 = vec_rel_l2(bufs[1], bufs[0], nb);
         fprintf(stderr, "  step %d: update rel L2 %.3g, BN statistics rel L2 %.3g\n", step, ul2, bl2);
         CHECK(ul2 <= 1e-4);
         CHECK(bl2 <= 1e-5);
