@@ -82,11 +82,20 @@ static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *o
 }
 
 /* Path arguments the shell left alone ('~/runs/x' quoted, or a value it never saw as a
- * path) get the expansion experiment files get (util/fs.h path_expand). The expanded
- * strings live until the process exits. */
+ * path) get the expansion experiment files get (util/fs.h path_expand). A positional
+ * argument loses trailing slashes (shells complete directories as 'runs/x/'), so the run
+ * directories it names are printed and named as 'runs/x'. The changed strings live until
+ * the process exits. */
 static int cli_expand_paths(cli_t *c, err_t *e) {
     const char **paths[64 + 3];
     int n = 0;
+    for (int i = 0; i < c->n_positional; i++) {
+        const char *v = c->positional[i];
+        size_t l = strlen(v);
+        if (l < 2 || v[l - 1] != '/') continue;
+        while (l > 1 && v[l - 1] == '/') l--;
+        if (!(c->positional[i] = strndup(v, l))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
     for (int i = 0; i < c->n_positional; i++) paths[n++] = &c->positional[i];
     paths[n++] = &c->output;
     paths[n++] = &c->baseline;
@@ -216,6 +225,11 @@ static int load_experiment(const cli_t *c, experiment_t *x, const char **exp_pat
         const char *dir = c->positional[0];
         if (!strcmp(c->verb, "_member")) snprintf(buf, len, "%s/experiment.yaml", dir);
         else snprintf(buf, len, "%s/resolved.yaml", dir);
+        struct stat st;
+        if (!strcmp(c->verb, "resume") && stat(dir, &st) == 0 && S_ISREG(st.st_mode))
+            return err_set(e, ERR_INPUT, "%s is a file, not a run directory: to continue the newest unfinished run "
+                           "of an experiment file, run the file itself (runner %s); resume takes the directory "
+                           "runner printed when the run started (runs/<name>/<timestamp>-<id>)", dir, dir);
         if (access(buf, R_OK) != 0)
             return err_set(e, ERR_INPUT, "%s: not a run directory (no %s); give the directory runner printed "
                            "when the run started (runs/<name>/<timestamp>-<id>)", dir, strrchr(buf, '/') + 1);

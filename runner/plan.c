@@ -533,7 +533,9 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     if (e->train.max_steps > 0) fprintf(f, " (train.max_steps %lld)", (long long)e->train.max_steps);
     fprintf(f, "\n");
     fprintf(f, "lr           base %g", p->lr_base);
-    if (p->warmup_steps > 0) fprintf(f, ", warm-up %lld steps to %g", (long long)p->warmup_steps, p->lr_warmup_end);
+    if (p->warmup_steps > 0)
+        fprintf(f, ", warm-up %lld step%s to %g", (long long)p->warmup_steps, p->warmup_steps == 1 ? "" : "s",
+                p->lr_warmup_end);
     for (int i = 0; i < p->n_milestones; i++)
         fprintf(f, ", %g from step %lld (epoch %d)", p->lr_after_milestone[i],
                 (long long)p->milestone_steps[i], e->schedule.milestones[i]);

@@ -1,15 +1,17 @@
 /* plan_estimate.c: how long the plan's steps will take (plan.h plan_estimate).
  *
- * Only a measured rate gives a number: summary.json's images_per_second (the median of a
- * finished run's steady-state steps) from a run of the same setup, looked for first among
- * the runs of this experiment, then among every run under output.root (newest first,
- * 2000 directories at most). Same setup: plan.json's device, GPU name, mode, world size,
- * precision, dataset, arch, stem, input shape, global batch, accumulation and CPU threads
- * per rank, and on the CPU env.json's CPU model. The estimate covers the training steps
- * still to run (a resumed run: from the step its summary.json says it reached);
- * evaluation, start-up and checkpoints add to it, and the plan says so. Without a
- * measurement there is no number: FLOPs alone give no honest time for an unknown
- * machine, so the plan says where the ETA will come from and what the steps cost.
+ * Only a measured rate gives a number: summary.json's images_per_second (a finished run's
+ * steady-state rate: the images of its steady steps over their time) from a run of the
+ * same setup, looked for first among the runs of this experiment, then among every run
+ * under output.root (newest first, 2000 directories at most). Same setup: plan.json's
+ * device, GPU name, mode, world size, precision, dataset, arch, stem, input shape, global
+ * batch, accumulation and CPU threads per rank, and on the CPU env.json's CPU model. The
+ * estimate covers the training steps still to run (a resumed run: from the step its
+ * summary.json says it reached), counting the images they train (an epoch's training set
+ * over its steps, so a partial last batch counts as partial); evaluation, start-up and
+ * checkpoints add to it, and the plan says so. Without a measurement there is no number:
+ * FLOPs alone give no honest time for an unknown machine, so the plan says where the ETA
+ * will come from and what the steps cost.
  */
 #include <dirent.h>
 #include <math.h>
@@ -154,7 +156,13 @@ void plan_estimate(const experiment_t *e, plan_t *p) {
         for (int i = 0; i < n; i++) free(list[i]);
         free(list);
     }
-    double images = (double)steps * p->global_batch;
+    /* the images the steps train: an epoch's training set (padded by DDP's sampler) spread
+     * over its steps, so a partial last batch counts as partial */
+    double per_step = p->steps_per_epoch > 0
+                          ? (double)p->samples_per_rank * (!strcmp(p->mode, "ddp") ? p->world_size : 1) /
+                                (double)p->steps_per_epoch
+                          : p->global_batch;
+    double images = (double)steps * per_step;
     if (isfinite(ips)) {
         p->est_seconds = images / ips;
         char d[64];

@@ -8,12 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "util/json.h"
+#include "util/lockinfo.h"
 
-enum { LOCK_PATH = 4200, HOLDER_MAX = 4096 };
+enum { LOCK_PATH = 4200 };
 
 static void lock_path(const char *run_dir, char *out, size_t len) {
     snprintf(out, len, "%s/.lock", run_dir);
@@ -39,31 +38,6 @@ static int ofd_locked_elsewhere(int fd) {
     return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
-/* "pid N on host H (since T: COMMAND)" from the holder line of the lock file open on fd;
- * the holder writes it just after taking the lock, so an empty or partial line is read
- * again for up to a second. pid gets the pid (0 if unknown). Returns 1 when read. */
-static int read_holder(int fd, char *out, size_t len, long *pid, char *host, size_t host_len) {
-    *pid = 0;
-    if (host_len) host[0] = '\0';
-    snprintf(out, len, "a process whose details are not in its lock file");
-    for (int attempt = 0; attempt < 20; attempt++) {
-        char buf[HOLDER_MAX];
-        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-        err_t ignore = {0};
-        json_t *j = n > 0 ? json_parse(buf, (size_t)n, &ignore) : NULL;
-        if (j) {
-            *pid = (long)json_get_number(j, "pid", 0);
-            snprintf(host, host_len, "%s", json_get_string(j, "host", "?"));
-            snprintf(out, len, "pid %ld on host %s, since %s: %.300s", *pid, host, json_get_string(j, "started", "?"),
-                     json_get_string(j, "command", "?"));
-            json_free(j);
-            return 1;
-        }
-        usleep(50000);
-    }
-    return 0;
-}
-
 /* True when the holder named in the lock file ran on this host and is gone or a zombie:
  * its lock is being released. */
 static bool holder_exiting(long pid, const char *host) {
@@ -78,33 +52,6 @@ static bool holder_exiting(long pid, const char *host) {
     stat[n] = '\0';
     const char *rp = strrchr(stat, ')');   /* the name may hold spaces and parentheses */
     return rp && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
-/* Replaces the lock file's content with this process's holder line. Best effort: the
- * lock itself is what keeps a second writer out. */
-static void write_holder(int fd, const char *command) {
-    char host[256] = "", when[64] = "";
-    gethostname(host, sizeof host - 1);
-    time_t t = time(NULL);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return;
-    jw_t w;
-    jw_init(&w, f, false);
-    jw_obj_begin(&w);
-    jw_kint(&w, "pid", (int64_t)getpid());
-    jw_kstr(&w, "host", host);
-    jw_kstr(&w, "started", when);
-    jw_kstr(&w, "command", command ? command : "runner");
-    jw_obj_end(&w);
-    fputc('\n', f);
-    fclose(f);
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, n, 0) == (ssize_t)n) fdatasync(fd);
-    free(buf);
 }
 
 int run_lock_adopt(const char *run_dir, run_lock_t *l) {
@@ -150,7 +97,7 @@ int run_lock_take(const char *run_dir, const char *command, run_lock_t *l, err_t
         if (r != EAGAIN && r != EACCES) break;
         char who[1024], host[256];
         long pid;
-        read_holder(fd, who, sizeof who, &pid, host, sizeof host);
+        lock_info_read(fd, who, sizeof who, &pid, host, sizeof host);
         if (waited < 30.0 && holder_exiting(pid, host)) {
             usleep(50000);
             continue;
@@ -175,7 +122,7 @@ int run_lock_take(const char *run_dir, const char *command, run_lock_t *l, err_t
         errno = r;
         return err_errno(e, ERR_RUNTIME, "%s: cannot lock", path);
     }
-    if (!l->inherited) write_holder(fd, command);
+    if (!l->inherited) lock_info_write(fd, command);
     l->fd = fd;
     return 0;
 }
@@ -189,7 +136,7 @@ int run_lock_holder(const char *run_dir, char *out, size_t len) {
     if (held) {
         char host[256];
         long pid;
-        read_holder(fd, out, len, &pid, host, sizeof host);
+        lock_info_read(fd, out, len, &pid, host, sizeof host);
     }
     close(fd);
     return held;

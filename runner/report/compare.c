@@ -16,6 +16,7 @@
 #include "runner/report/report.h"
 #include "runner/report/report_impl.h"
 #include "util/json.h"
+#include "util/lockinfo.h"
 #include "util/rng.h"
 
 enum { STATE_JSON_MAX = 4 << 20 };
@@ -447,10 +448,19 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
     int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (lock < 0) return err_errno(e, ERR_INPUT, "%s: cannot create", lock_path);
     if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        char who[1024], host[256], stop[400] = "";
+        long pid;
+        lock_info_read(lock, who, sizeof who, &pid, host, sizeof host);
         close(lock);
-        return err_set(e, ERR_INPUT, "%s: another runner compare is running this comparison; wait for it "
-                       "or stop it first", parent);
+        if (pid > 0) snprintf(stop, sizeof stop, ", or stop it (kill -INT %ld%s%s: the running member saves a "
+                              "checkpoint first)", pid, host[0] ? " on host " : "", host);
+        return err_set(e, ERR_INPUT, "%s: another runner compare is running this comparison (%s). One process "
+                       "runs a comparison at a time; this one stopped without changing anything there. Wait for "
+                       "it to end%s, then run the command again", parent, who, stop);
     }
+    char holder[CFG_PATH + 32];
+    snprintf(holder, sizeof holder, "runner compare %s", m->runs[0].source_path);
+    lock_info_write(lock, holder);
     compare_state_t *s = xmalloc(sizeof *s, e);
     experiment_t *x = s ? xmalloc(sizeof *x, e) : NULL;
     if (!x) { free(s); close(lock); return -1; }

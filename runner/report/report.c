@@ -266,10 +266,21 @@ static int make_groups(report_t *r, const report_input_t *in, const run_files_t 
     return 0;
 }
 
-/* A member's statistics over its completed runs. */
+/* Adds v (when a number) to the running mean *mean of *n values (NaN while none). */
+static void seed_mean(double *mean, int *n, double v) {
+    if (!isfinite(v)) return;
+    (*n)++;
+    *mean = *n == 1 ? v : *mean + (v - *mean) / *n;
+}
+
+/* A member's statistics over its completed runs: throughput over every run (each is a
+ * measurement of the machine), accuracy over its seeds, a seed run more than once
+ * counting once with the mean of its runs (a repeat of one seed is no seed noise; on the
+ * CPU it is the same numbers again). A run of unknown seed counts as a seed of its own. */
 static void group_stats(report_t *r, report_group_t *G) {
     double ips[REPORT_MAX_RUNS], fin[REPORT_MAX_RUNS], best[REPORT_MAX_RUNS];
-    int k = 0, one = -1;
+    int k = 0, one = -1, n_seeds = 0, fin_n[REPORT_MAX_RUNS], best_n[REPORT_MAX_RUNS];
+    const char *seed_of[REPORT_MAX_RUNS];
     verdict_member_t *s = &G->stats;
     s->name = G->name;
     s->runs = G->n_rows;
@@ -279,17 +290,25 @@ static void group_stats(report_t *r, report_group_t *G) {
         if (strcmp(w->status, "completed")) continue;
         G->completed++;
         ips[k] = w->images_per_second;
-        fin[k] = w->final_val_top1;
-        best[k] = w->best_val_top1;
         if (isfinite(ips[k])) {
             one = G->rows[j];
             if (w->steady_steps < s->min_steady_steps) s->min_steady_steps = w->steady_steps;
         }
         k++;
+        int q = 0;
+        while (q < n_seeds && !(w->seed[0] && !strcmp(seed_of[q], w->seed))) q++;
+        if (q == n_seeds) {
+            seed_of[n_seeds] = w->seed;
+            fin_n[n_seeds] = best_n[n_seeds] = 0;
+            fin[n_seeds] = best[n_seeds] = NAN;
+            n_seeds++;
+        }
+        seed_mean(&fin[q], &fin_n[q], w->final_val_top1);
+        seed_mean(&best[q], &best_n[q], w->best_val_top1);
     }
     stats_summarize(ips, k, &s->ips);
-    stats_summarize(fin, k, &s->final_top1);
-    stats_summarize(best, k, &s->best_top1);
+    stats_summarize(fin, n_seeds, &s->final_top1);
+    stats_summarize(best, n_seeds, &s->best_top1);
     if (s->ips.n == 0) s->min_steady_steps = 0;
     s->ips_se = s->ips_df = NAN;
     if (s->ips.n >= 2) {

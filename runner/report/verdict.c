@@ -139,6 +139,39 @@ static void ratio_of(const verdict_member_t *a, const verdict_member_t *b, doubl
     *hi = isfinite(half) ? *r * exp(half) : NAN;
 }
 
+/* Appends who had too few steady-state steps (the k members set in sel), one group per
+ * count so that equal counts are said once: "every member had 18 steady-state steps",
+ * "a and b had 12 and c had 15 steady-state steps". */
+static void add_short_counts(char *buf, size_t cap, const verdict_member_t *m, int n, const bool *sel, int k) {
+    int measured = 0, groups = 0;
+    bool first_of[VERDICT_MAX_MEMBERS];
+    for (int i = 0; i < n; i++) {
+        measured += m[i].ips.n > 0;
+        first_of[i] = sel[i];
+        for (int j = 0; j < i && first_of[i]; j++)
+            if (sel[j] && m[j].min_steady_steps == m[i].min_steady_steps) first_of[i] = false;
+        groups += first_of[i];
+    }
+    int64_t last = 0;
+    if (groups == 1 && k >= 2 && k == measured) {
+        for (int i = 0; i < n; i++)
+            if (first_of[i]) last = m[i].min_steady_steps;
+        add(buf, cap, "every member had %lld", (long long)last);
+    } else {
+        for (int i = 0, g = 0; i < n; i++) {
+            if (!first_of[i]) continue;
+            bool grp[VERDICT_MAX_MEMBERS];
+            for (int j = 0; j < n; j++) grp[j] = sel[j] && m[j].min_steady_steps == m[i].min_steady_steps;
+            add(buf, cap, "%s", g == 0 ? "" : g == groups - 1 ? " and " : ", ");
+            add_names(buf, cap, m, n, grp);
+            last = m[i].min_steady_steps;
+            add(buf, cap, " had %lld", (long long)last);
+            g++;
+        }
+    }
+    add(buf, cap, " steady-state step%s", groups == 1 && last == 1 ? "" : "s");
+}
+
 /* Why the throughput cannot be ranked, or SPEED_CLEAR when it can (m[i].ips.n > 0 for
  * the measured ones). */
 static verdict_speed_t speed_blockers(const verdict_member_t *m, int n, char *buf, size_t cap) {
@@ -148,10 +181,7 @@ static verdict_speed_t speed_blockers(const verdict_member_t *m, int n, char *bu
                                          m[i].min_steady_steps < STEADY_MIN_STEPS);
     if (k) {
         add(buf, cap, "Too short to rank throughput: ");
-        int done = 0;
-        for (int i = 0; i < n; i++)
-            if (sel[i]) add(buf, cap, "%s%s had %lld steady-state step%s", done++ ? ", " : "", m[i].name,
-                            (long long)m[i].min_steady_steps, m[i].min_steady_steps == 1 ? "" : "s");
+        add_short_counts(buf, cap, m, n, sel, k);
         add(buf, cap, " in a run; at least %d are needed (the first %d steps of each epoch are warm-up "
             "and do not count). Run more steps (train.max_steps or train.epochs).",
             (int)STEADY_MIN_STEPS, (int)STEADY_WARMUP_STEPS);

@@ -50,8 +50,6 @@ static const struct { const char *text, *with, *why; } SUBSTITUTIONS[] = {
     {"~/.cache/torch/hub/checkpoints/resnet50-11ad3fa6.pth", "weights/resnet50.pth",
      "the file torchvision's download leaves there; the state dict the command before saved stands in"},
     {"/path/to/imagenet", "data/imagenet", "a placeholder for the user's ImageNet folder"},
-    {"data.root=.deps/fashion-mnist", "data.root=/usr/share/datasets/fashion-mnist",
-     "the Fashion-MNIST subset tests/gpu/pack-gpu-deps.sh packs for a GPU session; Debian's full copy stands in"},
 };
 
 /* A plan refusal that is the machine's, not the command's: it comes after every flag and
@@ -372,6 +370,7 @@ static int run_doc_command(const doc_cmd_t *c) {
             return 0;
         }
     size_t len = strlen(out);
+    fflush(stdout);   /* the ok lines before it, so the failure is not spliced into one */
     fprintf(stderr, "%s:%d: the documented command\n    %s\nfailed: it ran (in %s)\n    %s\nexit %d, expected %s; "
             "output (end):\n%s\n", c->file, c->line, c->text, sandbox, run, rc,
             expect == EXPECT_0 ? "0" : expect == EXPECT_0_OR_1 ? "0 or 1" : "2 at compare's data check",

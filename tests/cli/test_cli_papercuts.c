@@ -1,9 +1,11 @@
 /* test_cli_papercuts.c: the rough edges issue 23 found, through the runner binary.
  *  - Command line: `--set k v` names the corrected argument; a typo of a verb names the
- *    verb (`trian x.yaml` is not taken for a file); exit 2.
+ *    verb (`trian x.yaml` is not taken for a file); `resume x.yaml` says to run the file;
+ *    exit 2.
  *  - A synthetic plan says it is generated (seed, no files), not a path.
  *  - `export --output` into a missing folder names the folder and the fix; into an existing
- *    folder it writes model.safetensors there.
+ *    folder it writes model.safetensors there. A run directory given with a trailing slash
+ *    (as shells complete it) is printed without "//" and named without the slash.
  *  - The load code `export` prints runs without the safetensors package (Debian 12) and
  *    gives the logits of the file's tensors read independently, for torchvision ResNets
  *    with either stem and for a CIFAR ResNet (check_printed_load.py).
@@ -63,6 +65,13 @@ static void command_line_typos(void) {
     /* a file path is still a file path */
     CHECK_INT(run_runner("no_such_experiment.yaml", out, sizeof out), 2);
     CHECK_CONTAINS(out, "no_such_experiment.yaml: no such file");
+    /* resume of the experiment file (a natural guess after an interruption): says to run
+     * the file itself (it said "not a run directory (no resolved.yaml)") */
+    snprintf(args, sizeof args, "resume %s", exp);
+    CHECK_INT(run_runner(args, out, sizeof out), 2);
+    snprintf(want, sizeof want, "runner: %s is a file, not a run directory: to continue the newest unfinished run "
+             "of an experiment file, run the file itself (runner %s); resume takes the directory", exp, exp);
+    CHECK_CONTAINS(out, want);
 }
 
 static void synthetic_plan_says_generated(void) {
@@ -106,6 +115,23 @@ static void export_output_folder(void) {
     snprintf(want, sizeof want, "runner: wrote %s/exports/model.safetensors\n", tmp);
     CHECK_CONTAINS(out, want);
     CHECK(access(path_in("exports/model.safetensors"), R_OK) == 0);
+    /* a run directory as the shell completes it, with a trailing slash: the paths printed
+     * (and the load code) have no "//", and report names a run by its directory alone */
+    snprintf(args, sizeof args, "export %s/", dir);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    snprintf(want, sizeof want, "runner: wrote %s/model.safetensors\n", dir);
+    CHECK_CONTAINS(out, want);
+    CHECK(strstr(out, "//") == NULL);
+    char copy[4200];
+    snprintf(copy, sizeof copy, "%s-again", dir);
+    snprintf(args, sizeof args, "cp -r '%s' '%s'", dir, copy);
+    CHECK_INT(test_run_cmd(args, NULL, 0), 0);
+    snprintf(args, sizeof args, "report %s/ %s/ --output %s/rep", dir, copy, tmp);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    const char *slash = strrchr(copy, '/');
+    snprintf(want, sizeof want, "| exo (%s) |", slash ? slash + 1 : copy);
+    CHECK_CONTAINS(out, want);
+    CHECK(strstr(out, "/) |") == NULL);
 }
 
 /* The indented blocks of an export's output, unindented, as tmp/NAME<i>.py; returns how many. */
@@ -207,11 +233,13 @@ static void fixed_in_place_is_seen(void) {
     snprintf(body, sizeof body, "device: cpu\ndata: {dataset: image_folder, root: %s, image_size: 16, workers: 1}\n"
              "model: {arch: resnet20}\n", root);
     test_write_file(exp, body);
-    /* a run (the plan writes no index cache) meets the bad file and caches the index */
+    /* a run (the plan writes no index cache) meets the bad file, caches the index with it
+     * and stops before creating a run directory */
     snprintf(args, sizeof args, "%s --set train.max_steps=1 --set output.root=%s", exp, path_in("fix_runs"));
     CHECK_INT(run_runner(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "train/cat/001.jpg: not an image (it starts with the text \"not a photo\"): expected a "
                         "JPEG or PNG file; fix or remove the file");
+    CHECK(access(path_in("fix_runs"), F_OK) != 0);
     /* fixed in place, as the message says: its folder's mtime stays, the file's changes */
     snprintf(cmd, sizeof cmd, "sleep 0.01; cat %s/train/cat/000.jpg > %s/train/cat/001.jpg", root, root);
     CHECK_INT(system(cmd), 0);

@@ -33,6 +33,11 @@ static void plan_resnet50_cifar100(void) {
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "batch        1 ranks x 64 x 2 accumulation = 128 global");
     CHECK_CONTAINS(out, "steps        391 per epoch");
+    /* one step per epoch: a warm-up of one step (it said "1 steps") */
+    snprintf(args, sizeof args, "plan %s/experiments/resnet50_cifar100.yaml --set data.dataset=synthetic "
+             "--set data.synthetic.train_size=128 --set data.download=false", test_source_dir());
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "lr           base 0.1, warm-up 1 step to 0.1, 0.02 from step 60 (epoch 60)");
 }
 
 static void plan_quickstart(void) {

@@ -10,7 +10,8 @@
  *   (before, it wrote the image index cache).
  * - The time estimate: "unknown until the first steps run" with the compute the steps
  *   need when no run of this setup has been measured; after one, "about ... (estimate:
- *   N images/s as measured by <that run>", and plan --json's estimated_seconds.
+ *   N images/s as measured by <that run>", and plan --json's estimated_seconds: the images
+ *   the steps train (a partial last batch of an epoch counted as partial) over that rate.
  * - ps/top: the runner shows as "runner" (/proc/PID/comm), DDP ranks as "runner[rank N]"
  *   (before: "exe", the re-execution through /proc/self/exe), cmdline as started.
  * - --set parallel.mode=single on a ddp experiment makes world_size 1; a world size given
@@ -194,8 +195,32 @@ static void mode_single_sets_world_size(void) {
                         "mode ddp or dp, or world_size 1");
 }
 
+/* The estimate counts the images the steps train: 40 training images in batches of 32
+ * are 2 steps an epoch of 40 images, not 64 (the last batch is partial). Before, the
+ * plan took steps x batch, so a small image folder (32 images, batch 64: every step half
+ * full) was estimated at twice its time. */
+static void estimate_counts_partial_batches(void) {
+    char exp[700], root[700], args[4096];
+    snprintf(exp, sizeof exp, "%s/partial.yaml", tmp);
+    test_write_file(exp, "device: cpu\ndata: {dataset: synthetic, synthetic: {train_size: 40, val_size: 8, "
+                         "image: [3, 8, 8], classes: 4}, workers: 0}\nmodel: {arch: resnet20}\n"
+                         "train: {epochs: 1, batch_size: 32}\nparallel: {mode: single}\n");
+    snprintf(root, sizeof root, "%s/partial_runs", tmp);
+    const char *dir = cli_run(exp, root, NULL, 0, out, sizeof out);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    double ips = cli_json_number(dir, "summary.json", "images_per_second");
+    CHECK(ips > 0);
+    snprintf(args, sizeof args, "plan --json %s --set output.root=%s --set train.epochs=4 "
+             "--set checkpoint.resume=never", exp, root);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    double est = cli_json_number_of(strdup(out), strlen(out), "estimated_seconds");
+    CHECK_NEAR(est, 4 * 40 / ips, 1e-6, 1e-9);   /* 8 steps, 160 images */
+}
+
 int main(void) {
     if (test_tmpdir(tmp, sizeof tmp)) return 1;
+    TEST_RUN(estimate_counts_partial_batches);
     TEST_RUN(plan_shows_the_run_dir_and_an_estimate);
     TEST_RUN(plan_writes_nothing);
     TEST_RUN(processes_are_named_runner);

@@ -135,6 +135,18 @@ static void test_compare_sigint_to_compare_process(void) {
         if (!started) usleep(100000);
     }
     CHECK(started);
+    /* the same command meanwhile: refused with exit 2, naming the running compare's pid
+     * and host as a busy run directory does (before, it named neither) */
+    char again[4400], host[256] = "", want[512];
+    snprintf(again, sizeof again, "cd '%s' && '%s' compare '%s' 2>&1", root, test_runner_exe(), matrix);
+    CHECK_INT(test_run_cmd(again, out, sizeof out), 2);
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want, "another runner compare is running this comparison (pid %d on host %s, since ",
+             (int)pid, host);
+    CHECK_CONTAINS(out, want);
+    snprintf(want, sizeof want, "or stop it (kill -INT %d on host %s: the running member saves a checkpoint first)",
+             (int)pid, host);
+    CHECK_CONTAINS(out, want);
     kill(pid, SIGINT);
     int st = 0;
     waitpid(pid, &st, 0);

@@ -135,10 +135,39 @@ static void test_seed_groups(void) {
     free(svg);
 }
 
+/* `runner report` of runs/a and runs/b, where each experiment ran twice with seed 0 (the same
+ * command again with checkpoint.resume=never): a repeated seed is no second seed. Before,
+ * each member's accuracy was "over 2 seeds" with a spread of 0 and the verdict compared
+ * 40% and 50% as if the seed noise were known. */
+static void test_repeated_seed(void) {
+    char a0[1200], a0r[1200], b0[1200], b0r[1200], out[1200];
+    snprintf(a0, sizeof a0, "%s/ra0", root);
+    snprintf(a0r, sizeof a0r, "%s/ra0r", root);
+    snprintf(b0, sizeof b0, "%s/rb0", root);
+    snprintf(b0r, sizeof b0r, "%s/rb0r", root);
+    snprintf(out, sizeof out, "%s/out_repeated", root);
+    fx_timed_run(a0, "a", 0, config_dp, 64, 30, 0.5, 1, 25, 0.40);
+    fx_timed_run(a0r, "a", 0, config_dp, 64, 30, 0.4, 1, 25, 0.40);
+    fx_timed_run(b0, "b", 0, config_bf16, 64, 30, 0.25, 1, 25, 0.50);
+    fx_timed_run(b0r, "b", 0, config_bf16, 64, 30, 0.25, 1, 25, 0.50);
+    const char *dirs[] = {a0, a0r, b0, b0r};
+    err_t e;
+    err_clear(&e);
+    CHECK_INT(report_runs(dirs, 4, out, NULL, &e), 0);
+    if (e.code) fprintf(stderr, "%s\n", e.msg);
+    char *md = slurp(out, "comparison.md");
+    /* throughput: both runs count (a: 128 and 160 images/s); accuracy: one value per seed */
+    CHECK_CONTAINS(md, "| a | 2 | 144.0 \xc2\xb1 22.6 | 128.0\xe2\x80\x93" "160.0 | 30 | 17.78 | 1.00x | 40.00% |  |");
+    CHECK_CONTAINS(md, "**Accuracy noise unknown: one seed per member, so the final val top-1 spread of 10.00 "
+                       "points (40.00% for a to 50.00% for b) cannot be told from seed noise.");
+    free(md);
+}
+
 int main(void) {
     if (test_tmpdir(root, sizeof root)) return 1;
     TEST_RUN(test_no_contradiction);
     TEST_RUN(test_seed_groups);
+    TEST_RUN(test_repeated_seed);
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

@@ -172,6 +172,27 @@ static void test_too_short(void) {
                        "(train.max_steps or train.epochs).");
     CHECK_INT(m[0].fastest, -1);
     CHECK_INT(m[1].fastest, -1);
+    /* members with the same count are named once, with it: the docs' quick look on 9
+     * members said "X had 18 steady-state steps" nine times */
+    verdict_member_t m3[3] = {member("fp32", slow, acc_a, 3, 18), member("amp", fast, acc_b, 3, 18),
+                              member("bf16", fast, acc_b, 3, 18)};
+    verdict_build(m3, 3, &v);
+    CHECK_INT(v.speed_kind, SPEED_TOO_SHORT);
+    CHECK_STR(v.speed, "Too short to rank throughput: every member had 18 steady-state steps in a run; at least 20 "
+                       "are needed (the first 10 steps of each epoch are warm-up and do not count). Run more steps "
+                       "(train.max_steps or train.epochs).");
+    m3[0] = member("fp32", slow, acc_a, 3, 100);
+    m3[1] = member("amp", fast, acc_b, 3, 12);
+    m3[2] = member("bf16", fast, acc_b, 3, 15);
+    verdict_build(m3, 3, &v);
+    CHECK_STR(v.speed, "Too short to rank throughput: amp had 12 and bf16 had 15 steady-state steps in a run; at "
+                       "least 20 are needed (the first 10 steps of each epoch are warm-up and do not count). Run "
+                       "more steps (train.max_steps or train.epochs).");
+    m3[0] = member("fp32", slow, acc_a, 3, 12);
+    verdict_build(m3, 3, &v);
+    CHECK_STR(v.speed, "Too short to rank throughput: fp32 and amp had 12 and bf16 had 15 steady-state steps in a "
+                       "run; at least 20 are needed (the first 10 steps of each epoch are warm-up and do not "
+                       "count). Run more steps (train.max_steps or train.epochs).");
     /* a single run without a noise estimate is too short too */
     const double one_a[] = {100}, one_b[] = {150}, top_a[] = {0.5}, top_b[] = {0.52};
     m[0] = member("fp32", one_a, top_a, 1, 100);
