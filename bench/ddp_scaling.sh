@@ -2,8 +2,9 @@
 # ddp_scaling.sh: the same small training (resnet20, CIFAR-shaped synthetic 3x32x32, global
 # batch 64, STEPS optimizer steps, CPU) as one process (parallel.mode single, all cores)
 # and as DDP on 1 and 2 ranks over shm (cores split between the ranks), REPEATS times each.
-# Prints one markdown row per run: images/s (summary.json images_per_second: median over
-# steady-state steps), wall seconds, and for DDP the total time the gradient all-reduces
+# Prints one markdown row per run: images/s (summary.json images_per_second: the images of
+# every step after the first 10 of each epoch over their time; bench/results/ddp.md was
+# measured when it was the median over the steps after the first 5), wall seconds, and for DDP the total time the gradient all-reduces
 # ran vs the time the steps waited for them (summary.json comm_allreduce_seconds /
 # comm_exposed_seconds; the difference was hidden behind backward).
 #

@@ -1,21 +1,42 @@
 #!/usr/bin/env python3
 """gpu_vs_torch.py: the PyTorch side of bench/gpu_vs_torch, and the table assembler.
 
-Measure mode (default): trains torchvision's resnet50(num_classes=100) with the CIFAR
-stem (conv1 3x3 stride 1 padding 1, maxpool Identity), channels_last,
-cudnn.benchmark, SGD (lr 0.1, momentum 0.9, weight decay 5e-4) on one fixed random
-CIFAR-shaped batch, and prints one JSON line with images/s over --steps steady-state steps
-(wall clock between two torch.cuda.synchronize() calls, after --warmup steps).
+Measure mode (default): trains torchvision's resnet50(num_classes=100) on one fixed random
+batch and prints one JSON line with images/s over --steps steady-state steps (wall clock
+between two torch.cuda.synchronize() calls, after --warmup steps). With --image-size 32
+(default) the model gets the CIFAR stem (conv1 3x3 stride 1 padding 1, maxpool Identity);
+above 64 px it is torchvision's ImageNet model as is (7x7 stem + max-pool). channels_last,
+cudnn.benchmark, SGD (lr 0.1, momentum 0.9, weight decay 5e-4).
 
   precision fp32: TF32 off for cuDNN and matmul     tf32: TF32 on for both
   precision fp16: autocast(float16) + GradScaler    bf16: autocast(bfloat16)
   mode eager | compile (torch.compile of the model; warm-up includes compilation)
 
-Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C): joins the
-runner's and torch's lines into rows {device, precision, batch, runner_img_per_s,
-torch_img_per_s, torch_mode, commit, speedup, runner_graphs_img_per_s (the runner with
-train.cuda_graphs' replay), speedup_graphs} and writes them as a JSON list (keeping
-rows of FILE for configurations this run did not measure), printing a table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
+--configs "bf16:128:eager fp16:256:compile bf16:256:eager:224:1000 ..." measures several
+configurations (precision:batch:mode[:image_size[:classes]]) in this one process, one line each
+(a process start and CUDA initialisation saved per configuration; torch._dynamo is reset
+between compiled ones). A configuration that fails prints a line with "error".
+
+Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C
+[--default-graphs on|off]): joins bench_gpu_bench's lines and torch's into one row per
+(precision, batch, image_size):
+  {device, precision, batch, image_size, arch, commit,
+   runner_img_per_s      the rate of the runner's default configuration: the graph
+                         replay's where train.cuda_graphs' default records the step in
+                         single mode (auto or true) and the recording worked, else normal
+                         launches'. bench_gpu_bench says which (its default_graphs);
+                         --default-graphs decides only for lines without that key,
+   default_graphs, graphs_scope ("step": the whole step recorded; "fwd_bwd": lines of
+   gpu_bench up to the H100 run of 2026-11-26, forward+loss+backward only), step_ms,
+   graphs_step_ms, host_ms, mfu, mfu_normal,
+   runner_normal_img_per_s, runner_graphs_img_per_s,
+   torch_eager_img_per_s, torch_compile_img_per_s, torch_best_img_per_s, torch_best_mode,
+   torch_eager_step_ms, torch_version,
+   speedup (runner_img_per_s / torch_best_img_per_s), speedup_eager,
+   target, meets_target}
+(target: 2.0 at batch 128 and 1.4 at batch 256 for fp16/bf16 at 32 px, issue 22; null
+elsewhere), keeping rows of FILE for configurations this run did not measure, and prints
+a table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
 """
 import argparse
 import json
@@ -23,32 +44,34 @@ import sys
 import time
 
 
-def build_model(arch, classes):
+def build_model(arch, classes, image_size):
     import torch.nn as nn
     import torchvision
     model = getattr(torchvision.models, arch)(num_classes=classes)
-    model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
-    model.maxpool = nn.Identity()
+    if image_size <= 64:   # the runner's model.stem: auto
+        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
     return model
 
 
-def measure(args):
+def measure_one(arch, classes, precision, batch, mode, image_size, warmup, steps):
     import torch
     torch.backends.cudnn.benchmark = True
-    tf32 = args.precision != "fp32"
+    tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     dev = torch.device("cuda")
-    model = build_model(args.arch, args.classes).to(dev).to(memory_format=torch.channels_last)
+    torch.cuda.reset_peak_memory_stats()
+    model = build_model(arch, classes, image_size).to(dev).to(memory_format=torch.channels_last)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
-    scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "fp16")
-    fwd = torch.compile(model) if args.mode == "compile" else model
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    fwd = torch.compile(model) if mode == "compile" else model
     g = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(args.batch, 3, 32, 32, generator=g).to(dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, args.classes, (args.batch,), generator=g).to(dev)
+    x = torch.randn(batch, 3, image_size, image_size, generator=g).to(dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, classes, (batch,), generator=g).to(dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -58,85 +81,125 @@ def measure(args):
         scaler.step(opt)
         scaler.update()
 
-    for _ in range(args.warmup):
+    t_warm = time.perf_counter()
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
+    warm_s = time.perf_counter() - t_warm
     t0 = time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(steps):
         step()
     torch.cuda.synchronize()
     secs = time.perf_counter() - t0
-    print(json.dumps({
-        "device": torch.cuda.get_device_name(0), "precision": args.precision, "batch": args.batch,
-        "torch_mode": args.mode, "torch_img_per_s": round(args.batch * args.steps / secs, 1),
-        "step_ms": round(secs * 1e3 / args.steps, 3), "torch_version": torch.__version__,
+    return {
+        "device": torch.cuda.get_device_name(0), "precision": precision, "batch": batch, "image_size": image_size,
+        "arch": arch, "classes": classes, "torch_mode": mode, "torch_img_per_s": round(batch * steps / secs, 1),
+        "step_ms": round(secs * 1e3 / steps, 3), "warmup_s": round(warm_s, 1), "torch_version": torch.__version__,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(),
-    }))
+    }
+
+
+def measure(args):
+    if not args.configs:
+        print(json.dumps(measure_one(args.arch, args.classes, args.precision, args.batch, args.mode,
+                                     args.image_size, args.warmup, args.steps)), flush=True)
+        return
+    import torch
+    for spec in args.configs.split():
+        parts = spec.split(":")
+        prec, batch, mode = parts[0], int(parts[1]), parts[2]
+        size = int(parts[3]) if len(parts) > 3 else 32
+        classes = int(parts[4]) if len(parts) > 4 else args.classes
+        try:
+            row = measure_one(args.arch, classes, prec, batch, mode, size, args.warmup, args.steps)
+        except Exception as e:   # keep going: one configuration's failure is one line
+            row = {"precision": prec, "batch": batch, "image_size": size, "torch_mode": mode, "error": repr(e)[:300]}
+        print(json.dumps(row), flush=True)
+        if mode == "compile":
+            torch._dynamo.reset()
+        torch.cuda.empty_cache()
 
 
 def read_jsonl(path):
     rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                rows.append(json.loads(line))
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
     return rows
 
 
+TARGETS = {128: 2.0, 256: 1.4}   # issue 22: runner vs PyTorch's faster mode, AMP, 32 px
+
+
+def key_of(r):
+    return (r.get("precision"), r.get("batch"), r.get("image_size", 32))
+
+
 def assemble(args):
-    runner = {(r["precision"], r["batch"]): r for r in read_jsonl(args.assemble[0])}
-    torch_rows = read_jsonl(args.assemble[1])
-    keys = sorted({(r["precision"], r["batch"]) for r in torch_rows} | set(runner))
+    runner = {key_of(r): r for r in read_jsonl(args.assemble[0]) if "runner_img_per_s" in r}
+    torch_rows = [t for t in read_jsonl(args.assemble[1]) if t.get("torch_img_per_s")]
+    keys = sorted({key_of(t) for t in torch_rows} | set(runner), key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0))
     out = []
-    for prec, batch in keys:
-        r = runner.get((prec, batch), {})
-        modes = [t for t in torch_rows if t["precision"] == prec and t["batch"] == batch] or [{}]
-        for t in modes:
-            ri, ti = r.get("runner_img_per_s"), t.get("torch_img_per_s")
-            rg = r.get("runner_graphs_img_per_s")
-            out.append({
-                "device": r.get("device") or t.get("device"), "precision": prec, "batch": batch,
-                "runner_img_per_s": ri, "torch_img_per_s": ti, "torch_mode": t.get("torch_mode"),
-                "commit": args.commit, "speedup": round(ri / ti, 3) if ri and ti else None,
-                "runner_graphs_img_per_s": rg,
-                "speedup_graphs": round(rg / ti, 3) if rg and ti else None,
-            })
-    # keep rows of configurations this run did not measure (runs may be split in parts)
+    for k in keys:
+        prec, batch, size = k
+        r = runner.get(k, {})
+        modes = {t["torch_mode"]: t for t in torch_rows if key_of(t) == k}
+        graphs_default = r["default_graphs"] if "default_graphs" in r else args.default_graphs == "on"
+        normal, graphs = r.get("runner_normal_img_per_s", r.get("runner_img_per_s")), r.get("runner_graphs_img_per_s")
+        default = graphs if graphs_default and graphs else normal
+        best_mode = max(modes, key=lambda m: modes[m]["torch_img_per_s"]) if modes else None
+        best = modes[best_mode]["torch_img_per_s"] if best_mode else None
+        eager = modes.get("eager", {}).get("torch_img_per_s")
+        target = TARGETS.get(batch) if prec in ("fp16", "bf16") and size == 32 else None
+        speedup = round(default / best, 3) if default and best else None
+        out.append({
+            "device": r.get("device") or next((t.get("device") for t in modes.values()), None),
+            "precision": prec, "batch": batch, "image_size": size, "arch": r.get("arch", "resnet50"),
+            "commit": args.commit, "runner_img_per_s": default, "default_graphs": graphs_default and bool(graphs),
+            "graphs_scope": r.get("graphs_scope", "fwd_bwd") if r else None,
+            "step_ms": r.get("step_ms"), "graphs_step_ms": r.get("graphs_step_ms"), "host_ms": r.get("host_ms"),
+            "mfu": r.get("mfu"), "mfu_normal": r.get("mfu_normal"), "runner_normal_img_per_s": normal,
+            "runner_graphs_img_per_s": graphs, "torch_eager_img_per_s": eager,
+            "torch_compile_img_per_s": modes.get("compile", {}).get("torch_img_per_s"),
+            "torch_best_img_per_s": best, "torch_best_mode": best_mode,
+            "torch_eager_step_ms": modes.get("eager", {}).get("step_ms"),
+            "torch_version": next((t.get("torch_version") for t in modes.values()), None),
+            "speedup": speedup, "speedup_eager": round(default / eager, 3) if default and eager else None,
+            "target": target, "meets_target": (speedup >= target) if target and speedup else None,
+        })
     try:
         with open(args.out) as f:
             old = json.load(f)
     except (OSError, ValueError):
         old = []
-    done = {(r["precision"], r["batch"], r["torch_mode"]) for r in out}
-    out = [r for r in old if (r.get("precision"), r.get("batch"), r.get("torch_mode")) not in done] + out
-    out.sort(key=lambda r: (str(r.get("precision")), r.get("batch") or 0, str(r.get("torch_mode"))))
+    done = {key_of(r) for r in out}
+    out = [r for r in old if isinstance(r, dict) and key_of(r) not in done and "image_size" in r] + out
+    out.sort(key=lambda r: (str(r.get("precision")), r.get("batch") or 0, r.get("image_size") or 0))
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"{'precision':9} {'batch':>5} {'mode':8} {'runner img/s':>13} {'+graphs':>8} {'torch img/s':>12} "
-          f"{'x':>6} {'x graphs':>8}")
-    for row in out:
-        def fmt(v):
-            return f"{v:.0f}" if v else "-"
-        def ratio(v):
-            return f"{v:.2f}" if v else "-"
-        print(f"{row['precision']:9} {row['batch']:5} {str(row['torch_mode']):8} "
-              f"{fmt(row['runner_img_per_s']):>13} {fmt(row.get('runner_graphs_img_per_s')):>8} "
-              f"{fmt(row['torch_img_per_s']):>12} {ratio(row['speedup']):>6} {ratio(row.get('speedup_graphs')):>8}")
-    # the target compares against the faster of torch's modes, per AMP configuration
-    worst = None
-    for prec, batch in keys:
-        if prec not in ("fp16", "bf16"):
-            continue
-        ri = runner.get((prec, batch), {}).get("runner_img_per_s")
-        best = max((t["torch_img_per_s"] for t in torch_rows
-                    if t["precision"] == prec and t["batch"] == batch), default=None)
-        if ri and best:
-            worst = ri / best if worst is None else min(worst, ri / best)
-    if worst is not None:
-        print(f"AMP: runner / faster torch mode, worst configuration: {worst:.2f}x (target >= 1.3x)")
-    print(f"wrote {args.out}")
+
+    def fmt(v, spec=".0f"):
+        return format(v, spec) if isinstance(v, (int, float)) else "-"
+    print(f"{'prec':5} {'batch':>5} {'px':>4} {'runner':>7} {'normal':>7} {'graphs':>7} {'step ms':>7} {'host ms':>7} "
+          f"{'g ms':>6} {'mfu':>5} {'eager':>7} {'compile':>7} {'x best':>6} {'target':>6}")
+    for r in out:
+        print(f"{r['precision']:5} {r['batch']:5} {r['image_size']:4} {fmt(r['runner_img_per_s']):>7} "
+              f"{fmt(r['runner_normal_img_per_s']):>7} {fmt(r['runner_graphs_img_per_s']):>7} "
+              f"{fmt(r['step_ms'], '.2f'):>7} {fmt(r['host_ms'], '.2f'):>7} {fmt(r['graphs_step_ms'], '.2f'):>6} "
+              f"{fmt(r['mfu'], '.3f'):>5} {fmt(r['torch_eager_img_per_s']):>7} {fmt(r['torch_compile_img_per_s']):>7} "
+              f"{fmt(r['speedup'], '.2f'):>6} {fmt(r['target'], '.1f'):>6}")
+    dflt = {r.get("default_graphs") for r in out if r.get("runner_img_per_s")}
+    print(f"runner_img_per_s is the default configuration's rate (graph replay of the whole step: "
+          f"{'yes' if dflt == {True} else 'no' if dflt == {False} else 'mixed'}); wrote {args.out}")
 
 
 def main():
@@ -146,9 +209,12 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"])
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
+    ap.add_argument("--image-size", type=int, default=32)
+    ap.add_argument("--configs", help="precision:batch:mode[:image_size[:classes]] ... in one process")
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--assemble", nargs=2, metavar=("RUNNER_JSONL", "TORCH_JSONL"))
+    ap.add_argument("--default-graphs", choices=["on", "off"], default="off")
     ap.add_argument("--out")
     ap.add_argument("--commit", default="unknown")
     args = ap.parse_args()

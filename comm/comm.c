@@ -225,6 +225,35 @@ int comm_wait(comm_t *c, comm_work_t *w, double *seconds, err_t *e) {
     return rc;
 }
 
+bool comm_has_ordered(const comm_t *c) {
+    const comm_ops_t *o = c->ops;
+    return o->allreduce_ordered && o->broadcast_ordered && o->allgather_ordered && o->ordered_join;
+}
+
+static int no_ordered(const comm_t *c, err_t *e) {
+    return err_set(e, ERR_RUNTIME, "comm %s has no ordered collectives", c->ops->name);
+}
+
+int comm_allreduce_ordered(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op, err_t *e) {
+    return c->ops->allreduce_ordered ? c->ops->allreduce_ordered(c, buf, count, dt, op, e) : no_ordered(c, e);
+}
+
+int comm_broadcast_ordered(comm_t *c, void *buf, size_t bytes, int root, err_t *e) {
+    return c->ops->broadcast_ordered ? c->ops->broadcast_ordered(c, buf, bytes, root, e) : no_ordered(c, e);
+}
+
+int comm_allgather_ordered(comm_t *c, const void *send, void *recv, size_t bytes, err_t *e) {
+    return c->ops->allgather_ordered ? c->ops->allgather_ordered(c, send, recv, bytes, e) : no_ordered(c, e);
+}
+
+int comm_ordered_join(comm_t *c, err_t *e) {
+    return c->ops->ordered_join ? c->ops->ordered_join(c, e) : no_ordered(c, e);
+}
+
+int comm_mark(comm_t *c, err_t *e) { return c->ops->mark ? c->ops->mark(c, e) : 0; }
+
+int comm_fence(comm_t *c, err_t *e) { return c->ops->fence ? c->ops->fence(c, e) : 0; }
+
 void comm_abort(comm_t *c, const char *msg) {
     if (c && c->ops->abort) c->ops->abort(c, msg);
 }

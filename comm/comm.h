@@ -65,6 +65,22 @@ typedef struct comm_ops {
          * (nccl: events around the collective), else < 0 */
     /* (optional) raise the failure flag so every rank stops waiting */
     void (*abort)(comm_t *c, const char *msg);
+    /* (optional, nccl) Ordered collectives, for a step recorded as one CUDA graph: each
+     * starts after the work queued so far on the compute stream of the comm's backend and
+     * runs on the comm's own stream; the host waits for nothing, so the calls can be
+     * recorded into a graph together with the ops around them. ordered_join makes the
+     * compute stream's later work wait for every ordered collective issued before it.
+     * Called on the caller's thread. */
+    int (*allreduce_ordered)(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op, err_t *e);
+    int (*broadcast_ordered)(comm_t *c, void *buf, size_t bytes, int root, err_t *e);
+    int (*allgather_ordered)(comm_t *c, const void *send, void *recv, size_t bytes, err_t *e);
+    int (*ordered_join)(comm_t *c, err_t *e);
+    /* (optional, nccl) The watchdog of work the host does not wait for: mark notes the
+     * point the compute stream has reached (after a recorded step); fence waits on the host
+     * for every mark in order, each within the comm's timeout of the previous one, watching
+     * for failures, and aborts the comm on a timeout (a peer died or hung inside a step). */
+    int (*mark)(comm_t *c, err_t *e);
+    int (*fence)(comm_t *c, err_t *e);
 } comm_ops_t;
 
 /* The common header of every communicator; implementations embed it first and fill it
@@ -108,6 +124,17 @@ int comm_start_allreduce(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op
 /* Waits for w, frees it, and returns its status (with e filled on failure). If seconds
  * is non-NULL it receives how long the operation itself ran. */
 int comm_wait(comm_t *c, comm_work_t *w, double *seconds, err_t *e);
+
+/* Ordered collectives (comm_ops_t.allreduce_ordered ...): whether c has them, and the
+ * calls; each fails with ERR_RUNTIME when c has none. comm_mark / comm_fence: the
+ * watchdog of recorded steps; both do nothing (0) on a comm without it. */
+bool comm_has_ordered(const comm_t *c);
+int comm_allreduce_ordered(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op, err_t *e);
+int comm_broadcast_ordered(comm_t *c, void *buf, size_t bytes, int root, err_t *e);
+int comm_allgather_ordered(comm_t *c, const void *send, void *recv, size_t bytes, err_t *e);
+int comm_ordered_join(comm_t *c, err_t *e);
+int comm_mark(comm_t *c, err_t *e);
+int comm_fence(comm_t *c, err_t *e);
 
 /* Raises the failure flag (best effort) so other ranks' collectives fail now. */
 void comm_abort(comm_t *c, const char *msg);

@@ -9,17 +9,22 @@
  * Scratch buffers are allocated on first use and kept, so steady-state steps allocate
  * nothing.
  *
+ * Ordered mode (ddp_set_ordered, ddp_ordered.c) issues the same collectives in the
+ * backend's queue order without host waits, so that a whole step can be one graph.
+ *
  * It does not: detect unused parameters (a bucket whose gradients never become ready is
  * started by ddp_finish_step), or reorder buckets by observed readiness (PyTorch's
  * rebuild_buckets) — the flat layout already matches backward order.
  */
 #include "comm/ddp.h"
+#include "comm/ddp_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "model/bn_combine.h"
 #include "util/clock.h"
 #include "util/half.h"
 
@@ -27,35 +32,7 @@
 #include "model/cuda/cuda_backend.h"
 #endif
 
-struct ddp {
-    comm_t *comm;
-    backend_t *be;
-    float *grads;             /* backend memory */
-    int64_t n;
-    ddp_opts_t o;
-    int n_buckets;
-    int64_t *begin, *end;     /* bucket i = grads[begin[i], end[i]) */
-    comm_work_t **work;       /* started, not yet waited */
-    int next;                 /* buckets started this backward */
-    bool sync;
-    bool stage;               /* host comm + device backend: all-reduce a host copy */
-    float *host;              /* n floats: staged gradients (stage) */
-    bool host_pinned;         /* host came from cuda_host_alloc (DMA without a bounce) */
-    uint16_t *half;           /* n 16-bit values: compression on a host comm */
-    void *dev_half;           /* compression on a device comm */
-    float *scratch;           /* host scratch for broadcasts / SyncBN */
-    size_t scratch_bytes;
-    void *dev_scratch;        /* device scratch for SyncBN on a device comm */
-    size_t dev_scratch_bytes;
-    err_t err;                /* first error of a hook */
-    bool failed;
-    ddp_timing_t t;
-    double t0;                   /* ddp_begin_backward (CLOCK_MONOTONIC seconds) */
-    ddp_bucket_time_t *tl;       /* this backward's bucket timeline (seconds since t0) */
-    ddp_bucket_time_t *tl_last;  /* the last completed synchronised step's */
-    ddp_step_times_t step_last;
-    bool have_last;
-};
+/* struct ddp: comm/ddp_impl.h */
 
 /* Copies the backend's error into e and returns -1. */
 static int be_fail(ddp_t *d, err_t *e, const char *what) {
@@ -180,6 +157,7 @@ fail:
 
 void ddp_free(ddp_t *d) {
     if (!d) return;
+    ddp_ordered_free(d);
     for (int i = 0; i < d->n_buckets && d->work; i++)
         if (d->work[i]) comm_wait(d->comm, d->work[i], NULL, NULL);
     if (d->dev_half) d->be->ops->release(d->be, d->dev_half);
@@ -232,7 +210,7 @@ static void *dev_scratch(ddp_t *d, size_t bytes, err_t *e) {
 
 /* Broadcasts n floats of backend memory from rank 0, through the host when the comm
  * cannot read backend memory directly. */
-static int bcast_floats(ddp_t *d, float *p, int64_t n, err_t *e) {
+int ddp_bcast_floats(ddp_t *d, float *p, int64_t n, err_t *e) {
     if (n <= 0 || !p) return 0;
     size_t bytes = (size_t)n * 4;
     if (d->comm->device_memory || d->be->kind == BACKEND_CPU)
@@ -247,15 +225,15 @@ static int bcast_floats(ddp_t *d, float *p, int64_t n, err_t *e) {
 
 int ddp_broadcast_initial(ddp_t *d, float *params, int64_t n_params, float *buffers,
                           int64_t n_buffers, err_t *e) {
-    if (bcast_floats(d, params, n_params, e) < 0) return err_wrap(e, "broadcasting parameters");
-    if (bcast_floats(d, buffers, n_buffers, e) < 0) return err_wrap(e, "broadcasting buffers");
+    if (ddp_bcast_floats(d, params, n_params, e) < 0) return err_wrap(e, "broadcasting parameters");
+    if (ddp_bcast_floats(d, buffers, n_buffers, e) < 0) return err_wrap(e, "broadcasting buffers");
     return 0;
 }
 
 int ddp_sync_buffers(ddp_t *d, float *buffers, int64_t n_buffers, err_t *e) {
     if (d->o.sync_bn) return 0;
     double t0 = now_s();
-    int rc = bcast_floats(d, buffers, n_buffers, e);
+    int rc = d->ordered ? ddp_ordered_bcast(d, buffers, n_buffers, e) : ddp_bcast_floats(d, buffers, n_buffers, e);
     d->t.exposed_s += now_s() - t0;
     return rc < 0 ? err_wrap(e, "broadcasting BN buffers") : 0;
 }
@@ -264,11 +242,13 @@ void ddp_set_sync(ddp_t *d, bool sync) { d->sync = sync; }
 
 void ddp_begin_backward(ddp_t *d) {
     d->next = 0;
+    d->failed = false;   /* a backward that never finished (a failed recording) left it */
     d->t0 = now_s();
 }
 
-/* Starts bucket i's all-reduce: stage / compress it as configured, then start. */
-static int start_bucket(ddp_t *d, int i, err_t *e) {
+/* Starts bucket i's all-reduce: stage / compress it as configured, then start (ordered:
+ * the comm's ordered all-reduce, device comms only). */
+int ddp_start_bucket(ddp_t *d, int i, bool ordered, err_t *e) {
     int64_t b = d->begin[i], cnt = d->end[i] - b;
     float *buf = d->grads + b;
     if (d->stage) {
@@ -279,6 +259,7 @@ static int start_bucket(ddp_t *d, int i, err_t *e) {
     int rc;
     float inv = 1.0f / (float)d->comm->world;
     if (d->o.compression == DT_F32) {
+        if (ordered) return comm_allreduce_ordered(d->comm, buf, (size_t)cnt, DT_F32, COMM_AVG, e);
         rc = comm_start_allreduce(d->comm, buf, (size_t)cnt, DT_F32, COMM_AVG, &d->work[i], e);
     } else if (!d->comm->device_memory) {
         /* PyTorch's fp16_compress_hook: divide first (no overflow), then round */
@@ -295,6 +276,7 @@ static int start_bucket(ddp_t *d, int i, err_t *e) {
         if (d->be->ops->scale(d->be, cnt, buf, inv) < 0 ||
             d->be->ops->cast(d->be, cnt, buf, DT_F32, h, d->o.compression) < 0)
             return be_fail(d, e, "compressing a gradient bucket");
+        if (ordered) return comm_allreduce_ordered(d->comm, h, (size_t)cnt, d->o.compression, COMM_SUM, e);
         rc = comm_start_allreduce(d->comm, h, (size_t)cnt, d->o.compression, COMM_SUM,
                                   &d->work[i], e);
     }
@@ -302,7 +284,7 @@ static int start_bucket(ddp_t *d, int i, err_t *e) {
 }
 
 /* Completes bucket i after its all-reduce: widen compressed values, upload staged ones. */
-static int finish_bucket(ddp_t *d, int i, err_t *e) {
+int ddp_finish_bucket(ddp_t *d, int i, err_t *e) {
     int64_t b = d->begin[i], cnt = d->end[i] - b;
     if (d->o.compression != DT_F32 && d->comm->device_memory) {
         size_t es = backend_elem_size(d->be, d->o.compression);
@@ -328,7 +310,7 @@ void ddp_grads_ready(void *ctx, size_t ready_from) {
     while (d->next < d->n_buckets && (size_t)d->begin[d->next] >= ready_from) {
         ddp_bucket_time_t *bt = &d->tl[d->next];
         *bt = (ddp_bucket_time_t){now, 0, 0, 0};
-        if (start_bucket(d, d->next, &d->err) < 0) {
+        if ((d->ordered ? ddp_ordered_start_bucket(d, d->next, &d->err) : ddp_start_bucket(d, d->next, false, &d->err)) < 0) {
             d->failed = true;
             return;
         }
@@ -339,6 +321,7 @@ void ddp_grads_ready(void *ctx, size_t ready_from) {
 
 int ddp_finish_step(ddp_t *d, err_t *e) {
     if (!d->sync) return 0;
+    if (d->ordered) return ddp_ordered_finish(d, e);
     double t0 = now_s();
     ddp_step_times_t st = {t0 - d->t0, 0, d->n_buckets};
     ddp_grads_ready(d, 0);   /* buckets whose gradients were never reported */
@@ -356,7 +339,7 @@ int ddp_finish_step(ddp_t *d, err_t *e) {
         d->tl[i].done_s = now_s() - d->t0;
         d->t.allreduce_s += secs;
         d->t.buckets++;
-        if (rc == 0 && finish_bucket(d, i, e) < 0) rc = -1;
+        if (rc == 0 && ddp_finish_bucket(d, i, e) < 0) rc = -1;
     }
     if (d->failed && rc == 0) {
         if (e) *e = d->err;
@@ -395,21 +378,8 @@ int64_t ddp_combine_bn_stats(int n, int c, const int64_t *counts, const float *m
                              const float *vars, float *mean_out, float *var_out) {
     int64_t total = 0;
     for (int j = 0; j < n; j++) total += counts[j];
-    for (int ch = 0; ch < c; ch++) {
-        /* batch_norm_reduce_statistics: running (count, avg, sum of squared deviations) */
-        double cnt = 0, avg = 0, var_n = 0;
-        for (int j = 0; j < n; j++) {
-            double k = (double)counts[j];
-            if (k <= 0) continue;
-            double m = means[(size_t)j * c + ch], v = vars[(size_t)j * c + ch] * k;
-            double f = 1.0 / (cnt + k);
-            var_n += v + (avg - m) * (avg - m) * cnt * k * f;
-            avg = cnt * f * avg + k * f * m;
-            cnt += k;
-        }
-        mean_out[ch] = (float)avg;
-        var_out[ch] = cnt > 0 ? (float)(var_n / cnt) : 0.0f;
-    }
+    for (int ch = 0; ch < c; ch++)
+        bn_combine_channel(n, counts, 0, means + ch, vars + ch, (size_t)c, &mean_out[ch], &var_out[ch]);
     return total;
 }
 
@@ -437,6 +407,7 @@ static int host_collective(ddp_t *d, int kind, void *send, void *recv, size_t by
 int ddp_bn_sync_stats(void *ctx, int c, float *mean, float *var, int64_t local_count,
                       int64_t *global_count) {
     ddp_t *d = ctx;
+    if (d->ordered) return ddp_ordered_bn_stats(d, c, mean, var, local_count, global_count);
     size_t w = (size_t)d->comm->world, rec = 8 + 8 * (size_t)c;   /* count, mean[c], var[c] */
     char *buf = host_scratch(d, rec * (w + 1) + 8 * (size_t)c * (w + 1), &d->err);
     if (!buf) return -1;
@@ -464,6 +435,7 @@ int ddp_bn_sync_stats(void *ctx, int c, float *mean, float *var, int64_t local_c
 
 int ddp_bn_sync_grads(void *ctx, int c, float *sum_dy, float *sum_dy_xhat) {
     ddp_t *d = ctx;
+    if (d->ordered) return ddp_ordered_bn_grads(d, c, sum_dy, sum_dy_xhat);
     float *h = host_scratch(d, 8 * (size_t)c, &d->err);
     if (!h) return -1;
     if (d->be->ops->download(d->be, h, sum_dy, (size_t)c * 4) < 0 ||

@@ -148,6 +148,22 @@ int ddp_bn_sync_grads(void *ctx, int c, float *sum_dy, float *sum_dy_xhat);
  * net_backward fails under SyncBN, this says why). */
 const err_t *ddp_last_error(const ddp_t *d);
 
+/* Ordered mode, for steps recorded as one graph (runner/train_graph.c): from the call on,
+ * every collective of a step — the buckets started by ddp_grads_ready, ddp_finish_step,
+ * ddp_sync_buffers and the SyncBN hooks — is issued in the backend's queue order and
+ * nothing waits on the host: through the comm's ordered collectives (nccl; the compute
+ * stream waits for them by events, SyncBN's statistics are all-gathered and combined by the
+ * backend's bn_combine op), or, on the cpu backend with a host comm (shm), through the
+ * backend's host_task op, which runs the host path in queue order. The results are the
+ * same bits as without it. bn_floats: an upper bound of 2 x the channels of any BN layer
+ * (net_num_buffers). ddp_can_order: whether (comm, backend) allow it (not shm with a GPU:
+ * a host collective between a GPU's kernels cannot be recorded). ddp_timing stays zero in
+ * this mode. Failures of host tasks show at ddp_check, after the step. */
+bool ddp_can_order(const comm_t *c, const backend_t *be);
+int ddp_set_ordered(ddp_t *d, int64_t bn_floats, err_t *e);
+bool ddp_is_ordered(const ddp_t *d);
+int ddp_check(ddp_t *d, err_t *e);
+
 /* The pure SyncBN combination, exposed for tests: n ranks' (count, mean[c], var[c])
  * rows combined in rank order into mean_out, var_out (biased); returns the total count. */
 int64_t ddp_combine_bn_stats(int n, int c, const int64_t *counts, const float *means,

@@ -15,6 +15,13 @@
  * Slots may run on the caller's thread or comm.c's worker thread (never both at once), so
  * each one first makes the backend's device current. Not here: the store protocol beyond
  * exchanging the unique id, SyncBN or bucket logic (ddp.c).
+ *
+ * Ordered collectives (comm.h allreduce_ordered ...) skip the host wait altogether: the
+ * compute stream waits for them by an event (ordered_join), so a whole DDP step can be
+ * recorded as one CUDA graph (NCCL supports stream capture; every rank records and
+ * replays the same steps, as NCCL requires of captured collectives). Their watchdog is
+ * mark/fence: an event per recorded step, polled like a collective's when the trainer
+ * reads a window of steps back.
  */
 #include "comm/nccl.h"
 
@@ -45,6 +52,9 @@ typedef struct nccl_comm {
     cudaStream_t compute;      /* the backend's stream */
     cudaStream_t stream;       /* NCCL's own */
     cudaEvent_t ready;
+    cudaEvent_t joined;        /* ordered collectives: after the last one on `stream` */
+    bool join_pending;         /* an ordered collective was issued since the last join */
+    nccl_work_t *marks, *marks_tail;   /* mark: points of the compute stream, fence waits */
     float *scratch;            /* one device float for barrier */
     bool aborted;
     char abort_msg[2048];
@@ -201,9 +211,11 @@ static int work_wait(nccl_comm_t *nc, nccl_work_t *w, double *op_s, err_t *e) {
         }
         double waited = now_s() - t0;
         if (waited > nc->base.timeout_s) {
-            rc = err_set(e, ERR_RUNTIME, "NCCL %s of %zu bytes on rank %d of %d did not finish within "
+            char size[48] = "";
+            if (w->bytes) snprintf(size, sizeof size, " of %zu bytes", w->bytes);
+            rc = err_set(e, ERR_RUNTIME, "NCCL %s%s on rank %d of %d did not finish within "
                          "%.0f s (parallel.timeout_s): another rank died, hung or issued different "
-                         "collectives; set NCCL_DEBUG=INFO for details", w->what, w->bytes,
+                         "collectives; set NCCL_DEBUG=INFO for details", w->what, size,
                          nc->base.rank, nc->base.world, nc->base.timeout_s);
             abort_comm(nc, e ? e->msg : "timeout");
             break;
@@ -310,6 +322,82 @@ static int op_barrier(comm_t *c, err_t *e) {
     return work_wait(nc, w, NULL, e);
 }
 
+/* ---- ordered collectives (a step recorded as one CUDA graph) ----
+ * begin_op forks the NCCL stream from the compute stream (an event), the collective goes on
+ * the NCCL stream, and `joined` is recorded after it; ordered_join makes the compute stream
+ * wait for `joined`. Inside a stream capture the event record/wait pairs become the graph's
+ * edges, so the collectives overlap the kernels around them as they do without a graph.
+ * Nothing here polls or waits on the host. */
+
+static int ordered_issued(nccl_comm_t *nc, const char *what, ncclResult_t r, err_t *e) {
+    r = settle(nc, r);
+    if (r != ncclSuccess) return nccl_fail(nc, what, r, __FILE__, __LINE__, e);
+    CU(nc, cudaEventRecord(nc->joined, nc->stream), e);
+    nc->join_pending = true;
+    return 0;
+}
+
+static int op_allreduce_ordered(comm_t *c, void *buf, size_t count, dtype_t dt, comm_op_t op, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    if (dt != DT_F32 && dt != DT_F16 && dt != DT_BF16)
+        return err_set(e, ERR_RUNTIME, "nccl all-reduce: unsupported dtype %d", (int)dt);
+    if (begin_op(nc, e) < 0) return -1;
+    return ordered_issued(nc, "all-reduce",
+                          ncclAllReduce(buf, buf, count, nccl_type(dt), op == COMM_AVG ? ncclAvg : ncclSum, nc->nc,
+                                        nc->stream), e);
+}
+
+static int op_broadcast_ordered(comm_t *c, void *buf, size_t bytes, int root, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    if (begin_op(nc, e) < 0) return -1;
+    return ordered_issued(nc, "broadcast", ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc->nc, nc->stream), e);
+}
+
+static int op_allgather_ordered(comm_t *c, const void *send, void *recv, size_t bytes, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    if (begin_op(nc, e) < 0) return -1;
+    return ordered_issued(nc, "all-gather", ncclAllGather(send, recv, bytes, ncclUint8, nc->nc, nc->stream), e);
+}
+
+static int op_ordered_join(comm_t *c, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    if (!nc->join_pending) return 0;
+    CU(nc, cudaSetDevice(nc->device), e);
+    CU(nc, cudaStreamWaitEvent(nc->compute, nc->joined, 0), e);
+    nc->join_pending = false;
+    return 0;
+}
+
+static int op_mark(comm_t *c, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    CU(nc, cudaSetDevice(nc->device), e);
+    nccl_work_t *w = work_get(nc, "recorded step (its collectives)", 0, e);
+    if (!w) return -1;
+    cudaError_t st = cudaEventRecord(w->done, nc->compute);
+    if (st != cudaSuccess) {
+        work_put(nc, w);
+        return cuda_fail(nc, "cudaEventRecord", st, __FILE__, __LINE__, e);
+    }
+    if (nc->marks_tail) nc->marks_tail->next = w;
+    else nc->marks = w;
+    nc->marks_tail = w;
+    return 0;
+}
+
+static int op_fence(comm_t *c, err_t *e) {
+    nccl_comm_t *nc = (nccl_comm_t *)c;
+    int rc = 0;
+    while (nc->marks) {
+        nccl_work_t *w = nc->marks;
+        nc->marks = w->next;
+        if (!nc->marks) nc->marks_tail = NULL;
+        w->next = NULL;
+        if (rc == 0) rc = work_wait(nc, w, NULL, e);   /* returns w to the free list */
+        else work_put(nc, w);
+    }
+    return rc;
+}
+
 static void op_abort(comm_t *c, const char *msg) {
     nccl_comm_t *nc = (nccl_comm_t *)c;
     cudaSetDevice(nc->device);
@@ -324,6 +412,11 @@ static void op_destroy(comm_t *c) {
         if (nc->stream) cudaStreamSynchronize(nc->stream);
         ncclCommDestroy(nc->nc);
     }
+    while (nc->marks) {
+        nccl_work_t *w = nc->marks;
+        nc->marks = w->next;
+        work_put(nc, w);
+    }
     while (nc->free_works) {
         nccl_work_t *w = nc->free_works;
         nc->free_works = w->next;
@@ -332,6 +425,7 @@ static void op_destroy(comm_t *c) {
         free(w);
     }
     if (nc->ready) cudaEventDestroy(nc->ready);
+    if (nc->joined) cudaEventDestroy(nc->joined);
     if (nc->stream) cudaStreamDestroy(nc->stream);
     if (nc->scratch && nc->be) nc->be->ops->release(nc->be, nc->scratch);
     free(nc);
@@ -347,6 +441,12 @@ static const comm_ops_t nccl_ops = {
     .allreduce_async = op_allreduce_async,
     .wait_async = op_wait_async,
     .abort = op_abort,
+    .allreduce_ordered = op_allreduce_ordered,
+    .broadcast_ordered = op_broadcast_ordered,
+    .allgather_ordered = op_allgather_ordered,
+    .ordered_join = op_ordered_join,
+    .mark = op_mark,
+    .fence = op_fence,
 };
 
 /* Exchanges the unique id through the store (rank 0 creates it). */
@@ -372,6 +472,7 @@ static int nccl_setup(nccl_comm_t *nc, store_t *st, err_t *e) {
     CU(nc, cudaDeviceGetStreamPriorityRange(&lo, &hi), e);
     CU(nc, cudaStreamCreateWithPriority(&nc->stream, cudaStreamNonBlocking, hi), e);
     CU(nc, cudaEventCreateWithFlags(&nc->ready, cudaEventDisableTiming), e);
+    CU(nc, cudaEventCreateWithFlags(&nc->joined, cudaEventDisableTiming), e);
     nc->scratch = (float *)nc->be->ops->alloc(nc->be, 256);
     if (!nc->scratch) {
         if (e) *e = nc->be->err;

@@ -204,12 +204,12 @@ const dataset_reader_t dataset_reader_cifar10 = {
     {"cifar10", "data/cifar-10-batches-bin", CIFAR10_URL, "c32a1d4ab5d03f1284b67883e8d87530",
      3, 32, 32, 10, 50000, 10000, {0.4914f, 0.4822f, 0.4465f, 0.5f},
      {0.2470f, 0.2435f, 0.2616f, 0.25f}},
-    cifar10_present, cifar10_open, NULL, NULL, NULL,
+    cifar10_present, cifar10_open, NULL, NULL, NULL, NULL,
 };
 
 const dataset_reader_t dataset_reader_cifar100 = {
     {"cifar100", "data/cifar-100-binary", CIFAR100_URL, "03b5dce01913d631647c71ecec9e9cb8",
      3, 32, 32, 100, 50000, 10000, {0.5071f, 0.4865f, 0.4409f, 0.5f},
      {0.2673f, 0.2564f, 0.2762f, 0.25f}},
-    cifar100_present, cifar100_open, NULL, NULL, NULL,
+    cifar100_present, cifar100_open, NULL, NULL, NULL, NULL,
 };

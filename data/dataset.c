@@ -194,6 +194,12 @@ const char *dataset_sample_path(const dataset_t *d, int64_t i, char *out, size_t
     return out;
 }
 
+const char *dataset_skipped_file(const dataset_t *d, int64_t k, char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    if (!d->reader->skipped || k < 0 || k >= d->notes.skipped) return NULL;
+    return d->reader->skipped(d, k, out, cap);
+}
+
 void dataset_class_counts(const dataset_t *d, int64_t *counts) {
     memset(counts, 0, (size_t)d->classes * sizeof *counts);
     for (int64_t i = 0; i < d->n; i++) counts[d->labels[i]]++;

@@ -54,6 +54,7 @@ typedef struct data_folder_opts {
     bool skip_bad;               /* data.bad_images: skip (else a bad file is an error) */
     const char *cache_dir;       /* file index cache; NULL/"" = $RUNNER_CACHE_DIR, else
                                     $XDG_CACHE_HOME/runner, else ~/.cache/runner */
+    bool cache_read_only;        /* use a valid cached index but write none (runner plan) */
 } data_folder_opts_t;
 
 /* What dataset_open needs. Strings are copied; NULL or "" means the default. */
@@ -94,6 +95,8 @@ typedef struct dataset_notes {
     char first_skipped[1024];  /* the first of them and why ("" none) */
     char index_path[1024];     /* the cached file index ("" when none could be written) */
     bool index_reused;         /* the cached index was valid (no walk of the tree) */
+    int64_t index_rechecked;   /* of a reused index: files whose size, mtime or ctime
+                                  changed since, checked again (the cache then rewritten) */
     int64_t other_formats;     /* files torchvision lists that are neither JPEG nor PNG */
 } dataset_notes_t;
 
@@ -160,6 +163,10 @@ int dataset_read(const dataset_t *d, int64_t i, data_sample_t *s, data_buf_t *bu
 
 /* The file of sample i into out ("" in memory); returns out. */
 const char *dataset_sample_path(const dataset_t *d, int64_t i, char *out, size_t cap);
+
+/* The k-th file left out as unreadable while opening (0 <= k < notes.skipped, in index
+ * order): its path into out, and why (valid until dataset_free); NULL for k out of range. */
+const char *dataset_skipped_file(const dataset_t *d, int64_t k, char *out, size_t cap);
 
 /* Samples per class: counts[k] for k < dataset_num_classes. */
 void dataset_class_counts(const dataset_t *d, int64_t *counts);

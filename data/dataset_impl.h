@@ -35,6 +35,9 @@ typedef struct dataset_reader {
     void (*close)(dataset_t *d);
     /* The file of sample i into out (readers of files only; NULL otherwise). */
     void (*path)(const dataset_t *d, int64_t i, char *out, size_t cap);
+    /* The k-th file left out while opening (0 <= k < notes.skipped): its path into out;
+     * returns why. NULL: the reader leaves nothing out. */
+    const char *(*skipped)(const dataset_t *d, int64_t k, char *out, size_t cap);
 } dataset_reader_t;
 
 extern const dataset_reader_t dataset_reader_cifar10, dataset_reader_cifar100,

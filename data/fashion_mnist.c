@@ -190,5 +190,5 @@ static int fashion_mnist_present(const char *root, data_split_t split, char *mis
 const dataset_reader_t dataset_reader_fashion_mnist = {
     {"fashion_mnist", "/usr/share/datasets/fashion-mnist", "", "", 1, 28, 28, 10, 60000, 10000,
      {0.2860f, 0.2860f, 0.2860f, 0.2860f}, {0.3530f, 0.3530f, 0.3530f, 0.3530f}},
-    fashion_mnist_present, fashion_mnist_open, NULL, NULL, NULL,
+    fashion_mnist_present, fashion_mnist_open, NULL, NULL, NULL, NULL,
 };

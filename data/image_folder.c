@@ -24,6 +24,7 @@ typedef struct folder {
     folder_index_t ix;
     char split[DATA_PATH_MAX];  /* data.root joined with the split's folder */
     int64_t *map;               /* sample -> index entry (bad files left out) */
+    int64_t *bad;               /* the bad files' index entries, in order (skip_bad) */
 } folder_t;
 
 static void entry_path(const folder_t *f, int64_t entry, char *out, size_t cap) {
@@ -35,6 +36,7 @@ static void folder_close(dataset_t *d) {
     if (!f) return;
     folder_index_free(&f->ix);
     free(f->map);
+    free(f->bad);
     free(f);
     d->impl = NULL;
 }
@@ -51,7 +53,7 @@ static int folder_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
                         d->split == DATA_SPLIT_TRAIN ? tdir : vdir) ||
         data_join_path_(classes, sizeof classes, d->root, tdir))
         return err_set(e, ERR_INPUT, "image_folder: data.root %s is too long", d->root);
-    folder_index_opts_t io = {f->split, classes, fo->cache_dir, img_default_limits(), 0};
+    folder_index_opts_t io = {f->split, classes, fo->cache_dir, img_default_limits(), 0, fo->cache_read_only};
     if (folder_index_load(&io, &f->ix, &d->notes, e)) return -1;
     const folder_index_t *ix = &f->ix;
     int64_t first_bad = -1;
@@ -76,8 +78,11 @@ static int folder_open(dataset_t *d, const dataset_opts_t *o, err_t *e) {
     int64_t n = ix->n - ix->n_bad;
     int c = fo->channels == 1 ? 1 : 3;
     if (dataset_alloc_(d, n, c, 0, 0, ix->classes, e)) return -1;
-    if (!(f->map = malloc((size_t)(n ? n : 1) * sizeof *f->map)))
+    if (!(f->map = malloc((size_t)(n ? n : 1) * sizeof *f->map)) ||
+        !(f->bad = malloc((size_t)(ix->n_bad ? ix->n_bad : 1) * sizeof *f->bad)))
         return err_set(e, ERR_RUNTIME, "out of memory (image_folder)");
+    for (int64_t i = 0, k = 0; i < ix->n; i++)
+        if (ix->status[i] == FOLDER_BAD) f->bad[k++] = i;
     int64_t *per = calloc((size_t)ix->classes, sizeof *per);
     if (!per) return err_set(e, ERR_RUNTIME, "out of memory (image_folder)");
     for (int64_t i = 0, j = 0; i < ix->n; i++)
@@ -146,8 +151,14 @@ static void folder_path(const dataset_t *d, int64_t i, char *out, size_t cap) {
     entry_path(f, f->map[i], out, cap);
 }
 
+static const char *folder_skipped(const dataset_t *d, int64_t k, char *out, size_t cap) {
+    const folder_t *f = d->impl;
+    entry_path(f, f->bad[k], out, cap);
+    return f->ix.why + f->ix.why_off[f->bad[k]];
+}
+
 const dataset_reader_t dataset_reader_image_folder = {
     {"image_folder", "data/images", "", "", 3, 0, 0, 0, 0, 0, {0.485f, 0.456f, 0.406f, 0.449f},
      {0.229f, 0.224f, 0.225f, 0.226f}},
-    NULL, folder_open, folder_read, folder_close, folder_path,
+    NULL, folder_open, folder_read, folder_close, folder_path, folder_skipped,
 };

@@ -17,7 +17,7 @@
 
 #include "util/fs.h"
 
-#define INDEX_MAGIC "RNIDX\0\0\3"
+#define INDEX_MAGIC "RNIDX\0\0\4"
 #define MAX_DEPTH 64
 
 /* ---- a growable list of strings (one blob, offsets) ---- */
@@ -262,13 +262,39 @@ static int walk_class(const char *split, const char *cls, int k, fp_t *fp, strve
 
 /* ---- checking the files' first bytes ---- */
 
+/* What a file's check depends on, as stat gives it: a file whose stamp differs from the
+ * cached one is checked again (size -1: stat failed). ctime is there too because chmod,
+ * the fix for "cannot open it: Permission denied", changes only that. */
+typedef struct stamp {
+    int64_t size, mtime_ns, ctime_ns;
+} stamp_t;
+
+static stamp_t stamp_of(const struct stat *st) {
+    return (stamp_t){(int64_t)st->st_size, (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+                     (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec};
+}
+
+/* Per-file facts of a load that the cache keeps but the index does not (freed after). */
+typedef struct file_facts {
+    stamp_t *stamp;          /* n */
+    uint8_t *other;          /* n: a listed extension holding neither JPEG nor PNG */
+} file_facts_t;
+
+static void facts_free(file_facts_t *f) {
+    free(f->stamp);
+    free(f->other);
+    memset(f, 0, sizeof *f);
+}
+
 typedef struct check {
     const char *split;
     const folder_index_t *ix;
     img_limits_t lim;
-    char **why;              /* per file, malloc'd reason for the bad ones */
+    bool refresh;            /* stat each file; check only those whose stamp changed */
+    file_facts_t *facts;
+    char **why;              /* per file, malloc'd reason for the bad ones checked now */
     int64_t next;
-    int64_t other;
+    int64_t changed;         /* refresh: files checked again */
     pthread_mutex_t mu;
 } check_t;
 
@@ -276,12 +302,24 @@ static void check_one(check_t *c, int64_t i) {
     char full[PATH_MAX], msg[600];
     err_t e = {0};
     uint8_t head[64];
+    struct stat st;
     msg[0] = 0;
     if (join(full, sizeof full, c->split, c->ix->paths + c->ix->path_off[i], &e)) {
+        if (c->refresh) return; /* as it was */
         snprintf(msg, sizeof msg, "%.590s", e.msg);
+        c->facts->stamp[i] = (stamp_t){-1, 0, 0};
     } else {
+        stamp_t now = stat(full, &st) == 0 ? stamp_of(&st) : (stamp_t){-1, 0, 0};
+        if (c->refresh) {
+            if (!memcmp(&now, &c->facts->stamp[i], sizeof now)) return;
+            pthread_mutex_lock(&c->mu);
+            c->changed++;
+            pthread_mutex_unlock(&c->mu);
+            c->ix->status[i] = FOLDER_OK;
+            c->facts->other[i] = 0;
+        }
+        c->facts->stamp[i] = now; /* taken before reading: a later change is noticed */
         int fd = open(full, O_RDONLY | O_CLOEXEC);
-        struct stat st;
         if (fd < 0) {
             snprintf(msg, sizeof msg, "cannot open it: %s", strerror(errno));
         } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -292,11 +330,7 @@ static void check_one(check_t *c, int64_t i) {
             if (got < 0) snprintf(msg, sizeof msg, "cannot read it: %s", strerror(errno));
             else if (img_sniff(head, (size_t)got, &c->lim, &info, &e)) {
                 snprintf(msg, sizeof msg, "%.590s", e.msg);
-                if (info.format == IMG_OTHER) {
-                    pthread_mutex_lock(&c->mu);
-                    c->other++;
-                    pthread_mutex_unlock(&c->mu);
-                }
+                c->facts->other[i] = info.format == IMG_OTHER;
             }
         }
         if (fd >= 0) close(fd);
@@ -319,13 +353,23 @@ static void *check_main(void *arg) {
     }
 }
 
-static int check_files(const folder_index_opts_t *o, const char *split, folder_index_t *ix,
-                       err_t *e) {
-    check_t c = {.split = split, .ix = ix, .lim = o->limits};
-    c.why = calloc((size_t)(ix->n ? ix->n : 1), sizeof *c.why);
-    ix->why_off = malloc((size_t)(ix->n ? ix->n : 1) * sizeof *ix->why_off);
-    if (!c.why || !ix->why_off) {
+/* Checks every file of ix (refresh false: facts are filled), or with refresh stats every
+ * file and checks again those whose stamp differs from facts' (the cached ones), keeping
+ * the others' status and reason; *changed gets their count. Rebuilds the reasons,
+ * n_bad and n_other. */
+static int check_files(const folder_index_opts_t *o, const char *split, folder_index_t *ix, bool refresh,
+                       file_facts_t *facts, int64_t *changed, err_t *e) {
+    size_t n1 = (size_t)(ix->n ? ix->n : 1);
+    check_t c = {.split = split, .ix = ix, .lim = o->limits, .refresh = refresh, .facts = facts};
+    c.why = calloc(n1, sizeof *c.why);
+    int64_t *why_off = malloc(n1 * sizeof *why_off);
+    if (!refresh) {
+        facts->stamp = calloc(n1, sizeof *facts->stamp);
+        facts->other = calloc(n1, 1);
+    }
+    if (!c.why || !why_off || !facts->stamp || !facts->other) {
         free(c.why);
+        free(why_off);
         return err_set(e, ERR_RUNTIME, "out of memory (file index)");
     }
     pthread_mutex_init(&c.mu, NULL);
@@ -342,18 +386,24 @@ static int check_files(const folder_index_opts_t *o, const char *split, folder_i
     pthread_mutex_destroy(&c.mu);
     strvec_t why = {0};
     int rc = 0;
+    ix->n_bad = ix->n_other = 0;
     for (int64_t i = 0; i < ix->n; i++) {
-        ix->why_off[i] = -1;
+        why_off[i] = -1;
+        ix->n_other += facts->other[i];
         if (ix->status[i] != FOLDER_BAD) continue;
         ix->n_bad++;
-        if (!rc && !(rc = sv_push(&why, c.why[i] ? c.why[i] : "out of memory", e)))
-            ix->why_off[i] = why.off[why.n - 1];
+        const char *r = c.why[i] ? c.why[i] : refresh && ix->why_off[i] >= 0 ? ix->why + ix->why_off[i]
+                                                                               : "out of memory";
+        if (!rc && !(rc = sv_push(&why, r, e))) why_off[i] = why.off[why.n - 1];
     }
     for (int64_t i = 0; i < ix->n; i++) free(c.why[i]);
     free(c.why);
     free(why.off);
+    free(ix->why);
+    free(ix->why_off);
     ix->why = why.blob;
-    ix->n_other = c.other;
+    ix->why_off = why_off;
+    if (changed) *changed = c.changed;
     return rc;
 }
 
@@ -435,7 +485,7 @@ static void cache_path(const folder_index_opts_t *o, const char *split_rp, const
 }
 
 static int cache_write(const char *path, const char *split_rp, const char *classes_rp,
-                       const fp_t *fp, const folder_index_t *ix, err_t *e) {
+                       const fp_t *fp, const folder_index_t *ix, const file_facts_t *facts, err_t *e) {
     wbuf_t b = {0};
     wb_put(&b, INDEX_MAGIC, 8);
     wb_str(&b, split_rp);
@@ -451,11 +501,14 @@ static int cache_write(const char *path, const char *split_rp, const char *class
     wb_u64(&b, (uint64_t)ix->classes);
     for (int k = 0; k < ix->classes; k++) wb_str(&b, ix->class_names[k]);
     wb_u64(&b, (uint64_t)ix->n);
-    wb_u64(&b, (uint64_t)ix->n_other);
     for (int64_t i = 0; i < ix->n; i++) {
-        wb_u64(&b, (uint64_t)(uint32_t)ix->label[i] | (uint64_t)ix->status[i] << 32);
+        wb_u64(&b, (uint64_t)(uint32_t)ix->label[i] | (uint64_t)ix->status[i] << 32 |
+                   (uint64_t)facts->other[i] << 40);
         wb_str(&b, ix->paths + ix->path_off[i]);
         if (ix->status[i] == FOLDER_BAD) wb_str(&b, ix->why + ix->why_off[i]);
+        wb_u64(&b, (uint64_t)facts->stamp[i].size);
+        wb_u64(&b, (uint64_t)facts->stamp[i].mtime_ns);
+        wb_u64(&b, (uint64_t)facts->stamp[i].ctime_ns);
     }
     uint32_t crc = b.failed ? 0 : (uint32_t)crc32(0L, b.p, (uInt)b.len);
     wb_put(&b, &crc, 4);
@@ -473,9 +526,10 @@ static int cache_write(const char *path, const char *split_rp, const char *class
 }
 
 /* Loads the cache at path into ix when it is intact, describes these directories and
- * none of them changed. 1 loaded, 0 not (ix untouched). */
+ * none of them changed; fp gets the directories' fingerprint and facts the files' cached
+ * stamps (for check_files' refresh). 1 loaded, 0 not (ix, fp and facts untouched). */
 static int cache_read(const char *path, const char *split_rp, const char *classes_rp,
-                      folder_index_t *ix) {
+                      folder_index_t *ix, fp_t *fp, file_facts_t *facts) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     uint8_t *p = NULL;
@@ -504,13 +558,16 @@ static int cache_read(const char *path, const char *split_rp, const char *classe
     rb_str(&r, s, sizeof s);
     ok = ok && !r.bad && !strcmp(s, classes_rp);
     uint64_t nd = ok ? rb_u64(&r) : 0;
+    fp_t dirs = {0};
+    err_t ignore = {0};
     for (uint64_t i = 0; ok && i < nd; i++) {
         rb_str(&r, s, sizeof s);
         int64_t sec = (int64_t)rb_u64(&r), nsec = (int64_t)rb_u64(&r);
         uint64_t ino = rb_u64(&r), dev = rb_u64(&r);
         struct stat st;
         ok = !r.bad && stat(s, &st) == 0 && st.st_mtim.tv_sec == sec &&
-             st.st_mtim.tv_nsec == nsec && (uint64_t)st.st_ino == ino && (uint64_t)st.st_dev == dev;
+             st.st_mtim.tv_nsec == nsec && (uint64_t)st.st_ino == ino && (uint64_t)st.st_dev == dev &&
+             !fp_add(&dirs, s, &st, &ignore);
     }
     folder_index_t x = {0};
     uint64_t nc = ok ? rb_u64(&r) : 0;
@@ -522,23 +579,26 @@ static int cache_read(const char *path, const char *split_rp, const char *classe
         ok = !r.bad && (x.class_names[k] = strdup(s)) != NULL;
     }
     uint64_t n = ok ? rb_u64(&r) : 0;
-    x.n_other = ok ? (int64_t)rb_u64(&r) : 0;
-    ok = ok && !r.bad && n < ((uint64_t)1 << 40) && n * 8 <= r.len;
+    ok = ok && !r.bad && n < ((uint64_t)1 << 40) && n * 32 <= r.len;
     strvec_t paths = {0}, why = {0};
+    file_facts_t ff = {0};
     if (ok) {
         x.label = malloc((n ? n : 1) * sizeof *x.label);
         x.status = malloc(n ? n : 1);
         x.why_off = malloc((n ? n : 1) * sizeof *x.why_off);
-        ok = x.label && x.status && x.why_off;
+        ff.stamp = malloc((n ? n : 1) * sizeof *ff.stamp);
+        ff.other = malloc(n ? n : 1);
+        ok = x.label && x.status && x.why_off && ff.stamp && ff.other;
     }
-    err_t ignore = {0};
     for (uint64_t i = 0; ok && i < n; i++) {
         uint64_t v = rb_u64(&r);
         x.label[i] = (int32_t)(uint32_t)v;
         x.status[i] = (uint8_t)(v >> 32);
+        ff.other[i] = (uint8_t)(v >> 40);
+        x.n_other += ff.other[i];
         rb_str(&r, s, sizeof s);
         ok = !r.bad && x.label[i] >= 0 && x.label[i] < x.classes && x.status[i] <= FOLDER_BAD &&
-             !sv_push(&paths, s, &ignore);
+             ff.other[i] <= 1 && v >> 41 == 0 && !sv_push(&paths, s, &ignore);
         x.why_off[i] = -1;
         if (ok && x.status[i] == FOLDER_BAD) {
             rb_str(&r, s, sizeof s);
@@ -546,6 +606,10 @@ static int cache_read(const char *path, const char *split_rp, const char *classe
             x.why_off[i] = ok ? why.off[why.n - 1] : -1;
             x.n_bad++;
         }
+        ff.stamp[i].size = (int64_t)rb_u64(&r);
+        ff.stamp[i].mtime_ns = (int64_t)rb_u64(&r);
+        ff.stamp[i].ctime_ns = (int64_t)rb_u64(&r);
+        ok = ok && !r.bad;
     }
     ok = ok && r.at == r.len;
     free(p);
@@ -556,9 +620,13 @@ static int cache_read(const char *path, const char *split_rp, const char *classe
     free(why.off);
     if (!ok) {
         folder_index_free(&x);
+        facts_free(&ff);
+        fp_free(&dirs);
         return 0;
     }
     *ix = x;
+    *fp = dirs;
+    *facts = ff;
     return 1;
 }
 
@@ -575,7 +643,7 @@ static int list_classes(const char *dir, strvec_t *names, const char ***sorted, 
 }
 
 static int build(const folder_index_opts_t *o, const char *split, const char *classes_dir,
-                 fp_t *fp, folder_index_t *ix, err_t *e) {
+                 fp_t *fp, folder_index_t *ix, file_facts_t *facts, err_t *e) {
     strvec_t names = {0}, paths = {0}, own = {0};
     const char **cls = NULL, **mine = NULL;
     int32_t *labels = NULL;
@@ -631,7 +699,7 @@ static int build(const folder_index_opts_t *o, const char *split, const char *cl
         rc = err_set(e, ERR_RUNTIME, "out of memory (file index)");
     if (!rc && !ix->label && !(ix->label = malloc(4)))
         rc = err_set(e, ERR_RUNTIME, "out of memory (file index)");
-    if (!rc) rc = check_files(o, split, ix, e);
+    if (!rc) rc = check_files(o, split, ix, false, facts, NULL, e);
     free(cls);
     free(mine);
     sv_free(&names);
@@ -653,18 +721,24 @@ int folder_index_load(const folder_index_opts_t *o, folder_index_t *ix, dataset_
                          "(the class list comes from it)", o->classes_dir);
     cache_path(o, split, classes, cpath, sizeof cpath);
     snprintf(notes->index_path, sizeof notes->index_path, "%s", cpath);
-    if (cpath[0] && cache_read(cpath, split, classes, ix)) {
-        notes->index_reused = true;
-        notes->other_formats = ix->n_other;
-        return 0;
-    }
     fp_t fp = {0};
-    int rc = build(o, split, classes, &fp, ix, e);
-    if (!rc && cpath[0]) {
+    file_facts_t facts = {0};
+    int rc = 0;
+    int64_t changed = 0;
+    if (cpath[0] && cache_read(cpath, split, classes, ix, &fp, &facts)) {
+        /* the tree is as it was; a file rewritten in place shows in its own stamp */
+        notes->index_reused = true;
+        rc = check_files(o, split, ix, true, &facts, &changed, e);
+        notes->index_rechecked = changed;
+    } else {
+        rc = build(o, split, classes, &fp, ix, &facts, e);
+    }
+    if (!rc && cpath[0] && !o->cache_read_only && (!notes->index_reused || changed)) {
         err_t ce = {0};
-        if (cache_write(cpath, split, classes, &fp, ix, &ce)) notes->index_path[0] = 0;
+        if (cache_write(cpath, split, classes, &fp, ix, &facts, &ce)) notes->index_path[0] = 0;
     }
     fp_free(&fp);
+    facts_free(&facts);
     if (rc) folder_index_free(ix);
     notes->other_formats = ix->n_other;
     return rc;

@@ -21,10 +21,13 @@
  *
  * Cache: <cache_dir>/image_folder/<hash of the split's real path>.idx holds the list, the
  * statuses and a fingerprint: the modification time (ns), inode and device of every
- * directory walked (and, for val, of the train directory). Adding, removing or renaming a
- * file changes its directory's mtime, so checking the fingerprint costs one stat per
- * directory instead of a walk (1000 for ImageNet, not 1.28 million). Rewriting a file in
- * place is not noticed: touch its directory (or delete the .idx) after editing images.
+ * directory walked (and, for val, of the train directory), and each file's size, mtime and
+ * ctime (ns) when it was checked. Adding, removing or renaming a file changes its
+ * directory's mtime: the tree is walked again. Loading the cache stats every file (one
+ * stat each, on the checking threads; no walk, no reads) and checks again the files whose
+ * stamp changed, so a file rewritten in place, or given read permission, is seen as it is
+ * now (notes->index_rechecked counts them; the cache is then rewritten). Not noticed: a
+ * rewrite with the same size within the file system's timestamp granularity.
  * A cache that cannot be read is rebuilt; one that cannot be written is skipped (notes).
  */
 #ifndef RUNNER_DATA_IMAGE_INDEX_H
@@ -58,6 +61,8 @@ typedef struct folder_index_opts {
     const char *cache_dir;   /* NULL/"": the default (see dataset.h) */
     img_limits_t limits;
     int threads;             /* header checks in parallel; 0 = a default */
+    bool cache_read_only;    /* read a valid cache, never write one (notes->index_path
+                                then names where the run would write it) */
 } folder_index_opts_t;
 
 /* Builds (or loads from the cache) the index. ERR_INPUT for a missing or unreadable

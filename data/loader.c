@@ -77,6 +77,9 @@ struct loader {
     bool files;
     uint8_t *bad;              /* per sample: failed to decode (skip_bad); atomic bytes */
     int64_t bad_count;         /* distinct, atomic */
+    pthread_mutex_t bad_mu;    /* the finds not yet taken (loader_take_bad): */
+    int64_t *bad_new, n_new, cap_new;
+    char **bad_why;
 };
 
 static void *default_alloc(void *ctx, size_t n) { (void)ctx; return malloc(n); }
@@ -108,6 +111,28 @@ static void fill_f32(const loader_t *l, int64_t epoch, int64_t idx, const uint8_
         for (int k = 0; k < c; k++) f[i * c + k] = l->lut[k][u[i * c + k]];
     if (l->erase) erasing_apply(&l->o.erasing, l->o.seed, epoch, idx, f, c, l->oh, l->ow);
     if (!l->mix) store_f32(l, f, s->b.images, off, l->img_elems);
+}
+
+/* Records sample src's first failure for loader_take_bad: why without the
+ * "image_folder: <path>: " the message starts with. Out of memory loses the reason only. */
+static void note_bad(loader_t *l, int64_t src, const char *msg, const char *path) {
+    const char *why = msg;
+    if (!strncmp(why, "image_folder: ", 14)) why += 14;
+    size_t pl = path ? strlen(path) : 0;
+    if (pl && !strncmp(why, path, pl) && !strncmp(why + pl, ": ", 2)) why += pl + 2;
+    pthread_mutex_lock(&l->bad_mu);
+    if (l->n_new == l->cap_new) {
+        int64_t c = l->cap_new ? 2 * l->cap_new : 16;
+        int64_t *ni = realloc(l->bad_new, (size_t)c * sizeof *ni);
+        if (ni) l->bad_new = ni;
+        char **nw = ni ? realloc(l->bad_why, (size_t)c * sizeof *nw) : NULL;
+        if (nw) l->bad_why = nw, l->cap_new = c;
+    }
+    if (l->n_new < l->cap_new) {
+        l->bad_new[l->n_new] = src;
+        l->bad_why[l->n_new++] = strdup(why);
+    }
+    pthread_mutex_unlock(&l->bad_mu);
 }
 
 /* One sample of a dataset not in memory into sc->img (oh x ow x c): read, decode and
@@ -145,8 +170,10 @@ static int image_sample(loader_t *l, int64_t epoch, int64_t idx, scratch_t *sc, 
             *e = fe;
             return -1;
         }
-        if (!__atomic_exchange_n(&l->bad[src], 1, __ATOMIC_RELAXED))
+        if (!__atomic_exchange_n(&l->bad[src], 1, __ATOMIC_RELAXED)) {
             __atomic_fetch_add(&l->bad_count, 1, __ATOMIC_RELAXED);
+            note_bad(l, src, fe.msg, s.path);
+        }
     }
     return err_set(e, ERR_INPUT, "image_folder: none of the %lld images of %s can be decoded",
                    (long long)n, dataset_root(l->ds));
@@ -338,6 +365,7 @@ int loader_create(const dataset_t *ds, const loader_opts_t *o, loader_t **out, e
     *out = NULL;
     loader_t *l = xcalloc(1, sizeof *l, e);
     if (!l) return -1;
+    pthread_mutex_init(&l->bad_mu, NULL);
     l->ds = ds;
     l->o = *o;
     dataset_shape(ds, &l->c, &l->h, &l->w);
@@ -461,6 +489,16 @@ int64_t loader_num_batches(const loader_t *l) { return l->num_batches; }
 int64_t loader_bad_images(const loader_t *l) {
     return __atomic_load_n(&l->bad_count, __ATOMIC_RELAXED);
 }
+int64_t loader_take_bad(loader_t *l, int64_t **idx, char ***why) {
+    pthread_mutex_lock(&l->bad_mu);
+    int64_t n = l->n_new;
+    *idx = n ? l->bad_new : NULL;
+    *why = n ? l->bad_why : NULL;
+    if (n) l->bad_new = NULL, l->bad_why = NULL, l->n_new = l->cap_new = 0;
+    pthread_mutex_unlock(&l->bad_mu);
+    return n;
+}
+
 int64_t loader_num_samples(const loader_t *l) { return l->sampler.num_samples; }
 const sampler_t *loader_sampler(const loader_t *l) { return &l->sampler; }
 
@@ -559,6 +597,10 @@ void loader_free(loader_t *l) {
     }
     free(l->aa);
     free(l->bad);
+    for (int64_t i = 0; i < l->n_new; i++) free(l->bad_why[i]);
+    free(l->bad_new);
+    free(l->bad_why);
+    pthread_mutex_destroy(&l->bad_mu);
     free(l->slots);
     free(l->scratch);
     free(l->threads);

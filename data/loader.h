@@ -130,6 +130,13 @@ int loader_next(loader_t *l, loader_batch_t **out, err_t *e);
 /* Files that failed to decode and were replaced (skip_bad), distinct, so far. */
 int64_t loader_bad_images(const loader_t *l);
 
+/* The files that failed to decode (skip_bad) since the last call, each once, in the order
+ * found: *idx gets their dataset indices and *why their reasons (the message without the
+ * "image_folder: <path>: " prefix; an entry may be NULL when out of memory), both
+ * malloc'd arrays the caller frees, with each string. Returns how many (0: both NULL).
+ * Thread-safe against the workers. */
+int64_t loader_take_bad(loader_t *l, int64_t **idx, char ***why);
+
 /* The sampler of the current epoch (indices of this rank). */
 const sampler_t *loader_sampler(const loader_t *l);
 

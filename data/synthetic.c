@@ -73,5 +73,5 @@ static int synthetic_open(dataset_t *d, const dataset_opts_t *opts, err_t *e) {
 const dataset_reader_t dataset_reader_synthetic = {
     {"synthetic", "", "", "", 3, 32, 32, 10, 1024, 256, {0.5f, 0.5f, 0.5f, 0.5f},
      {0.25f, 0.25f, 0.25f, 0.25f}},
-    NULL, synthetic_open, NULL, NULL, NULL,
+    NULL, synthetic_open, NULL, NULL, NULL, NULL,
 };

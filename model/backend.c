@@ -7,8 +7,10 @@
  */
 #include "model/backend.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/cpu/cpu_backend.h"
 
@@ -22,6 +24,48 @@ void cuda_versions(char *buf, size_t len);
 #endif
 
 const char *const dtype_names[DT_COUNT] = {"fp32", "fp16", "bf16"};
+
+static const char *const FUSION_NAMES[BACKEND_FUSE_COUNT] = {"graph_conv", "conv_stats", "dgrad_dbn",
+                                                             "dgrad_accum", "vec16"};
+
+const char *backend_fusion_name(int bit) {
+    return bit >= 0 && bit < BACKEND_FUSE_COUNT ? FUSION_NAMES[bit] : NULL;
+}
+
+int backend_fusion_parse(const char *list, unsigned *mask, err_t *e) {
+    *mask = 0;
+    const char *p = list ? list : "";
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const char *q = p;
+        while (len && isspace((unsigned char)*q)) q++, len--;
+        while (len && isspace((unsigned char)q[len - 1])) len--;
+        int bit = -1;
+        for (int i = 0; i < BACKEND_FUSE_COUNT; i++)
+            if (strlen(FUSION_NAMES[i]) == len && !strncmp(q, FUSION_NAMES[i], len)) bit = i;
+        if (bit >= 0) *mask |= 1u << bit;
+        else if (len == 3 && !strncmp(q, "all", 3)) *mask |= BACKEND_FUSE_ALL;
+        else if (!(len == 4 && !strncmp(q, "none", 4)) && len)
+            return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use graph_conv, conv_stats, "
+                           "dgrad_dbn, dgrad_accum, vec16, all or none", (int)len, q);
+        p += strcspn(p, ",");
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+void backend_fusion_format(unsigned mask, char *buf, size_t len) {
+    size_t used = 0;
+    if (!len) return;
+    buf[0] = '\0';
+    for (int i = 0; i < BACKEND_FUSE_COUNT; i++) {
+        if (!(mask & (1u << i)) || used + 1 >= len) continue;
+        int w = snprintf(buf + used, len - used, "%s%s", used ? "," : "", FUSION_NAMES[i]);
+        if (w < 0) break;
+        used += (size_t)w < len - used ? (size_t)w : len - used - 1;
+    }
+    if (!used) snprintf(buf, len, "none");
+}
 
 backend_t *backend_create(const backend_opts_t *opts, err_t *e) {
     backend_opts_t none = {0};

@@ -101,6 +101,9 @@ typedef struct step_ctl {
     float growth_factor;      /* 2 */
     float backoff_factor;     /* 0.5 */
     int64_t optim_steps;      /* optimizer steps taken; skipped steps do not count */
+    double lr;                /* this step's learning rate, written by the host before the
+                               * step (optim_set_lr); sgd_step/adamw_step read it when
+                               * given lr NaN, so a recorded step takes each step's value */
 } step_ctl_t;
 
 /* Options for creating a backend. Zero-initialise and set what you need. */
@@ -112,7 +115,47 @@ typedef struct backend_opts {
     bool allow_tf32;     /* cuda: TF32 tensor cores for fp32 convs/GEMMs */
     bool cpu_winograd;   /* cpu: Winograd for 3x3 filter gradients where oneDNN has it
                           * (faster, ~10x less precise; train.cpu_winograd) */
+    unsigned cuda_fusion;/* cuda: BACKEND_FUSE_* bits (train.cuda_fusion); 0: none */
 } backend_opts_t;
+
+/* Fusion options of the CUDA backend (issue 25), each off by default: none is the
+ * default until a GPU run has shown it exact and faster (docs/benchmarks.md "Fusion
+ * options"). The cpu backend ignores them. Names as in train.cuda_fusion and
+ * bench_gpu_bench --fusion; what the first GPU run (H100, bf16, ResNet-50 batch 128)
+ * measured is in brackets.
+ *   graph_conv   convolutions on the cuDNN graph (backend) API, one execution plan per
+ *                layer shape and direction built once, variant packs cached per layer;
+ *                the legacy API where the graph API has no engine for a shape and for
+ *                grouped convolutions [faster: ~15-23 us of host time per conv call
+ *                against ~150-440]
+ *   conv_stats   BN batch statistics from the producing convolution (conv2d_fwd_bn_stats)
+ *                [slower: +1.5 ms per step]
+ *   dgrad_dbn    a BN's backward reduction (with its ReLU mask) in the data gradient of
+ *                the convolution that consumes it (conv2d_bwd_data_bn) [no gain]
+ *   dgrad_accum  residual gradients summed by the convolution (beta = 1) instead of a
+ *                separate add (conv2d_bwd_data_accum) [faster: -0.25 ms]
+ *   vec16        16-byte accesses in the BN kernels on every channel count that is a
+ *                multiple of 8 (else 4- and 8-byte ones below 256 channels) [no gain]
+ * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
+ * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
+ * faster; the others stay selectable by name for measurement. */
+enum {
+    BACKEND_FUSE_GRAPH_CONV = 1u << 0,
+    BACKEND_FUSE_CONV_STATS = 1u << 1,
+    BACKEND_FUSE_DGRAD_DBN = 1u << 2,
+    BACKEND_FUSE_DGRAD_ACCUM = 1u << 3,
+    BACKEND_FUSE_VEC16 = 1u << 4,
+    BACKEND_FUSE_COUNT = 5,
+    BACKEND_FUSE_EVERY = (1u << 5) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM
+};
+/* "graph_conv", ... for bit i (NULL past the last). */
+const char *backend_fusion_name(int bit);
+/* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
+ * unknown name fails with ERR_INPUT naming the known ones. */
+int backend_fusion_parse(const char *list, unsigned *mask, err_t *e);
+/* Writes the names of mask's bits, comma-separated ("none" for 0). */
+void backend_fusion_format(unsigned mask, char *buf, size_t len);
 
 /* The op table. One line per slot; slots marked (optional) may be NULL. */
 typedef struct backend_ops {
@@ -230,7 +273,10 @@ typedef struct backend_ops {
      * device: nothing is written when ctl->found_inf is set; SGD initialises the momentum
      * buffer when ctl->optim_steps == 0, AdamW bias-corrects with step ctl->optim_steps + 1
      * (the count is advanced afterwards by step_ctl_update). beta1/beta2/lr/dampening/
-     * weight_decay are given as the doubles torch would hold (see optim.c). */
+     * weight_decay are given as the doubles torch would hold (see optim.c). lr NaN: the
+     * learning rate is ctl->lr, read where the op runs (on the device), with the same
+     * arithmetic as a value passed here; that is how a step recorded into a graph takes
+     * the schedule's value of every step it is replayed for. */
     int (*sgd_step)(backend_t *be, int64_t n, float *p, const float *g, float *buf, double lr,
                     double momentum, double dampening, double weight_decay, bool nesterov,
                     const step_ctl_t *ctl);                       /* torch.optim.SGD */
@@ -256,12 +302,28 @@ typedef struct backend_ops {
      * x - (x - ema) * (1 - w), each operation rounded to fp32 (torch.lerp's formula);
      * decay 0 copies x. */
     int (*ema_update)(backend_t *be, int64_t n, float *ema, const float *x, double decay);
+    /* ema_update with the decay read where the op runs from *decay (one double of backend
+     * memory that the host writes before the step), so a recorded step takes each step's
+     * decay (timm's warm-up changes it every step). Same arithmetic. */
+    int (*ema_update_dev)(backend_t *be, int64_t n, float *ema, const float *x, const double *decay);
     /* mixed precision */
     int (*cast)(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
                 dtype_t dst_dt);
     int (*unscale_check_finite)(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
         /* g *= (float)(1 / (double)ctl->loss_scale); ctl->found_inf |= any non-finite g */
     int (*scale)(backend_t *be, int64_t n, float *x, float alpha); /* x *= alpha */
+    /* SyncBN on the device: gathered holds `world` records of 2c floats in rank order, each
+     * a rank's batch mean [c] then biased variance [c] over `count` rows (every rank the
+     * same count); writes the statistics of the union (mean, biased variance) to mean and
+     * var, combined in double in rank order exactly as model/bn_combine.h (torch's
+     * batch_norm_gather_stats_with_counts). (optional) */
+    int (*bn_combine)(backend_t *be, int world, int c, const float *gathered, int64_t count,
+                      float *mean, float *var);
+    /* Runs fn(ctx) on the host in queue order: after the ops issued before it, before the
+     * ops issued after it; recorded like an op between graph_capture_begin/end (the cpu
+     * backend's host collectives of DDP over shm inside a recorded step). fn reports
+     * failures through ctx. (optional; the cpu backend has it) */
+    int (*host_task)(backend_t *be, void (*fn)(void *ctx), void *ctx);
     /* Graphs (optional; NULL where the backend has none): record the ops issued between
      * graph_capture_begin and graph_capture_end instead of running them, then replay the
      * recording with one launch. Pointers and scalars are baked in, so only a sequence
@@ -270,17 +332,44 @@ typedef struct backend_ops {
      * be recorded). An op that fails while recording leaves its error in be->err; the
      * caller then calls graph_capture_end, which discards the recording and leaves the
      * backend usable. graph_launch returns 1 without running anything when memory the
-     * recording uses was reallocated since (a workspace grew): free it and record again. */
+     * recording uses was reallocated since (a workspace grew): free it and record again.
+     * While recording, what a capture cannot hold fails the recording: host transfers
+     * (upload, download), sync, alloc and release. The cpu backend has these ops only with
+     * RUNNER_CPU_GRAPHS=1 in the environment (a test hook: model/cpu/cpu_graph.c records
+     * the op calls and replays them with a CUDA graph's semantics). */
     int (*graph_capture_begin)(backend_t *be);
     int (*graph_capture_end)(backend_t *be, void **graph);        /* *graph NULL on failure */
     int (*graph_launch)(backend_t *be, void *graph);
     void (*graph_free)(backend_t *be, void *graph);
     /* Introspection (optional; env.json and benchmarks say what ran). conv_engine: the
      * kernel a convolution of shape s runs on in direction which (0 fwd, 1 bwd data,
-     * 2 bwd filter), e.g. "dnnl jit:avx2" or "gemm"; it is the one later calls use.
+     * 2 bwd filter), e.g. "dnnl jit:avx2" or "gemm" (CPU), "cudnn fwd IMPLICIT_PRECOMP_GEMM
+     * tensor_op, ws 12.0 MB, gpu 0.123 ms, host 9 us; by gpu+host cost of 5 usable" (CUDA,
+     * -1 before the shape's first call); it is the one later calls use.
      * libraries: the math libraries and the instruction-set level they run at. */
     int (*conv_engine)(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
     void (*libraries)(backend_t *be, char *buf, size_t len);
+    /* Fused convolutions (issue 25; all optional: NULL, and the net runs the unfused ops
+     * it always ran, with their bits). Each gives what its unfused sequence gives, to
+     * rounding; the cpu backend's conv2d_bwd_data_accum gives the same bits.
+     * conv2d_bwd_data_accum: dx += conv2d_bwd_data(dy, w) (dx holds a gradient already;
+     *   the net's residual-gradient sum without a separate add).
+     * conv2d_fwd_bn_stats: conv2d_fwd, then what bn_stats(m = n*p*q, k channels) writes
+     *   for y into mean and var (the statistics may come from the conv's epilogue).
+     * conv2d_bwd_data_bn: dx = conv2d_bwd_data(dy, w), masked by the derivative of act
+     *   seen from relu_y (as bn_bwd_reduce masks dy) when relu_y is given, or left unmasked
+     *   (bn_bwd_apply masks it again with the same relu_y and act, so both give the same
+     *   result), then what bn_bwd_reduce(m = n*h*w, c, bn_x, relu_y, act, dx, mean, var,
+     *   eps, ...) writes into sum_dy, sum_dy_xhat and adds into dgamma, dbeta. A backend
+     *   may run it unfused for any act (the cuda backend fuses ACT_NONE and ACT_RELU). */
+    int (*conv2d_bwd_data_accum)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                                 const void *w, void *dx);
+    int (*conv2d_fwd_bn_stats)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
+                               const void *w, void *y, float *mean, float *var);
+    int (*conv2d_bwd_data_bn)(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                              const void *w, void *dx, const void *bn_x, const void *relu_y,
+                              act_kind_t act, const float *mean, const float *var, float eps,
+                              float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

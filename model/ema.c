@@ -10,6 +10,7 @@ struct ema {
     ema_opts_t o;
     float *params, *buffers;      /* the average */
     float *spare_p, *spare_b;     /* for ema_swap */
+    double *decay;                /* backend memory: the next update's decay (ema_prepare) */
     size_t np, nb;
 };
 
@@ -24,8 +25,8 @@ double ema_decay_at(const ema_opts_t *o, int64_t step) {
 
 void ema_free(ema_t *m) {
     if (!m) return;
-    float *arrays[4] = {m->params, m->buffers, m->spare_p, m->spare_b};
-    for (int i = 0; i < 4; i++)
+    void *arrays[5] = {m->params, m->buffers, m->spare_p, m->spare_b, m->decay};
+    for (int i = 0; i < 5; i++)
         if (arrays[i]) m->be->ops->release(m->be, arrays[i]);
     free(m);
 }
@@ -44,7 +45,7 @@ int ema_reset(ema_t *m, err_t *e) {
 
 ema_t *ema_create(net_t *n, const ema_opts_t *o, err_t *e) {
     backend_t *be = net_backend(n);
-    if (!be || !be->ops->ema_update) {
+    if (!be || !be->ops->ema_update || !be->ops->ema_update_dev) {
         err_set(e, ERR_RUNTIME, "ema: the net is not bound to a backend with ema_update");
         return NULL;
     }
@@ -65,7 +66,8 @@ ema_t *ema_create(net_t *n, const ema_opts_t *o, err_t *e) {
     m->nb = net_num_buffers(n);
     size_t pb = (m->np ? m->np : 1) * sizeof(float), bb = (m->nb ? m->nb : 1) * sizeof(float);
     if (!(m->params = be->ops->alloc(be, pb)) || !(m->buffers = be->ops->alloc(be, bb)) ||
-        !(m->spare_p = be->ops->alloc(be, pb)) || !(m->spare_b = be->ops->alloc(be, bb))) {
+        !(m->spare_p = be->ops->alloc(be, pb)) || !(m->spare_b = be->ops->alloc(be, bb)) ||
+        !(m->decay = be->ops->alloc(be, sizeof(double)))) {
         be_fail(m, e, "allocating the averaged weights");
         ema_free(m);
         return NULL;
@@ -77,13 +79,22 @@ ema_t *ema_create(net_t *n, const ema_opts_t *o, err_t *e) {
     return m;
 }
 
-int ema_update(ema_t *m, int64_t step, err_t *e) {
+int ema_prepare(ema_t *m, int64_t step, err_t *e) {
     double d = ema_decay_at(&m->o, step);
+    if (m->be->ops->upload(m->be, m->decay, &d, sizeof d)) return be_fail(m, e, "writing the decay");
+    return 0;
+}
+
+int ema_apply(ema_t *m, err_t *e) {
     backend_t *be = m->be;
-    if (be->ops->ema_update(be, (int64_t)m->np, m->params, net_params(m->net), d) ||
-        be->ops->ema_update(be, (int64_t)m->nb, m->buffers, net_buffers(m->net), d))
+    if (be->ops->ema_update_dev(be, (int64_t)m->np, m->params, net_params(m->net), m->decay) ||
+        be->ops->ema_update_dev(be, (int64_t)m->nb, m->buffers, net_buffers(m->net), m->decay))
         return be_fail(m, e, "update");
     return 0;
+}
+
+int ema_update(ema_t *m, int64_t step, err_t *e) {
+    return ema_prepare(m, step, e) || ema_apply(m, e) ? -1 : 0;
 }
 
 int ema_swap(ema_t *m, err_t *e) {

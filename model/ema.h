@@ -52,6 +52,11 @@ void ema_free(ema_t *m);
 
 /* The update after optimizer step `step` (1-based), enqueued on the net's backend. */
 int ema_update(ema_t *m, int64_t step, err_t *e);
+/* ema_update in two halves, for steps recorded as one graph: ema_prepare writes the decay
+ * of update `step` into backend memory (an upload, before the step's ops); ema_apply
+ * enqueues the update, which reads it there (backend op ema_update_dev; recordable). */
+int ema_prepare(ema_t *m, int64_t step, err_t *e);
+int ema_apply(ema_t *m, err_t *e);
 
 /* Exchanges the net's params and buffers with the averaged ones (3 copies each). Call it
  * before evaluating the EMA weights and again after. */

@@ -517,6 +517,18 @@ double net_forward_flops(const net_t *n, int in_h, int in_w) {
     return f;
 }
 
+int net_plan_shapes(const net_t *n, int in_h, int in_w, int *h, int *w, int *c, err_t *e) {
+    plan_t p;
+    if (plan_net(n, in_h, in_w, &p, e) < 0) return -1;
+    for (int i = 0; i < n->n_nodes; i++) {
+        h[i] = p.h[i];
+        w[i] = p.w[i];
+        c[i] = p.c[i];
+    }
+    plan_free(&p);
+    return 0;
+}
+
 void net_print(const net_t *n, void *file) {
     FILE *f = file;
     for (int i = 0; i < n->n_nodes; i++) {

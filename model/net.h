@@ -207,6 +207,10 @@ bool net_has_dropout(const net_t *n);
  * 2 * p*q*k*r*s*(c/groups), and of linears; biases and elementwise nodes not counted) at
  * in_h x in_w. */
 double net_forward_flops(const net_t *n, int in_h, int in_w);
+/* Every node's output shape per sample (h[i], w[i], c[i]; arrays of net_num_nodes) at
+ * in_h x in_w, as net_bind plans it; usable before binding. 0, or -1 with e set (ERR_INPUT
+ * when the input is too small). */
+int net_plan_shapes(const net_t *n, int in_h, int in_w, int *h, int *w, int *c, err_t *e);
 /* Bytes net_bind would allocate for activations, their gradients and scratch (not
  * params/grads/buffers/optimizer) for max_batch at in_h x in_w, with act_elem_bytes per
  * activation element (backend_elem_size; 4 on cpu). Usable before binding. Returns 0 if
@@ -280,6 +284,10 @@ int net_input_from_f32(net_t *n, const float *dev, int batch, err_t *e);
  * forgotten call cannot repeat masks silently. A no-op for nets without dropout. */
 int net_set_rng_key(net_t *n, uint64_t seed, uint64_t epoch, int64_t first_sample,
                     int64_t sample_stride, err_t *e);
+/* net_set_rng_key from a key already in backend memory (a device-to-device copy, so it
+ * can be recorded into a graph: the trainer writes each micro-batch's key into a slot of
+ * its own before the step and the recorded work copies slot m here). */
+int net_set_rng_key_dev(net_t *n, const dropout_key_t *key, err_t *e);
 
 /* Forward of batch <= max_batch images at x (backend memory, NHWC, act dtype; may be
  * net_input(n)). train: batch statistics + running-stat update + counters; else running

@@ -7,8 +7,13 @@
  * gradient is written straight into the input's slot by the first consumer to get
  * there and summed in (via a scratch buffer) by later ones. After each node with
  * parameters it tells hooks->grads_ready how far down the gradient array is final.
+ * Where the backend has the fused convolution ops (backend.h, issue 25) it calls them
+ * on the nodes net_fusion.h names: a conv and the BN statistics after it, a conv's data
+ * gradient and the backward reduction of the BN before it, a conv's data gradient added
+ * into its input's gradient (no scratch, no add); else the ops one by one.
  * What it does not do: double backward, backward through an eval forward.
  */
+#include "model/net_fusion.h"
 #include "model/net_impl.h"
 
 #include <stdio.h>
@@ -118,6 +123,15 @@ int net_set_rng_key(net_t *n, uint64_t seed, uint64_t epoch, int64_t first_sampl
     return 0;
 }
 
+int net_set_rng_key_dev(net_t *n, const dropout_key_t *key, err_t *e) {
+    if (!n->be) return err_set(e, ERR_RUNTIME, "net_set_rng_key_dev: net is not bound");
+    if (!n->has_dropout) return 0;
+    if (n->be->ops->copy(n->be, n->rng_key, key, sizeof *key) < 0)
+        return err_set(e, ERR_RUNTIME, "net_set_rng_key_dev: %s", n->be->err.msg);
+    n->rng_key_set = true;
+    return 0;
+}
+
 /* The dropout node's forward: the masked, scaled input in training, a copy otherwise. */
 static int dropout_forward(net_t *n, node_t *d, int i, const void *in0, int batch, bool train,
                            err_t *e) {
@@ -151,6 +165,7 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
     n->last_x = x;
     n->last_train = train;
     n->have_dlogits = false;
+    int stats_done = -1;   /* the BN node whose statistics the conv before it computed */
     for (int i = 0; i < n->n_nodes; i++) {
         node_t *d = &n->nodes[i];
         const void *in0 = node_out(n, x, d->in[0]);
@@ -158,7 +173,15 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
         switch (d->kind) {
         case NODE_CONV: {
             conv_shape_t s = conv_geom(n, i, batch);
-            OP(be->ops->conv2d_fwd(be, &s, n->dt, in0, node_weight(n, d), d->y), "conv forward");
+            int bn = train && be->ops->conv2d_fwd_bn_stats ? net_fused_stats_bn(n, i) : -1;
+            if (bn >= 0) {
+                node_t *b = &n->nodes[bn];
+                OP(be->ops->conv2d_fwd_bn_stats(be, &s, n->dt, in0, node_weight(n, d), d->y, b->mean, b->var),
+                   "conv forward + bn statistics");
+                stats_done = bn;
+            } else {
+                OP(be->ops->conv2d_fwd(be, &s, n->dt, in0, node_weight(n, d), d->y), "conv forward");
+            }
             if (d->has_bias)
                 OP(be->ops->channel_bias_fwd(be, m, d->c, n->dt, n->params + d->b_off, d->y), "conv bias");
             break;
@@ -169,7 +192,8 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
         case NODE_BN_ADD_RELU: {
             const float *mean = n->buffers + d->buf_off, *var = n->buffers + d->buf_off + d->c;
             if (train) {
-                OP(be->ops->bn_stats(be, m, d->c, n->dt, in0, d->mean, d->var), "bn statistics");
+                if (stats_done != i)
+                    OP(be->ops->bn_stats(be, m, d->c, n->dt, in0, d->mean, d->var), "bn statistics");
                 d->count = m;
                 if (hooks && hooks->bn_sync_stats &&
                     hooks->bn_sync_stats(hooks->ctx, d->c, d->mean, d->var, m, &d->count) < 0)
@@ -333,8 +357,39 @@ static int grad_commit(net_t *n, int a, void *target, bool accumulate, err_t *e)
     return 0;
 }
 
-/* Backward of one node given its output gradient dy. */
-static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
+/* The data gradient of conv node i (shape s, output gradient dy) into its input a's
+ * gradient dx (grad_target's choice; *acc: whether it still has to be summed in): fused
+ * with the backward reduction of BN node a where the backend can (*reduced = a), or
+ * added into a's slot by the conv where it must be summed and the backend can. */
+static int conv_backward_data(net_t *n, int i, const conv_shape_t *s, const void *dy, void *dx, bool *acc,
+                              int *reduced, err_t *e) {
+    backend_t *be = n->be;
+    node_t *d = &n->nodes[i];
+    int a = d->in[0];
+    int bn = !*acc && be->ops->conv2d_bwd_data_bn ? net_fused_dbn_bn(n, i) : -1;
+    if (bn >= 0) {
+        node_t *b = &n->nodes[bn];
+        OP(be->ops->conv2d_bwd_data_bn(be, s, n->dt, dy, node_weight(n, d), dx, node_out(n, n->last_x, b->in[0]),
+                                       b->kind == NODE_BN ? NULL : b->y, net_bn_act(b->kind), b->mean, b->var,
+                                       NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, n->grads + b->w_off,
+                                       n->grads + b->b_off),
+           "conv backward (data) + bn backward (reduce)");
+        *reduced = bn;
+        return 0;
+    }
+    if (*acc && be->ops->conv2d_bwd_data_accum) {
+        OP(be->ops->conv2d_bwd_data_accum(be, s, n->dt, dy, node_weight(n, d), n->slots[n->nodes[a].gslot]),
+           "conv backward (data, summed into the input's gradient)");
+        *acc = false;   /* nothing left to add */
+        return 0;
+    }
+    OP(be->ops->conv2d_bwd_data(be, s, n->dt, dy, node_weight(n, d), dx), "conv backward (data)");
+    return 0;
+}
+
+/* Backward of one node given its output gradient dy. *reduced: the BN node whose
+ * backward reduction a conv already did (set by the conv, used by the BN right after). */
+static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced, err_t *e) {
     backend_t *be = n->be;
     node_t *d = &n->nodes[i];
     int batch = n->last_batch;
@@ -351,7 +406,7 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
         OP(be->ops->conv2d_bwd_filter(be, &s, n->dt, x, dy, n->grads + d->w_off), "conv backward (filter)");
         if (d->has_bias)
             OP(be->ops->channel_bias_bwd(be, m, d->c, n->dt, dy, n->grads + d->b_off), "conv bias backward");
-        if (dx) OP(be->ops->conv2d_bwd_data(be, &s, n->dt, dy, node_weight(n, d), dx), "conv backward (data)");
+        if (dx && conv_backward_data(n, i, &s, dy, dx, &acc_a, reduced, e) < 0) return -1;
         break;
     }
     case NODE_BN:
@@ -360,9 +415,11 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, err_t *e) {
     case NODE_BN_ADD_RELU: {
         const void *y = d->kind == NODE_BN ? NULL : d->y;
         act_kind_t act = net_bn_act(d->kind);
-        OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, NET_BN_EPS,
-                                  n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off),
-           "bn backward (reduce)");
+        if (*reduced != i)
+            OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, NET_BN_EPS,
+                                      n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off),
+               "bn backward (reduce)");
+        *reduced = -1;
         if (hooks && hooks->bn_sync_grads &&
             hooks->bn_sync_grads(hooks->ctx, d->c, n->sum_dy, n->sum_dy_xhat) < 0)
             return err_wrap(e, "net: SyncBN gradients of %s", d->prefix);
@@ -430,10 +487,11 @@ int net_backward(net_t *n, const net_hooks_t *hooks, err_t *e) {
     memset(n->grad_written, 0, (size_t)n->n_nodes * sizeof(bool));
     n->grad_written[n->n_nodes - 1] = true;
     size_t ready_from = n->n_params;
+    int reduced = -1;
     for (int i = n->n_nodes - 1; i >= 0; i--) {
         node_t *d = &n->nodes[i];
         if (d->gslot < 0 || !n->grad_written[i]) continue; /* nothing flows back here */
-        if (node_backward(n, i, hooks, e) < 0) return -1;
+        if (node_backward(n, i, hooks, &reduced, e) < 0) return -1;
         if (d->has_params && d->w_off < ready_from) {
             ready_from = d->w_off;
             if (hooks && hooks->grads_ready) hooks->grads_ready(hooks->ctx, ready_from);

@@ -3,10 +3,13 @@
  * At creation the parameter tensors are grouped into maximal contiguous ranges of equal
  * weight decay; a step calls the backend's sgd_step/adamw_step once per range.
  * Clipping by the global gradient norm is one backend op over the flat gradient array.
+ * The learning rate reaches the ops through the step control (optim_set_lr writes it, the
+ * ops get lr NaN and read ctl->lr), so a step recorded as a graph takes each step's value.
  * What it does not do: per-group learning rates, state on the host.
  */
 #include "model/optim.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,8 +110,20 @@ fail:
     return NULL;
 }
 
-int optim_step(optim_t *o, double lr, err_t *e) {
+int optim_set_lr(optim_t *o, double lr, err_t *e) {
     backend_t *be = o->be;
+    if (be->ops->upload(be, &o->ctl->lr, &lr, sizeof lr) < 0)
+        return err_set(e, ERR_RUNTIME, "optim: writing the learning rate: %s", be->err.msg);
+    return 0;
+}
+
+int optim_step(optim_t *o, double lr, err_t *e) {
+    return optim_set_lr(o, lr, e) || optim_apply(o, e) ? -1 : 0;
+}
+
+int optim_apply(optim_t *o, err_t *e) {
+    backend_t *be = o->be;
+    const double lr = NAN;   /* the ops read the step's value from the step control */
     float *p = net_params(o->net);
     const float *g = net_grads(o->net);
     for (int i = 0; i < o->n_ranges; i++) {

@@ -51,6 +51,11 @@ void optim_free(optim_t *o);
  * bias-corrects with the count after this step; SGD initialises the momentum buffer
  * from the gradient on the first step taken) and the loss scale (amp.h). */
 int optim_step(optim_t *o, double lr, err_t *e);
+/* optim_step in two halves, for steps recorded as one graph: optim_set_lr writes lr into
+ * the step control (an upload, before the step's ops); optim_apply enqueues the step's ops,
+ * which read it there, and nothing else (recordable). optim_step = both. */
+int optim_set_lr(optim_t *o, double lr, err_t *e);
+int optim_apply(optim_t *o, err_t *e);
 
 /* torch.nn.utils.clip_grad_norm_(params, max_norm) on net_grads, enqueued: the global L2
  * norm goes to norm_out (one float of backend memory, e.g. the step's record) and the

@@ -219,13 +219,15 @@ static const meta_bound_t META_INTS[] = {
     {"epoch", 0, 1 << 30},         {"start_batch", 0, BIG},        {"ep_correct", 0, BIG},
     {"ep_samples", 0, BIG},        {"best_epoch", 0, 1 << 30},     {"epochs_timed", 0, 1 << 30},
     {"growth_tracker", 0, BIG},    {"optim_steps", 0, BIG},        {"best_value_epoch", 0, 1 << 30},
-    {"es_best_epoch", 0, 1 << 30}, {"es_wait", 0, 1 << 30},   {"groups", 0, 1 << 20},
+    {"es_best_epoch", 0, 1 << 30}, {"es_wait", 0, 1 << 30},  {"steady_steps", 0, BIG},
+    {"warmup_steps", 0, BIG},      {"groups", 0, 1 << 20},
 };
 /* numbers that are not counts: any finite value (JSON has no infinity: the writer puts
  * null for a non-finite value and the parser refuses 1e999) */
 static const char *const META_DOUBLES[] = {
     "ep_loss_sum", "ep_seconds", "best_val_top1", "val_top1", "epoch_seconds_sum", "loss_scale",
-    "best_value", "val_top1_ema", "best_val_top1_ema", "es_best", "width", "dropout", NULL};
+    "best_value", "val_top1_ema", "best_val_top1_ema", "es_best", "steady_images", "steady_seconds",
+    "warmup_images", "warmup_seconds", "width", "dropout", NULL};
 
 int ckpt_meta_check(const char *path, const json_t *m, err_t *e) {
     if (!m || m->type != JSON_OBJECT)

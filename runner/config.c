@@ -74,6 +74,11 @@ void config_defaults(experiment_t *e) {
     e->train.max_steps = -1;
     e->train.eval_every = 1;
     e->train.deterministic = true;
+    /* auto since the H100 run of 2026-11-26 (tree 70b6c41) showed whole-step graphs exact
+     * (test_gpu_cli_graphs: auto == false bit for bit in single, with the CPU loader, DDP
+     * over NCCL world 1 and across resume) and faster (the flagship's epoch 3.52 s against
+     * 14.62 s, bf16); the plan turns it off where it is not exact (plan.c). */
+    e->train.cuda_graphs = GRAPHS_AUTO;
     e->train.ema.warmup_gamma = 1.0;
     e->train.ema.warmup_power = 2.0 / 3.0;
     e->train.early_stopping.patience = 3;
@@ -262,7 +267,13 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
     /* parallel layout */
     par_mode_t mode = x->parallel.mode;
     if (mode == PAR_SINGLE) {
-        if (st->set[row_of("parallel.world_size")] && x->parallel.world_size != 1)
+        /* single is one process on one device: the world size follows it (--set
+         * parallel.mode=single over a ddp file). Only a world size given with the mode
+         * (the same file, or both on the command line) or after it contradicts it. */
+        int rw = row_of("parallel.world_size"), rm = row_of("parallel.mode");
+        bool both_cli = c->src[st->loc[rw].src].cli && c->src[st->loc[rm].src].cli;
+        if (st->set[rw] && x->parallel.world_size != 1 &&
+            (st->loc[rw].src == st->loc[rm].src || both_cli || st->order[rw] > st->order[rm]))
             return cfg_fail(c, at(st, "parallel.world_size"),
                             "parallel.world_size %d with parallel.mode single; use mode ddp or "
                             "dp, or world_size 1",
@@ -334,7 +345,15 @@ static int finalize(cfg_ctx_t *c, cfg_state_t *st) {
 }
 
 static bool skip_top(const char *k) {
-    return !strcmp(k, "base") || !strcmp(k, "matrix");
+    return !strcmp(k, "base") || !strcmp(k, "matrix") || !strcmp(k, "repeats");
+}
+
+/* Parses a matrix's repeats value s (from the file or --set): a whole number from 1 to
+ * CFG_MAX_REPEATS. Returns the number, or 0 when s is not one. */
+static int parse_repeats(const char *s) {
+    if (!s || !*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 4) return 0;
+    int v = atoi(s);
+    return v >= 1 && v <= CFG_MAX_REPEATS ? v : 0;
 }
 
 static const char *base_name(const char *p) {
@@ -387,7 +406,13 @@ static int load_chain(cfg_ctx_t *c, cfg_state_t *st, const char *label, int dept
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     c->cur = src, c->doc = &doc, c->budget = CFG_NODE_BUDGET;
     yaml_node_pair_t *bp = top_pair(c, root, "base"), *mp = top_pair(c, root, "matrix");
-    if (mp && depth > 0)
+    yaml_node_pair_t *rp = top_pair(c, root, "repeats");
+    if (rp && (depth > 0 || !mp))
+        rc = cfg_fail(c, cfg_node_loc(c, cfg_node(c, rp->key)),
+                      "repeats: repeats the entries of a matrix: list over seeds, so it belongs "
+                      "at the top of the matrix file given to `runner compare`%s",
+                      depth > 0 ? ", not in a base file" : "; for one run set seed: instead");
+    else if (mp && depth > 0)
         rc = cfg_fail(c, cfg_node_loc(c, cfg_node(c, mp->key)),
                       "matrix: only allowed in the file given to `runner compare`, not in a "
                       "base file");
@@ -584,6 +609,50 @@ static int load_entry(cfg_ctx_t *c, cfg_state_t *st, const cfg_state_t *base, ya
 static experiment_matrix_t *load_matrix(const char *path, const char *text, size_t text_len,
                                         const char *const *sets, int n_sets, err_t *e);
 
+/* The matrix's repeats: the file's top-level repeats: (checked in load_chain to be in the
+ * matrix file itself), then any --set repeats=N. The other --set items go to entry_sets. */
+static int matrix_repeats(cfg_ctx_t *c, const char *path, yaml_document_t *doc, experiment_matrix_t *mx,
+                          const char *const *sets, int n_sets, const char **entry_sets, int *n_entry) {
+    c->cur = 0, c->doc = doc;
+    mx->repeats = 1;
+    yaml_node_pair_t *rp = top_pair(c, yaml_document_get_root_node(doc), "repeats");
+    if (rp) {
+        yaml_node_t *v = cfg_node(c, rp->value);
+        char buf[96];
+        if (!(mx->repeats = parse_repeats(v->type == YAML_SCALAR_NODE ? cfg_scalar(v) : NULL)))
+            return cfg_fail(c, cfg_node_loc(c, v),
+                            "repeats: expected a whole number from 1 to %d (the runs of each entry, "
+                            "with seeds seed, seed+1, ...), found %s",
+                            (int)CFG_MAX_REPEATS, cfg_describe(v, buf, sizeof buf));
+    }
+    *n_entry = 0;
+    for (int i = 0; i < n_sets; i++) {
+        const char *k = sets[i];
+        while (*k == ' ') k++;
+        const char *eq = strchr(k, '=');
+        size_t kl = eq ? (size_t)(eq - k) : 0;
+        while (kl && k[kl - 1] == ' ') kl--;
+        if (!(kl == 7 && !strncmp(k, "repeats", 7))) {
+            if (*n_entry < CFG_MAX_SETS) entry_sets[(*n_entry)++] = sets[i];
+            continue;
+        }
+        char val[32];
+        const char *v = eq + 1;
+        while (*v == ' ') v++;
+        snprintf(val, sizeof val, "%.31s", v);
+        for (size_t l = strlen(val); l && val[l - 1] == ' '; l--) val[l - 1] = '\0';
+        if (!(mx->repeats = parse_repeats(val)))
+            return err_set(c->err, ERR_INPUT, "--set %.200s: repeats: expected a whole number from 1 to %d "
+                           "(the runs of each entry, with seeds seed, seed+1, ...)", sets[i],
+                           (int)CFG_MAX_REPEATS);
+    }
+    if (mx->n * mx->repeats > CFG_MAX_MATRIX_RUNS)
+        return err_set(c->err, ERR_INPUT, "%s: %d entries x repeats %d = %d runs; a comparison holds at most "
+                       "%d: lower repeats or split the matrix", path, mx->n,
+                       mx->repeats, mx->n * mx->repeats, (int)CFG_MAX_MATRIX_RUNS);
+    return 0;
+}
+
 experiment_matrix_t *config_load_matrix(const char *path, const char *const *sets, int n_sets,
                                         err_t *e) {
     return load_matrix(path, NULL, 0, sets, n_sets, e);
@@ -675,13 +744,18 @@ static experiment_matrix_t *load_matrix(const char *path, const char *text, size
                          "their runs; put the matrix's own name in the file (name: ...)",
                          sets[i]);
     }
+    /* repeats: from the file, then --set repeats=N (which the entries never see) */
+    const char *entry_sets[CFG_MAX_SETS];
+    int n_entry_sets = 0;
+    if (!rc) rc = matrix_repeats(c, path, &doc, mx, sets, n_sets, entry_sets, &n_entry_sets);
+    if (n_sets > CFG_MAX_SETS) n_entry_sets = n_sets;   /* apply_sets refuses them */
     int n_files = c->n_src;
     if (!rc) {
         *base = *st;
         for (int i = 0; i < mx->n && !rc; i++) {
             c->doc = &doc; /* apply_sets of the previous entry pointed it elsewhere */
             rc = load_entry(c, st, base, &doc, cfg_node(c, mv->data.sequence.items.start[i]), i,
-                            mx, sets, n_sets, path, n_files);
+                            mx, n_sets > CFG_MAX_SETS ? sets : entry_sets, n_entry_sets, path, n_files);
         }
     }
     if (have_doc) yaml_document_delete(&doc);

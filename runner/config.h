@@ -6,7 +6,9 @@
  * copied freely: matrix expansion, DP replicas and checkpoints copy it.
  *
  * Errors (ERR_INPUT) read "file:line:col: what is wrong; what to do", with the closest
- * valid key suggested for a typo. Overrides given with --set read "--set key=value: ...".
+ * valid key suggested for a typo; every wrong key or value of a file is reported, one per
+ * line of the message, in file order. Overrides given with --set read
+ * "--set key=value: ...".
  */
 #ifndef RUNNER_CONFIG_H
 #define RUNNER_CONFIG_H
@@ -22,6 +24,8 @@ extern "C" {
 #endif
 
 enum { CFG_STR = 256, CFG_PATH = 1024, CFG_MAX_LIST = 16, CFG_MAX_SETS = 64, CFG_MAX_MATRIX = 64 };
+/* A matrix's repeats over seeds, and the runs (entries x repeats) one comparison may hold. */
+enum { CFG_MAX_REPEATS = 100, CFG_MAX_MATRIX_RUNS = 256 };
 
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_t;
 typedef enum { PAR_SINGLE = 0, PAR_DP, PAR_DDP } par_mode_t;
@@ -39,6 +43,8 @@ typedef enum {
     METRIC_VAL_TOP1_EMA, METRIC_VAL_TOP5_EMA, METRIC_TRAIN_LOSS, METRIC_TRAIN_TOP1, METRIC_COUNT
 } metric_t;
 typedef enum { STOP_MODE_AUTO = 0, STOP_MODE_MIN, STOP_MODE_MAX } stop_mode_t;
+/* train.cuda_graphs: false | true | auto (the YAML words; true/false also yes/no/on/off) */
+typedef enum { GRAPHS_FALSE = 0, GRAPHS_TRUE, GRAPHS_AUTO } graphs_mode_t;
 
 typedef struct experiment {
     char name[CFG_STR];           /* default: the file's stem */
@@ -148,7 +154,8 @@ typedef struct experiment {
         int64_t max_steps;        /* -1 = null */
         int eval_every;           /* 1 */
         bool deterministic;       /* true */
-        bool cuda_graphs;         /* false (project key: replay each micro-batch as a CUDA graph) */
+        graphs_mode_t cuda_graphs;/* false (project key: record whole steps as CUDA graphs);
+                                     auto: where bit-identical (plan.c plan_cuda_graphs) */
         struct {                  /* timm ModelEmaV3 of params and BN buffers */
             double decay;         /* 0 = null (off); else in (0, 1) */
             bool warmup;          /* false: timm's --model-ema-warmup */
@@ -162,6 +169,8 @@ typedef struct experiment {
             stop_mode_t mode;     /* auto: loss min, top-k max */
         } early_stopping;
         bool cpu_winograd;        /* false (project key: Winograd 3x3 filter gradients on the CPU) */
+        int n_cuda_fusion;        /* 0 = null */
+        char cuda_fusion[CFG_MAX_LIST][16]; /* null (project key: CUDA fusion options, issue 25) */
     } train;
 
     struct {
@@ -264,10 +273,14 @@ bool metric_minimised(metric_t m);
  * Each run's experiment name is its entry name (runs[i].name == entry_names[i], unique
  * plain names); the matrix's own name (the file's name: or its stem) is the parent, so the
  * caller writes runs under <output.root>/<matrix name>/<entry name>/... --set name=... is
- * refused for a matrix. */
+ * refused for a matrix.
+ * `repeats: N` (top level of the matrix file only, or --set repeats=N) runs every entry N
+ * times, with seeds seed, seed + 1, ..., seed + N - 1 (runner/report/compare.h lays them
+ * out); 1 to CFG_MAX_REPEATS, and at most CFG_MAX_MATRIX_RUNS runs in all. */
 typedef struct experiment_matrix {
     char name[CFG_STR];           /* the matrix file's name (parent run directory) */
     int n;
+    int repeats;                  /* runs of each entry over seeds; 1 without repeats: */
     char entry_names[CFG_MAX_MATRIX][CFG_STR];
     experiment_t runs[CFG_MAX_MATRIX];
 } experiment_matrix_t;
@@ -286,6 +299,10 @@ experiment_matrix_t *config_load_matrix_text(const char *label, const char *text
                                              const char *const *sets, int n_sets, err_t *e);
 
 /* Names of enum values, for printing and YAML output. */
+/* The word of names[] closest to s (case-insensitive edit distance, transpositions
+ * counting one) when it is close enough to be a typo of it, else NULL: the suggestion
+ * config errors give, for other parts of the command line. */
+const char *config_closest_word(const char *s, const char *const *names, int n);
 const char *device_name(device_t d);
 const char *par_mode_name(par_mode_t m);
 const char *comm_backend_name(comm_backend_t b);

@@ -297,6 +297,15 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
             a[i] = (int)v;
         } else if (r->kind == K_FLOATS) {
             if (get_double(c, il, ek, r, items[i], (double *)FIELD(st, r) + i)) return -1;
+        } else if (r->names) {   /* a list of names (train.cuda_fusion): stored as spelled in names[] */
+            cfg_row_t er = *r;
+            er.flags &= ~(unsigned)F_NULLABLE;
+            int k = get_name(c, il, ek, &er, items[i]);
+            if (k < 0) return -1;
+            for (int j = 0; j < i && (r->flags & F_UNIQUE); j++)
+                if (!strcmp(FIELD(st, r) + (size_t)j * r->size, r->names[k]))
+                    return cfg_fail(c, il, "%s: '%s' appears twice; list each once", ek, r->names[k]);
+            snprintf(FIELD(st, r) + (size_t)i * r->size, r->size, "%s", r->names[k]);
         } else {
             if (get_string(c, il, ek, r, items[i], r->size, FIELD(st, r) + (size_t)i * r->size))
                 return -1;
@@ -364,7 +373,13 @@ static int apply_row(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cfg
         return 0;
     }
     case K_ENUM: {
-        /* a nullable enum's null is its first value, whose name is NULL */
+        /* a nullable enum's null is its first value, whose name is NULL; a F_BOOLS enum
+         * takes every bool word for its "false" / "true" */
+        if ((r->flags & F_BOOLS) && val->type == YAML_SCALAR_NODE && !bool_text(val, &b)) {
+            int i = b ? 1 : 0;
+            memcpy(f, &i, sizeof i);
+            return 0;
+        }
         int i = cfg_is_null(val) && (r->flags & F_NULLABLE) ? 0 : get_name(c, loc, key, r, val);
         if (i < 0) return -1;
         memcpy(f, &i, sizeof i);
@@ -446,6 +461,7 @@ int cfg_apply_value(cfg_ctx_t *c, cfg_state_t *st, const char *full, yaml_node_t
         }
         if (apply_row(c, st, ri, full, vloc, val, depth, weak)) return -1;
         st->set[ri] = 1;
+        st->order[ri] = ++st->n_given;
         st->set_now[ri] = weak ? 1 : 2;
         st->loc[ri] = vloc;
         if (cfg_rows[ri].flags & F_CHILD) switch_on_parent(st, &cfg_rows[ri]);
@@ -488,64 +504,77 @@ int cfg_apply_map(cfg_ctx_t *c, cfg_state_t *st, const char *prefix, yaml_node_t
     if (cfg_visit(c, m, depth)) return -1;
     yaml_node_pair_t *p0 = m->data.mapping.pairs.start, *pe = m->data.mapping.pairs.top;
     if (pe - p0 > CFG_MAX_KEYS) /* bounds the duplicate check below, which is quadratic */
-        return cfg_fail(c, cfg_node_loc(c, m),
-                        "a mapping with %ld keys; experiment files have a few dozen (is this "
-                        "the right file?)",
-                        (long)(pe - p0));
+        return c->fatal = true, cfg_fail(c, cfg_node_loc(c, m),
+                                         "a mapping with %ld keys; experiment files have a few dozen (is "
+                                         "this the right file?)",
+                                         (long)(pe - p0));
+    /* A wrong key or value is recorded and the walk goes on with the next key, so every
+     * such error of the file is reported at once (cfg_go_on); a key that failed its own
+     * checks is not applied. */
+    int errs0 = c->n_err;
+    bool bad_key[CFG_MAX_KEYS] = {false};
     /* keys: scalars, trimmed, unique (checked before anything is applied) */
     for (yaml_node_pair_t *p = p0; p < pe; p++) {
         yaml_node_t *k = cfg_node(c, p->key);
+        int before = c->n_err, rc = 0;
         if (cfg_visit(c, k, depth + 1)) return -1;
         cfg_loc_t kl = cfg_node_loc(c, k);
-        if (k->type != YAML_SCALAR_NODE)
-            return cfg_fail(c, kl, "a key must be a name, found %s; write `name: value`",
-                            k->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping");
         const char *ks = cfg_scalar(k);
-        size_t kn = strlen(ks);
-        if (!kn)
-            return cfg_fail(c, kl, "empty key; write `name: value`");
-        if (isspace((unsigned char)ks[0]) || isspace((unsigned char)ks[kn - 1]))
-            return cfg_fail(c, kl, "key '%s' has spaces around it; remove them", ks);
-        for (yaml_node_pair_t *q = p0; q < p; q++) {
+        size_t kn = ks ? strlen(ks) : 0;
+        if (k->type != YAML_SCALAR_NODE)
+            rc = cfg_fail(c, kl, "a key must be a name, found %s; write `name: value`",
+                          k->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping");
+        else if (!kn)
+            rc = cfg_fail(c, kl, "empty key; write `name: value`");
+        else if (isspace((unsigned char)ks[0]) || isspace((unsigned char)ks[kn - 1]))
+            rc = cfg_fail(c, kl, "key '%s' has spaces around it; remove them", ks);
+        for (yaml_node_pair_t *q = p0; !rc && q < p; q++) {
             yaml_node_t *qk = cfg_node(c, q->key);
-            if (!strcmp(cfg_scalar(qk), ks))
-                return cfg_fail(c, kl, "duplicate key '%s' (first at line %d); keep one of them",
-                                ks, (int)qk->start_mark.line + 1);
+            if (cfg_scalar(qk) && !strcmp(cfg_scalar(qk), ks))
+                rc = cfg_fail(c, kl, "duplicate key '%s' (first at line %d); keep one of them",
+                              ks, (int)qk->start_mark.line + 1);
         }
+        if (rc && !cfg_go_on(c, before)) return -1;
+        bad_key[p - p0] = rc != 0;
     }
     /* pass 1: << merge keys (earlier mappings in a << list win, so apply them last) */
     for (yaml_node_pair_t *p = p0; p < pe; p++) {
-        if (!is_merge_key(cfg_node(c, p->key))) continue;
+        if (bad_key[p - p0] || !is_merge_key(cfg_node(c, p->key))) continue;
         yaml_node_t *v = cfg_node(c, p->value);
+        int before = c->n_err, rc = 0;
         if (v->type == YAML_MAPPING_NODE) {
-            if (cfg_apply_map(c, st, prefix, v, depth + 1, true, skip)) return -1;
+            rc = cfg_apply_map(c, st, prefix, v, depth + 1, true, skip);
         } else if (v->type == YAML_SEQUENCE_NODE) {
             if (cfg_visit(c, v, depth + 1)) return -1;
             for (yaml_node_item_t *it = v->data.sequence.items.top;
-                 it > v->data.sequence.items.start;) {
+                 it > v->data.sequence.items.start && (!rc || cfg_go_on(c, before));) {
                 yaml_node_t *m2 = cfg_node(c, *--it);
                 if (m2->type != YAML_MAPPING_NODE)
-                    return cfg_fail(c, cfg_node_loc(c, m2),
-                                    "<<: expected aliases of mappings, e.g. <<: [*a, *b]");
-                if (cfg_apply_map(c, st, prefix, m2, depth + 2, true, skip)) return -1;
+                    rc = cfg_fail(c, cfg_node_loc(c, m2),
+                                  "<<: expected aliases of mappings, e.g. <<: [*a, *b]");
+                else if (cfg_apply_map(c, st, prefix, m2, depth + 2, true, skip))
+                    rc = -1;
             }
         } else {
-            return cfg_fail(c, cfg_node_loc(c, v),
-                            "<<: expected an alias of a mapping, e.g. <<: *defaults");
+            rc = cfg_fail(c, cfg_node_loc(c, v),
+                          "<<: expected an alias of a mapping, e.g. <<: *defaults");
         }
+        if (rc && !cfg_go_on(c, before)) return -1;
     }
     /* pass 2: this mapping's own keys */
     for (yaml_node_pair_t *p = p0; p < pe; p++) {
         yaml_node_t *k = cfg_node(c, p->key);
-        if (is_merge_key(k)) continue;
+        if (bad_key[p - p0] || is_merge_key(k)) continue;
         const char *ks = cfg_scalar(k);
         if (!prefix[0] && skip && skip(ks)) continue;
         char full[CFG_STR];
+        int before = c->n_err, rc;
         if ((size_t)snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", ks) >=
-            sizeof full) {
-            return cfg_fail(c, cfg_node_loc(c, k), "%.60s...: unknown key (far too long)", full);
-        }
-        if (cfg_apply_value(c, st, full, k, cfg_node(c, p->value), depth + 1, weak)) return -1;
+            sizeof full)
+            rc = cfg_fail(c, cfg_node_loc(c, k), "%.60s...: unknown key (far too long)", full);
+        else
+            rc = cfg_apply_value(c, st, full, k, cfg_node(c, p->value), depth + 1, weak);
+        if (rc && !cfg_go_on(c, before)) return -1;
     }
-    return 0;
+    return c->n_err > errs0 ? -1 : 0;
 }

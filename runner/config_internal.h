@@ -27,7 +27,8 @@ enum {
     CFG_MAX_FILE = 1 << 20,      /* bytes */
     CFG_MAX_ANCHORS = 1000,      /* & and * in one file */
     CFG_MAX_KEYS = 1000,         /* keys in one mapping */
-    CFG_MAX_NAME = 100           /* run and matrix entry names */
+    CFG_MAX_NAME = 100,          /* run and matrix entry names */
+    CFG_MAX_ERRORS = 20          /* errors shown from one load (all are counted) */
 };
 
 /* What a row's value is. */
@@ -65,8 +66,10 @@ enum {
                              added later leaves the hash of every run that does not use it
                              unchanged */
     F_AUTO = 1 << 14,     /* int: `auto` accepted, stored as -1 (data.workers) */
-    F_IMAGES = 1 << 15    /* with F_HASH: hashed only for data.dataset image_folder, the only
+    F_IMAGES = 1 << 15,   /* with F_HASH: hashed only for data.dataset image_folder, the only
                              dataset they change (other runs keep their hash) */
+    F_BOOLS = 1 << 16     /* enum whose names start "false", "true": yes/no/on/off are
+                             accepted for them as for a bool (train.cuda_graphs) */
 };
 
 typedef struct cfg_row {
@@ -106,6 +109,8 @@ typedef struct cfg_state {
     unsigned char set_now[CFG_MAX_ROWS]; /* by the current source: 0, 1 weak (<<), 2 */
     cfg_loc_t loc[CFG_MAX_ROWS];         /* where it was last given */
     int count[CFG_MAX_ROWS];             /* list lengths */
+    unsigned order[CFG_MAX_ROWS];        /* when it was last given: a later value is larger */
+    unsigned n_given;                    /* values given so far (the next order) */
     bool norm_off;                       /* data.normalize: false */
 } cfg_state_t;
 
@@ -128,6 +133,16 @@ typedef struct cfg_ctx {
     size_t text_len;
     int n_stack;                         /* base chain: real paths being loaded */
     char stack[CFG_MAX_BASE_DEPTH + 1][PATH_MAX];
+    /* Errors so far. A wrong key or value does not stop the walk of its document: the
+     * next key is applied and checked too, so one run shows every such error of a file
+     * (up to CFG_MAX_ERRORS), in file order, one "file:line:col: message" line each (err
+     * holds them joined). What cannot be walked past stops it: fatal. */
+    int n_err;
+    bool fatal;
+    struct {
+        cfg_loc_t loc;
+        char text[640];                  /* the error's full line */
+    } errs[CFG_MAX_ERRORS];
 } cfg_ctx_t;
 
 /* ---- config_schema.c ---- */
@@ -144,8 +159,13 @@ const char *cfg_plain_name_problem(const char *s, char *buf, size_t cap);
 
 /* ---- config_yaml.c ---- */
 int cfg_add_source(cfg_ctx_t *c, const char *label, bool cli);
+/* Records an error at loc (see cfg_ctx_t) and returns -1. */
 int cfg_fail(cfg_ctx_t *c, cfg_loc_t loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* After a step of walking a document returned -1 with errs_before errors recorded before
+ * it: true when the walk may go on to the next key (the step recorded a schema error and
+ * hit no bound), false when it must stop. */
+bool cfg_go_on(const cfg_ctx_t *c, int errs_before);
 cfg_loc_t cfg_node_loc(const cfg_ctx_t *c, const yaml_node_t *n);
 /* Reads and checks a file (size, type, NUL, UTF-8, tabs) and parses it into doc. The
  * root must be a mapping. On success the caller owns doc (yaml_document_delete). */

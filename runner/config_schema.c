@@ -38,6 +38,9 @@ static const char *const INIT_HEADS[] = {"strict", "reinit"};
 static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", "val_loss_ema",
                                       "val_top1_ema", "val_top5_ema", "train_loss", "train_top1"};
 static const char *const STOP_MODES[] = {"auto", "min", "max"};
+static const char *const GRAPHS[] = {"false", "true", "auto"};   /* graphs_mode_t */
+/* backend_fusion_name's names, and all (BACKEND_FUSE_ALL: the options measured faster) */
+static const char *const FUSIONS[] = {"graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "all"};
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 /* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
 #define HASH_NEW (F_HASH | F_HASH_SET)
@@ -200,8 +203,9 @@ const cfg_row_t cfg_rows[] = {
     ROW_INT("train.eval_every", train.eval_every, 1, 1000000, 0, "validate every N epochs"),
     ROW_BOOL("train.deterministic", train.deterministic, F_HASH,
              "bit-exact on CPU; deterministic algorithms on CUDA"),
-    ROW_BOOL("train.cuda_graphs", train.cuda_graphs, 0,
-             "project key: record a micro-batch's forward+backward once and replay it as a CUDA graph"),
+    ROW_ENUM("train.cuda_graphs", train.cuda_graphs, GRAPHS, F_BOOLS,
+             "false | true | auto: project key: record whole steps once per shape and replay them as "
+             "CUDA graphs (auto: where bit-identical to false)"),
     ROW_FLT("train.ema.decay", train.ema.decay, 0, 1, F_LO_OPEN | F_HI_OPEN | F_NULLABLE | F_HASH | F_HASH_SET,
             "null | EMA of weights and BN buffers, timm ModelEmaV3 decay (e.g. 0.9998)"),
     ROW_BOOL("train.ema.warmup", train.ema.warmup, F_HASH | F_HASH_SET,
@@ -222,6 +226,10 @@ const cfg_row_t cfg_rows[] = {
     ROW_BOOL("train.cpu_winograd", train.cpu_winograd, 0,
              "project key: Winograd for 3x3 filter gradients on the CPU where oneDNN has it "
              "(faster, ~10x less precise)"),
+    {"train.cuda_fusion", K_STRS, OFF(train.cuda_fusion), SZ(train.cuda_fusion[0]), 0, 0, F_NULLABLE | F_UNIQUE,
+     0, CFG_MAX_LIST, OFF(train.n_cuda_fusion), NAMES(FUSIONS),
+     "project key: CUDA fusion options [graph_conv, conv_stats, dgrad_dbn, dgrad_accum, vec16]; all = "
+     "[graph_conv, dgrad_accum], the ones a GPU run measured faster"},
 
     ROW_BOOL("amp.enabled", amp.enabled, F_HASH, "mixed precision"),
     ROW_ENUM("amp.dtype", amp.dtype, AMP_DTYPES, F_HASH,
@@ -287,7 +295,7 @@ _Static_assert(sizeof(device_t) == sizeof(int) && sizeof(par_mode_t) == sizeof(i
                    sizeof(optim_name_t) == sizeof(int) && sizeof(sched_name_t) == sizeof(int) &&
                    sizeof(wandb_mode_t) == sizeof(int) && sizeof(model_stem_t) == sizeof(int) &&
                    sizeof(init_head_t) == sizeof(int) && sizeof(metric_t) == sizeof(int) &&
-                   sizeof(stop_mode_t) == sizeof(int),
+                   sizeof(stop_mode_t) == sizeof(int) && sizeof(graphs_mode_t) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(sizeof cfg_rows / sizeof cfg_rows[0] <= CFG_MAX_ROWS, "raise CFG_MAX_ROWS");
 
@@ -384,6 +392,10 @@ const char *cfg_closest(const char *s, const char *const *names, int n) {
         if (d < bd) bd = d, best = names[i];
     }
     return best && bd <= close_enough(s) ? best : NULL;
+}
+
+const char *config_closest_word(const char *s, const char *const *names, int n) {
+    return cfg_closest(s, names, n);
 }
 
 /* The last component of a dotted key. */

@@ -27,6 +27,36 @@ int cfg_add_source(cfg_ctx_t *c, const char *label, bool cli) {
     return c->n_src++;
 }
 
+static bool loc_before(cfg_loc_t a, cfg_loc_t b) {
+    if (a.src != b.src) return a.src < b.src;
+    return a.line != b.line ? a.line < b.line : a.col < b.col;
+}
+
+/* c->err from the errors recorded: the only one as it is; several in file order, one per
+ * line, as many as fit, then how many more there are. */
+static void join_errors(cfg_ctx_t *c) {
+    int order[CFG_MAX_ERRORS], n = c->n_err < CFG_MAX_ERRORS ? c->n_err : CFG_MAX_ERRORS;
+    for (int i = 0; i < n; i++) { /* insertion sort: stable, at most 20 */
+        int j = i;
+        while (j > 0 && loc_before(c->errs[i].loc, c->errs[order[j - 1]].loc)) order[j] = order[j - 1], j--;
+        order[j] = i;
+    }
+    char *m = c->err->msg;
+    size_t cap = sizeof c->err->msg, len = 0;
+    int shown = 0;
+    for (; shown < n; shown++) {
+        const char *t = c->errs[order[shown]].text;
+        size_t need = strlen(t) + (shown ? 1 : 0);
+        if (shown && len + need + 64 >= cap) break;
+        len += (size_t)snprintf(m + len, cap - len, "%s%s", shown ? "\n" : "", t);
+        if (len >= cap) len = cap - 1;
+    }
+    if (shown < c->n_err)
+        snprintf(m + len, cap - len, "\n... and %d more error%s; fix these and run again", c->n_err - shown,
+                 c->n_err - shown == 1 ? "" : "s");
+    c->err->code = ERR_INPUT;
+}
+
 /* Records "place: [scope: ]message" as an ERR_INPUT error. The place is file:line:col for
  * a file node, the file alone when loc.line is 0, and "--set k=v" for a --set source. */
 int cfg_fail(cfg_ctx_t *c, cfg_loc_t loc, const char *fmt, ...) {
@@ -41,7 +71,19 @@ int cfg_fail(cfg_ctx_t *c, cfg_loc_t loc, const char *fmt, ...) {
         snprintf(place, sizeof place, "%s: ", c->src[loc.src].label);
     else
         snprintf(place, sizeof place, "%s:%d:%d: ", c->src[loc.src].label, loc.line, loc.col);
-    return err_set(c->err, ERR_INPUT, "%s%s%s%s", place, c->scope, c->scope[0] ? ": " : "", msg);
+    char line[sizeof c->err->msg];
+    snprintf(line, sizeof line, "%s%s%s%s", place, c->scope, c->scope[0] ? ": " : "", msg);
+    if (c->n_err < CFG_MAX_ERRORS) {
+        c->errs[c->n_err].loc = loc;
+        snprintf(c->errs[c->n_err].text, sizeof c->errs[0].text, "%.*s", (int)sizeof c->errs[0].text - 1, line);
+    }
+    if (c->n_err++ == 0) return err_set(c->err, ERR_INPUT, "%s", line);   /* the only one so far: in full */
+    join_errors(c);
+    return -1;
+}
+
+bool cfg_go_on(const cfg_ctx_t *c, int errs_before) {
+    return !c->fatal && c->n_err > errs_before;
 }
 
 cfg_loc_t cfg_node_loc(const cfg_ctx_t *c, const yaml_node_t *n) {
@@ -84,12 +126,12 @@ const char *cfg_describe(const yaml_node_t *n, char *buf, size_t cap) {
 
 int cfg_visit(cfg_ctx_t *c, const yaml_node_t *n, int depth) {
     if (depth > CFG_MAX_DEPTH)
-        return cfg_fail(c, cfg_node_loc(c, n),
+        return c->fatal = true, cfg_fail(c, cfg_node_loc(c, n),
                         "nesting is deeper than %d levels (a recursive alias?); experiment "
                         "files need at most 5 levels",
                         (int)CFG_MAX_DEPTH);
     if (--c->budget < 0)
-        return cfg_fail(c, cfg_node_loc(c, n),
+        return c->fatal = true, cfg_fail(c, cfg_node_loc(c, n),
                         "this document has more than %d values, counting what aliases expand "
                         "to (an alias bomb?); an experiment needs about 100",
                         (int)CFG_NODE_BUDGET);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/backend.h"
@@ -55,8 +56,43 @@ static char *meta_class_names(const json_t *m) {
     return buf;
 }
 
+/* Where the file goes: output, output/<default name> when output is a directory, or the
+ * run directory's default. A folder that does not exist is an error naming it, checked
+ * before any work: created silently, a mistyped path would leave a stray tree (cp and
+ * torch.save refuse too). */
+static int output_path(const char *run_dir, const char *output, bool ema, char *out, size_t len, err_t *e) {
+    const char *name = ema ? "model_ema.safetensors" : "model.safetensors";
+    struct stat st;
+    if (!output) {
+        snprintf(out, len, "%s/%s", run_dir, name);
+        return 0;
+    }
+    if (!*output) return err_set(e, ERR_INPUT, "--output is empty; give a file such as %s", name);
+    if (stat(output, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, len, "%s%s%s", output, output[strlen(output) - 1] == '/' ? "" : "/", name);
+        return 0;
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", output);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) != 0)
+        return err_set(e, ERR_INPUT, "--output %s: the folder %s does not exist; create it first (mkdir -p %s) "
+                       "or give a path in an existing folder", output, dir, dir);
+    if (!S_ISDIR(st.st_mode))
+        return err_set(e, ERR_INPUT, "--output %s: %s is a file, not a folder; give a path in a folder", output,
+                       dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_errno(e, ERR_INPUT, "--output %s: cannot write into the folder %s", output, dir);
+    snprintf(out, len, "%s", output);
+    return 0;
+}
+
 int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path, size_t len,
                export_info_t *info, err_t *e) {
+    if (output_path(run_dir, output, ema, out_path, len, e)) return -1;
     char ck[4200];
     if (!which || !strcmp(which, "last") || !strcmp(which, "best"))
         snprintf(ck, sizeof ck, "%s/checkpoints/%s.ckpt", run_dir, which ? which : "last");
@@ -119,8 +155,6 @@ int export_run(const char *run_dir, const char *which, const char *output, bool 
     int64_t *counters = net_counters(n);
     for (int i = 0; cn && cn->type == JSON_ARRAY && i < (int)cn->count && i < net_num_counters(n); i++)
         counters[i] = (int64_t)cn->items[i]->number;
-    if (output) snprintf(out_path, len, "%s", output);
-    else snprintf(out_path, len, "%s/%s.safetensors", run_dir, ema ? "model_ema" : "model");
     export_info_t local;
     export_info_t *in = info ? info : &local;
     memset(in, 0, sizeof *in);
@@ -248,20 +282,39 @@ void export_print_usage(const export_info_t *in, const char *path, FILE *f) {
         for (int k = 0; k < in->n_norm; k++) fprintf(f, "%s%.4g", k ? ", " : "", in->std[k]);
         fprintf(f, "]\n");
     }
-    if (!tv) {
+    /* the runner's scripts/ (where this binary was built from), for its standard-library
+     * safetensors reader and model builder */
+    char scripts[4200];
+#ifdef RUNNER_SCRIPTS_DIR
+    snprintf(scripts, sizeof scripts, "%s", RUNNER_SCRIPTS_DIR);
+#else
+    snprintf(scripts, sizeof scripts, "scripts");
+#endif
+    char probe[4300];
+    snprintf(probe, sizeof probe, "%s/torchvision_model.py", scripts);
+    bool found = access(probe, R_OK) == 0;
+    if (!found) snprintf(scripts, sizeof scripts, "scripts");
+    const char *where = found ? "" : "   # the runner's scripts/ folder";
+    if (tv) {
+        fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also "
+                "in the file's __metadata__):\n"
+                "    import torch, torchvision\n"
+                "    try:\n"
+                "        from safetensors.torch import load_file\n"
+                "    except ImportError:   # no safetensors package (Debian 12): the runner's reader\n"
+                "        import sys; sys.path.insert(0, \"%s\")%s\n"
+                "        from torchvision_model import load_file\n"
+                "%s"
+                "    model.load_state_dict(load_file(\"%s\"))\n"
+                "    model.eval()\n", scripts, where, snippet, path);
+    } else {
         fprintf(f, "runner: torchvision's own constructor does not build %s as exported (%s); the runner's "
-                "scripts/torchvision_model.py builds it with these tensor names:\n"
-                "    import sys; sys.path.insert(0, \"scripts\")   # in the runner's source tree\n"
-                "    from torchvision_model import load\n"
-                "    model = load(\"%s\")\n", in->arch,
-                a && a->imagenet ? "the CIFAR variant or another width" : "torchvision does not ship it", path);
-        return;
+                "scripts/torchvision_model.py builds it with these tensor names:\n", in->arch,
+                a && a->imagenet ? "the CIFAR variant or another width" : "torchvision does not ship it");
     }
-    fprintf(f, "runner: load it in PyTorch (arch, stem, channels, classes, mean/std and class names are also in "
-            "the file's __metadata__):\n"
-            "    import torch, torchvision\n"
-            "    from safetensors.torch import load_file\n"
-            "%s"
-            "    model.load_state_dict(load_file(\"%s\"))\n"
-            "    model.eval()\n", snippet, path);
+    fprintf(f, "runner: %s the model from the file's metadata alone (any architecture the runner exports; "
+            "no safetensors package needed):\n"
+            "    import sys; sys.path.insert(0, \"%s\")%s\n"
+            "    from torchvision_model import load\n"
+            "    model = load(\"%s\")\n", tv ? "or build" : "build", scripts, where, path);
 }

@@ -36,7 +36,9 @@ typedef struct export_info {
 } export_info_t;
 
 /* which: NULL or "last", "best", or a checkpoint path. output: NULL = RUN_DIR/model.safetensors
- * (RUN_DIR/model_ema.safetensors with ema). ema: the EMA weights (train.ema) instead of the
+ * (RUN_DIR/model_ema.safetensors with ema); an existing directory gets that name inside it;
+ * a file in a folder that does not exist is ERR_INPUT naming the folder (checked before
+ * anything is read: the folder is not created, so a mistyped path fails loudly). ema: the EMA weights (train.ema) instead of the
  * trained ones (sections ema.params / ema.buffers; a checkpoint without them is ERR_INPUT
  * naming the key to set). The path written is copied to out_path and what it holds to info
  * (may be NULL).
@@ -48,11 +50,14 @@ typedef struct export_info {
 int export_run(const char *run_dir, const char *which, const char *output, bool ema, char *out_path,
                size_t len, export_info_t *info, err_t *e);
 
-/* Prints how to build the matching torchvision model and load path into it (a Python
- * snippet; for what torchvision's constructors do not build as exported — the He et al.
- * CIFAR ResNets, WRN, PreAct, ResNeXt-29, the CIFAR variants of VGG and MobileNetV2, a
- * non-default width — the helper scripts/torchvision_model.py). For a 1-channel model it
- * says first that the first conv must have 1 input channel. */
+/* Prints how to build the matching torchvision model and load path into it: Python that
+ * uses the safetensors package when it is importable and else the standard-library reader
+ * of scripts/torchvision_model.py (absolute path of the source tree the binary was built
+ * from), then the same through torchvision_model.load (the only form for what
+ * torchvision's constructors do not build as exported: the He et al. CIFAR ResNets, WRN,
+ * PreAct, ResNeXt-29, the CIFAR variants of VGG and MobileNetV2, a non-default width).
+ * For a model with other than 3 input channels it says first that the first conv must
+ * have that many. */
 void export_print_usage(const export_info_t *info, const char *path, FILE *f);
 
 #endif

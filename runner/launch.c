@@ -280,8 +280,9 @@ static void signal_ranks(rank_proc_t *r, int n, int sig, bool all) {
 /* The child side of fork: own process group, default signals, output redirected, exec.
  * Only async-signal-safe calls; on failure writes a line to the log and exits 127. */
 static void exec_rank(const char *exe, char *const argv[], char **env, int out_fd,
-                      const sigset_t *old_mask, pid_t parent) {
+                      const sigset_t *old_mask, pid_t parent, int lock_fd) {
     setpgid(0, 0);
+    if (lock_fd > 2) fcntl(lock_fd, F_SETFD, 0);   /* the run directory's lock goes with the rank */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     signal(SIGINT, SIG_DFL);
@@ -441,7 +442,7 @@ static int run_group(const launch_opts_t *o, const launch_opts_t *opt, char *con
     for (int i = 0; i < nproc; i++) {
         int out_fd = i == tee_rank ? tee_pipe[1] : r[i].log_fd;
         pid_t pid = fork();
-        if (pid == 0) exec_rank(exe, argv, r[i].env, out_fd, &old_mask, self);
+        if (pid == 0) exec_rank(exe, argv, r[i].env, out_fd, &old_mask, self, o->lock_fd);
         if (pid < 0) { err_errno(e, ERR_RUNTIME, "fork of rank %d", r[i].global_rank); break; }
         setpgid(pid, pid);   /* also in the child: whichever runs first */
         r[i].pid = pid;

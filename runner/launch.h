@@ -77,6 +77,10 @@ typedef struct launch_opts {
     /* optional: finds the checkpoint to resume in restart_resume at restart time (1 and the
      * path, or 0 for none yet); NULL: restart_resume is the checkpoint file */
     int (*restart_checkpoint)(const char *where, char *out, size_t len);
+    int lock_fd;             /* > 2: the run directory's lock (runner/runlock.h), left open
+                                across every rank's exec (name it in extra_env as
+                                RUNNER_LOCK_FD), so the directory stays locked until the
+                                launcher and all its ranks have exited; else ignored */
 } launch_opts_t;
 
 /* Starts the workers with argv (argv[0] is passed through as the program name; the

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@
 
 #include "data/dataset.h"
 #include "runner/config.h"
+#include "runner/console_log.h"
 #include "runner/export.h"
 #include "runner/launch.h"
 #include "runner/plan.h"
@@ -33,6 +35,7 @@
 #include "runner/report/compare.h"
 #include "runner/report/report.h"
 #include "runner/rundir.h"
+#include "runner/runlock.h"
 #include "runner/train.h"
 #include "util/json.h"
 
@@ -79,11 +82,20 @@ static int parse_int_arg(const char *flag, const char *v, int lo, int hi, int *o
 }
 
 /* Path arguments the shell left alone ('~/runs/x' quoted, or a value it never saw as a
- * path) get the expansion experiment files get (util/fs.h path_expand). The expanded
- * strings live until the process exits. */
+ * path) get the expansion experiment files get (util/fs.h path_expand). A positional
+ * argument loses trailing slashes (shells complete directories as 'runs/x/'), so the run
+ * directories it names are printed and named as 'runs/x'. The changed strings live until
+ * the process exits. */
 static int cli_expand_paths(cli_t *c, err_t *e) {
     const char **paths[64 + 3];
     int n = 0;
+    for (int i = 0; i < c->n_positional; i++) {
+        const char *v = c->positional[i];
+        size_t l = strlen(v);
+        if (l < 2 || v[l - 1] != '/') continue;
+        while (l > 1 && v[l - 1] == '/') l--;
+        if (!(c->positional[i] = strndup(v, l))) return err_set(e, ERR_RUNTIME, "out of memory");
+    }
     for (int i = 0; i < c->n_positional; i++) paths[n++] = &c->positional[i];
     paths[n++] = &c->output;
     paths[n++] = &c->baseline;
@@ -98,6 +110,35 @@ static int cli_expand_paths(cli_t *c, err_t *e) {
     return 0;
 }
 
+/* A first argument that is no verb and cannot be an experiment file (no such path, and
+ * no '/' or '.' as a file name has): an unknown command, named with the verb it is a typo
+ * of. "train" is no verb (a bare experiment file trains), but users type it. */
+static int unknown_verb(int argc, char **argv, err_t *e) {
+    static const char *const words[] = {"run", "plan", "resume", "compare", "report", "check", "export",
+                                        "train"};
+    const char *a = argv[1], *rest = argc > 2 ? argv[2] : "EXPERIMENT.yaml";
+    const char *near = config_closest_word(a, words, (int)(sizeof words / sizeof *words));
+    if (near && !strcmp(near, "train"))
+        return err_set(e, ERR_INPUT, "unknown command '%s'; to train, give the experiment file itself: "
+                       "runner %s (or runner run %s)", a, rest, rest);
+    if (near)
+        return err_set(e, ERR_INPUT, "unknown command '%s'; did you mean '%s'? (runner %s %s)", a, near, near,
+                       argc > 2 ? argv[2] : "...");
+    return err_set(e, ERR_INPUT, "unknown command '%s' (and no file of that name); the commands are plan, "
+                   "resume, compare, report, check and export, or an experiment file to train "
+                   "(runner EXPERIMENT.yaml); see runner --help", a);
+}
+
+/* `--set k v` (two arguments) or `--set k`: the form is one argument key=value. */
+static int set_without_equals(const char *key, const char *next, err_t *e) {
+    size_t n = next ? strlen(next) : 0;
+    bool yaml = n > 5 && (!strcmp(next + n - 5, ".yaml") || !strcmp(next + n - 4, ".yml"));
+    if (next && next[0] != '-' && !yaml)
+        return err_set(e, ERR_INPUT, "--set %s %s: the form is --set key=value, as one argument; write "
+                       "--set %s=%s", key, next, key, next);
+    return err_set(e, ERR_INPUT, "--set %s: the form is --set key=value, e.g. --set %s=VALUE", key, key);
+}
+
 static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
     memset(c, 0, sizeof *c);
     static const char *verbs[] = {"run", "plan", "resume", "compare", "report", "check", "export", "_member"};
@@ -106,15 +147,19 @@ static int parse_cli(int argc, char **argv, cli_t *c, err_t *e) {
     c->verb = "run";
     for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
         if (!strcmp(argv[1], verbs[k])) { c->verb = verbs[k]; i = 2; }
+    if (i == 1 && argv[1][0] != '-' && !strpbrk(argv[1], "/.") && access(argv[1], F_OK) != 0)
+        return unknown_verb(argc, argv, e);
     for (; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_VALUE() do { if (!v) return err_set(e, ERR_INPUT, "%s needs a value; see runner --help", a); i++; } while (0)
         if (!strcmp(a, "--set") || !strcmp(a, "-s")) {
             NEED_VALUE();
+            if (!strchr(v, '=')) return set_without_equals(v, i + 1 < argc ? argv[i + 1] : NULL, e);
             if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
             c->sets[c->n_sets++] = v;
         } else if (!strncmp(a, "--set=", 6)) {
+            if (!strchr(a + 6, '=')) return set_without_equals(a + 6, i + 1 < argc ? argv[i + 1] : NULL, e);
             if (c->n_sets == CFG_MAX_SETS) return err_set(e, ERR_INPUT, "at most %d --set options", CFG_MAX_SETS);
             c->sets[c->n_sets++] = a + 6;
         } else if (!strcmp(a, "--json")) {
@@ -180,6 +225,11 @@ static int load_experiment(const cli_t *c, experiment_t *x, const char **exp_pat
         const char *dir = c->positional[0];
         if (!strcmp(c->verb, "_member")) snprintf(buf, len, "%s/experiment.yaml", dir);
         else snprintf(buf, len, "%s/resolved.yaml", dir);
+        struct stat st;
+        if (!strcmp(c->verb, "resume") && stat(dir, &st) == 0 && S_ISREG(st.st_mode))
+            return err_set(e, ERR_INPUT, "%s is a file, not a run directory: to continue the newest unfinished run "
+                           "of an experiment file, run the file itself (runner %s); resume takes the directory "
+                           "runner printed when the run started (runs/<name>/<timestamp>-<id>)", dir, dir);
         if (access(buf, R_OK) != 0)
             return err_set(e, ERR_INPUT, "%s: not a run directory (no %s); give the directory runner printed "
                            "when the run started (runs/<name>/<timestamp>-<id>)", dir, strrchr(buf, '/') + 1);
@@ -206,6 +256,43 @@ static int prepare_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, err
     return rundir_create(x->output.root, x->name, p->run_dir, sizeof p->run_dir, e);
 }
 
+/* The command line, for the run directory's lock file (whose process is writing it). */
+static void command_line(int argc, char **argv, char *out, size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int i = 0; i < argc && at + 1 < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%s", i ? " " : "", i ? argv[i] : "runner");
+}
+
+/* Makes this process the one writer of the run directory (runlock.h) and creates it when
+ * the run is new. A directory found to resume is locked before anything is printed or
+ * written, and its checkpoint looked up again under the lock: a runner that held it until
+ * a moment ago may have written a newer one. `runner resume DIR` and members locked DIR
+ * before planning (lock->fd already set). Busy: ERR_INPUT naming the holder. The launcher
+ * of a host other than rank 0's (--node-rank > 0) locks nothing: the directory it resumes
+ * is rank 0's, locked by rank 0's host, and its own new one holds only its ranks' logs. */
+static int claim_run_dir(const cli_t *c, const experiment_t *x, plan_t *p, run_lock_t *lock, const char *cmd,
+                         err_t *e) {
+    bool held = lock->fd >= 0 || lock->warning[0] || (c->has_node_rank && c->node_rank > 0);
+    if (!held && p->resumes) {
+        if (run_lock_take(p->run_dir, cmd, lock, e)) {
+            if (!strcmp(c->verb, "run") && !strcmp(x->checkpoint.resume, "auto")) {
+                size_t l = strlen(e->msg);
+                snprintf(e->msg + l, sizeof e->msg - l, ". To start a separate new run of %s instead: add --set "
+                         "checkpoint.resume=never", x->name);
+            }
+            return -1;
+        }
+        held = true;
+        char ck[CFG_PATH + 128];
+        if (rundir_resume_checkpoint(p->run_dir, ck, sizeof ck)) snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
+    }
+    if (prepare_run_dir(c, x, p, e)) return -1;
+    if (!held && run_lock_take(p->run_dir, cmd, lock, e)) return -1;
+    if (lock->warning[0]) fprintf(stderr, "runner: warning: %s\n", lock->warning);
+    return 0;
+}
+
 /* What the plan wants the user to know as the run starts: an unfinished run of this name
  * that a changed configuration does not continue, and an oversubscribed CPU. */
 static void print_plan_notes(const plan_t *p) {
@@ -213,6 +300,10 @@ static void print_plan_notes(const plan_t *p) {
         printf("runner: not continuing the unfinished run %s: the configuration changed (%s); this is a new run. "
                "To continue that run with the change instead: runner resume %s%s\n", p->changed_from, p->changes,
                p->changed_from, p->change_sets);
+    if (p->extends[0])
+        printf("runner: continuing the completed run %s: %s. To start a new run instead: --set "
+               "checkpoint.resume=never\n", p->run_dir, p->extends);
+    if (p->note[0]) printf("runner: %s\n", p->note);
     if (p->warning[0]) fprintf(stderr, "runner: warning: %s\n", p->warning);
     fflush(stdout);
 }
@@ -252,7 +343,10 @@ static int worker_fail(const launch_env_t *le, const err_t *e) {
 }
 
 /* A DDP worker (started by our launcher, torchrun, srun or mpirun). */
-static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
+static int run_worker(const cli_t *c, const launch_env_t *le, int argc, char **argv, err_t *e) {
+    char name[16];   /* ps/top: runner[rank N] (15 characters at most) */
+    snprintf(name, sizeof name, le->rank < 100 ? "runner[rank %d]" : "runner[r%d]", le->rank);
+    prctl(PR_SET_NAME, name, 0, 0, 0);
     experiment_t x;
     const char *exp_path;
     char buf[CFG_PATH + 64];
@@ -271,12 +365,21 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
                 le->world_size);
         return worker_fail(le, e);
     }
+    /* the run directory's one writer is rank 0's: under this runner's launcher the
+     * launcher locked it and passed the lock on (RUNNER_LOCK_FD); under torchrun or srun
+     * rank 0 takes it here. Other ranks write only their own logs and never lock it (on
+     * other hosts it is rank 0's directory, locked by rank 0's host). */
+    char cmd[512];
+    command_line(argc, argv, cmd, sizeof cmd);
+    run_lock_t lock = {.fd = -1};
     if (run_dir) {
         snprintf(p.run_dir, sizeof p.run_dir, "%s", run_dir);
         p.resumes = resume_from && resume_from[0];
         snprintf(p.resume_from, sizeof p.resume_from, "%s", p.resumes ? resume_from : "");
+        if (le->rank == 0 ? run_lock_take(run_dir, cmd, &lock, e) : (run_lock_adopt(run_dir, &lock), 0))
+            return worker_fail(le, e);
     } else if (le->rank == 0) {
-        if (prepare_run_dir(c, &x, &p, e)) return worker_fail(le, e);
+        if (claim_run_dir(c, &x, &p, &lock, cmd, e)) return worker_fail(le, e);
         print_plan_notes(&p);
     }
     train_env_t env = {0};
@@ -291,7 +394,9 @@ static int run_worker(const cli_t *c, const launch_env_t *le, err_t *e) {
     train_install_signal_handlers();
     int rc = train_run(&x, &p, &env, e);
     plan_free(&p);
-    return rc < 0 ? worker_fail(le, e) : rc;
+    rc = rc < 0 ? worker_fail(le, e) : rc;
+    run_lock_release(&lock);
+    return rc;
 }
 
 /* After a DDP launch that failed: rank 0 normally writes summary.json on its way out, but
@@ -331,17 +436,26 @@ static void ensure_failed_summary(const experiment_t *x, const plan_t *p, int co
 /* `runner EXP`, `runner resume DIR`, `runner _member DIR`: plan, then train in this
  * process (single, dp) or launch one worker per rank (ddp). */
 static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
-    (void)argc;
     experiment_t x;
     const char *exp_path;
     char buf[CFG_PATH + 64];
     if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
+    char cmd[512];
+    command_line(argc, argv, cmd, sizeof cmd);
+    /* held until this process exits; a directory named on the command line is locked
+     * before anything about it is decided (the lock dies with the process) */
+    run_lock_t lock = {.fd = -1};
+    if ((!strcmp(c->verb, "resume") || !strcmp(c->verb, "_member")) && run_lock_take(c->positional[0], cmd, &lock, e))
+        return fail(e);
     plan_request_t req = {0};
     if (!strcmp(c->verb, "resume")) req.resume_dir = c->positional[0];
     if (!strcmp(c->verb, "_member")) req.for_worker = true;
     plan_t p;
     /* the download comes before the run directory: a failed start leaves none behind */
-    if (plan_build(&x, &req, &p, e) || fetch_data(&x, &p, e) || prepare_run_dir(c, &x, &p, e)) return fail(e);
+    if (plan_build(&x, &req, &p, e) || fetch_data(&x, &p, e) || claim_run_dir(c, &x, &p, &lock, cmd, e))
+        return fail(e);
+    /* single and dp: the console also goes to logs/rank0.log, as rank 0's does in ddp */
+    if (strcmp(p.mode, "ddp") && console_log_start(p.run_dir, e)) return fail(e);
     print_plan_notes(&p);
     printf("runner: %s %s\n", p.resumes ? "resuming" : "run directory", p.run_dir);
     fflush(stdout);
@@ -353,11 +467,13 @@ static int verb_run(cli_t *c, int argc, char **argv, err_t *e) {
         snprintf(lo.master_addr, sizeof lo.master_addr, "%s", x.parallel.master_addr);
         lo.master_port = x.parallel.master_port;
         lo.run_dir = p.run_dir;
-        char env_dir[CFG_PATH + 32], env_res[CFG_PATH + 160];
+        char env_dir[CFG_PATH + 32], env_res[CFG_PATH + 160], env_lock[64];
         snprintf(env_dir, sizeof env_dir, "RUNNER_RUN_DIR=%s", p.run_dir);
         snprintf(env_res, sizeof env_res, "RUNNER_RESUME_FROM=%s", p.resume_from);
-        const char *extra[] = {env_dir, env_res, NULL};
+        run_lock_env(&lock, env_lock, sizeof env_lock);   /* the ranks share the lock */
+        const char *extra[] = {env_dir, env_res, env_lock, NULL};
         lo.extra_env = extra;
+        lo.lock_fd = lock.fd;
         lo.max_restarts = x.parallel.max_restarts;
         lo.restart_resume = p.run_dir;   /* parallel.max_restarts: a restart resumes its newest checkpoint */
         lo.restart_checkpoint = rundir_resume_checkpoint;
@@ -388,7 +504,9 @@ static int verb_plan(cli_t *c, err_t *e) {
     char buf[CFG_PATH + 64];
     if (load_experiment(c, &x, &exp_path, buf, sizeof buf, e)) return fail(e);
     plan_t p;
-    if (plan_build(&x, NULL, &p, e)) return fail(e);
+    plan_request_t req = {.read_only = true};   /* the plan writes nothing, not even the image index */
+    if (plan_build(&x, &req, &p, e)) return fail(e);
+    plan_estimate(&x, &p);
     if (c->json) plan_write_json(&p, stdout);
     else plan_print(&p, &x, stdout);
     plan_free(&p);
@@ -576,6 +694,9 @@ static void prefer_passive_omp(char **argv) {
 
 int main(int argc, char **argv) {
     prefer_passive_omp(argv);
+    /* ps and top show the executable's name, which the re-execution through
+     * /proc/self/exe (and the launcher's) would make "exe" */
+    prctl(PR_SET_NAME, "runner", 0, 0, 0);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
         fputs(usage, stdout);
         return 0;
@@ -598,6 +719,6 @@ int main(int argc, char **argv) {
     launch_env_t le;
     int w = launch_worker_env(&le, &e);
     if (w < 0) return fail(&e);
-    if (w == 1) return run_worker(&c, &le, &e);
+    if (w == 1) return run_worker(&c, &le, argc, argv, &e);
     return verb_run(&c, argc, argv, &e);
 }

@@ -35,6 +35,40 @@ void plan_schedule(const experiment_t *e, schedule_t *s) {
     s->min_lr = e->schedule.min_lr;
 }
 
+/* train.cuda_graphs resolved (runner/train_graph.c records). Whole steps can be recorded
+ * on CUDA in single mode and in DDP over NCCL (its collectives are recorded with the
+ * kernels); there they replay the same kernels with the same arguments, so the result is
+ * the bits of normal launches and auto turns them on. Not: the cpu backend (ops run as
+ * they are issued: no launches to save; RUNNER_CPU_GRAPHS=1, a test hook, gives it graphs
+ * with CUDA's semantics, and then single and DDP over shm are recorded), DP (one process
+ * drives several GPUs and scatters host batches each step), DDP over shm with GPUs (its
+ * collectives run on the host between the GPU's kernels, which a graph cannot hold). */
+static void plan_cuda_graphs(const experiment_t *e, plan_t *p) {
+    const char *hook = getenv("RUNNER_CPU_GRAPHS");
+    bool cuda = !strcmp(p->device, "cuda"), cpu_graphs = !cuda && hook && *hook && strcmp(hook, "0");
+    const char *no = NULL;
+    if (!cuda && !cpu_graphs)
+        no = "the cpu backend runs ops as they are issued (no launches to save)";
+    else if (e->parallel.mode == PAR_DP)
+        no = "dp drives several GPUs from one process and scatters host batches every step";
+    else if (e->parallel.mode == PAR_DDP && cuda && strcmp(p->comm_backend, "nccl"))
+        no = "ddp over shm runs its all-reduces on the host between the GPU's kernels, which a graph cannot "
+             "hold (parallel.backend nccl can)";
+    graphs_mode_t g = e->train.cuda_graphs;
+    const char *key = g == GRAPHS_AUTO ? "auto" : g == GRAPHS_TRUE ? "true" : "false";
+    p->cuda_graphs = g != GRAPHS_FALSE && !no;
+    if (g == GRAPHS_FALSE)
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs false");
+    else if (no)
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs %s: not here: %s", key, no);
+    else
+        snprintf(p->cuda_graphs_why, sizeof p->cuda_graphs_why, "train.cuda_graphs %s: each step (%s) and "
+                 "evaluation batch recorded once per shape and replayed with one launch; the same bits as "
+                 "without%s", key, !strcmp(p->mode, "ddp") ? "all-reduces included" : "forward to optimizer",
+                 cuda ? "" : " (RUNNER_CPU_GRAPHS: the cpu backend's recording test hook)");
+}
+
+
 /* Picks the device and checks that what the experiment asks for exists. */
 static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     p->gpus_visible = backend_cuda_device_count();
@@ -50,6 +84,13 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     }
     bool cuda = e->device == DEVICE_CUDA || (e->device == DEVICE_AUTO && p->gpus_visible > 0);
     snprintf(p->device, sizeof p->device, "%s", cuda ? "cuda" : "cpu");
+    /* train.c's test hook: a bad list stops the run here, before a run directory exists */
+    const char *fv = getenv("RUNNER_CUDA_FUSION");
+    unsigned bits;
+    err_t fe = {0};
+    if (fv && *fv && backend_fusion_parse(fv, &bits, &fe) < 0)
+        return err_set(err, ERR_INPUT, "environment variable RUNNER_CUDA_FUSION=%s: %s; unset it or fix the list", fv,
+                       fe.msg);
 
     p->nnodes = e->parallel.nnodes;
     if (e->parallel.mode == PAR_SINGLE) {
@@ -110,6 +151,7 @@ static int plan_devices(const experiment_t *e, plan_t *p, err_t *err) {
     /* CPU compute threads beyond the cores make every step slower (threads wait for each
      * other at every op), so say so; loader threads mostly wait and are not counted */
     p->oversubscribed = !cuda && per * p->threads_per_rank > p->cpu_cores;
+    plan_cuda_graphs(e, p);
     if (p->oversubscribed)
         snprintf(p->warning, sizeof p->warning, "%d %s x %d thread%s = %d compute threads on %d core%s: "
                  "oversubscribed, so each step will be slower than with fewer ranks; use "
@@ -338,31 +380,6 @@ static int plan_model(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
-/* The unfinished run `other` was written by another configuration: note which hashed
- * keys differ (from its resolved.yaml) so the new run can say why it did not continue it,
- * and how to continue it with the change instead. */
-static void note_changed_config(const experiment_t *e, const char *other, plan_t *p) {
-    snprintf(p->changed_from, sizeof p->changed_from, "%s", other);
-    char path[CFG_PATH + 32];
-    snprintf(path, sizeof path, "%s/resolved.yaml", other);
-    experiment_t *old = malloc(sizeof *old);
-    config_change_t ch[8];
-    err_t ignore = {0};
-    int n = old && config_load(path, NULL, 0, old, &ignore) == 0 ? config_diff(old, e, true, ch, 8) : 0;
-    free(old);
-    size_t a = 0, b = 0;
-    for (int i = 0; i < n && i < 8; i++) {
-        a += (size_t)snprintf(p->changes + a, a < sizeof p->changes ? sizeof p->changes - a : 0, "%s%s %s -> %s",
-                              i ? ", " : "", ch[i].key, ch[i].before, ch[i].after);
-        const char *q = strpbrk(ch[i].after, " []{}\"'$*?~;&|<>()") ? "'" : "";
-        b += (size_t)snprintf(p->change_sets + b, b < sizeof p->change_sets ? sizeof p->change_sets - b : 0,
-                              " --set %s%s=%s%s", q, ch[i].key, ch[i].after, q);
-    }
-    if (n > 8) snprintf(p->changes + (a < sizeof p->changes ? a : sizeof p->changes - 1),
-                        a < sizeof p->changes ? sizeof p->changes - a : 1, ", and %d more", n - 8);
-    if (n == 0) snprintf(p->changes, sizeof p->changes, "its checkpoint's configuration hash differs");
-}
-
 /* model.init_from checked against the net a new run builds, so a bad file stops it before
  * its directory exists (a resumed run takes its weights from the checkpoint instead). */
 static int plan_init_from(const experiment_t *e, const plan_t *p, err_t *err) {
@@ -466,60 +483,9 @@ static int plan_memory(const experiment_t *e, plan_t *p, err_t *err) {
     return 0;
 }
 
-/* Which run directory, and whether it resumes. */
-static int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
-    p->resumes = false;
-    p->resume_from[0] = '\0';
-    char ck[CFG_PATH + 128];
-    if (req && req->resume_dir) {
-        snprintf(p->run_dir, sizeof p->run_dir, "%s", req->resume_dir);
-        if (!rundir_resume_checkpoint(req->resume_dir, ck, sizeof ck))
-            return err_set(err, ERR_INPUT, "%s: no checkpoint to resume from (checkpoints/last.ckpt is "
-                           "missing); the run stopped before its first checkpoint: start it again with "
-                           "runner %s", req->resume_dir, e->source_path);
-        p->resumes = true;
-        snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
-        return 0;
-    }
-    const char *r = e->checkpoint.resume;
-    if (!strcmp(r, "auto")) {
-        /* only a run of the same configuration continues; a changed one starts afresh */
-        char other[CFG_PATH];
-        if (rundir_find_resumable(e->output.root, e->name, config_hash(e), p->run_dir, sizeof p->run_dir,
-                                  other, sizeof other)) {
-            p->resumes = true;
-            rundir_resume_checkpoint(p->run_dir, ck, sizeof ck);
-            snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
-            return 0;
-        }
-        if (other[0]) note_changed_config(e, other, p);
-    } else if (strcmp(r, "never") != 0) {
-        struct stat st;
-        if (stat(r, &st) != 0)
-            return err_set(err, ERR_INPUT, "%s: checkpoint.resume: %s does not exist; give a run directory, a "
-                           ".ckpt file, auto or never", e->source_path, r);
-        if (S_ISDIR(st.st_mode)) {
-            snprintf(p->run_dir, sizeof p->run_dir, "%s", r);
-            rundir_resume_checkpoint(r, ck, sizeof ck);
-        } else {
-            char tmp[CFG_PATH];
-            snprintf(tmp, sizeof tmp, "%s", r);
-            snprintf(p->run_dir, sizeof p->run_dir, "%s", dirname(dirname(tmp)));
-            snprintf(ck, sizeof ck, "%s", r);
-        }
-        if (access(ck, R_OK) != 0)
-            return err_set(err, ERR_INPUT, "%s: checkpoint.resume: %s has no checkpoint to resume from",
-                           e->source_path, ck);
-        p->resumes = true;
-        snprintf(p->resume_from, sizeof p->resume_from, "%s", ck);
-        return 0;
-    }
-    rundir_propose(e->output.root, e->name, p->run_dir, sizeof p->run_dir);
-    return 0;
-}
-
 int plan_build(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err) {
     memset(p, 0, sizeof *p);
+    p->read_only = req && req->read_only;
     snprintf(p->precision, sizeof p->precision, "%s",
              !e->amp.enabled ? "fp32" : e->amp.dtype == PREC_BF16 ? "bf16" : "fp16");
     if (plan_devices(e, p, err) || plan_data(e, p, err) || plan_steps(e, p, err) ||
@@ -573,11 +539,16 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
                 p->cpu_cores == 1 ? "" : "s", p->oversubscribed ? " (oversubscribed)" : "");
     }
     fprintf(f, "precision    %s\n", p->precision);
+    fprintf(f, "graphs       %s: %s\n", p->cuda_graphs ? "on" : "off", p->cuda_graphs_why);
     char cwd[CFG_PATH] = "";
-    bool rel = p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
-    fprintf(f, "data         %s from %s%s%s%s%s: %lld train / %lld test samples, %dx%dx%d input, %d classes\n",
-            p->dataset, p->data_root[0] ? p->data_root : "(generated)", rel ? " (in " : "", rel ? cwd : "",
-            rel ? ")" : "", p->will_download ? " (will download)" : "", (long long)p->train_size,
+    bool synthetic = !strcmp(p->dataset, "synthetic");   /* data.root does not apply: no files */
+    bool rel = !synthetic && p->data_root[0] && p->data_root[0] != '/' && getcwd(cwd, sizeof cwd);
+    if (synthetic)
+        fprintf(f, "data         synthetic, generated from seed %llu (no files)", (unsigned long long)e->seed);
+    else
+        fprintf(f, "data         %s from %s%s%s%s%s", p->dataset, p->data_root, rel ? " (in " : "", rel ? cwd : "",
+                rel ? ")" : "", p->will_download ? " (will download)" : "");
+    fprintf(f, ": %lld train / %lld test samples, %dx%dx%d input, %d classes\n", (long long)p->train_size,
             (long long)p->val_size, p->channels, p->height, p->width, p->num_classes);
     if (!strcmp(p->mode, "ddp"))
         fprintf(f, "batch        %d ranks x %d", p->world_size, p->micro_batch);
@@ -592,7 +563,9 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
     if (e->train.max_steps > 0) fprintf(f, " (train.max_steps %lld)", (long long)e->train.max_steps);
     fprintf(f, "\n");
     fprintf(f, "lr           base %g", p->lr_base);
-    if (p->warmup_steps > 0) fprintf(f, ", warm-up %lld steps to %g", (long long)p->warmup_steps, p->lr_warmup_end);
+    if (p->warmup_steps > 0)
+        fprintf(f, ", warm-up %lld step%s to %g", (long long)p->warmup_steps, p->warmup_steps == 1 ? "" : "s",
+                p->lr_warmup_end);
     for (int i = 0; i < p->n_milestones; i++)
         fprintf(f, ", %g from step %lld (epoch %d)", p->lr_after_milestone[i],
                 (long long)p->milestone_steps[i], e->schedule.milestones[i]);
@@ -619,10 +592,20 @@ void plan_print(const plan_t *p, const experiment_t *e, FILE *f) {
         fprintf(f, ", %s per GPU (of %s) before workspaces", hb, ht);
     }
     fprintf(f, "%s\n", p->will_download ? "; the run plans again from the downloaded files" : "");
-    fprintf(f, "run dir      %s (%s)\n", p->run_dir, p->resumes ? "resumes" : "new");
+    if (p->resumes)
+        fprintf(f, "run dir      %s (resumes%s%s)\n", p->run_dir, p->extends[0] ? ": continues the completed run, " : "",
+                p->extends);
+    else   /* the name is the time the run starts: none can be shown before */
+        fprintf(f, "run dir      %s/<YYYYmmdd-HHMMSS>-<id> (new: created when the run starts, named by its start "
+                "time and a random id)\n", p->run_parent);
     if (p->resumes) fprintf(f, "resume from  %s\n", p->resume_from);
+    if (p->busy[0])
+        fprintf(f, "             in use now: another runner is writing it (%s); starting this run now would "
+                "stop with exit 2\n", p->busy);
     if (p->changed_from[0])
         fprintf(f, "             not continuing %s: the configuration changed (%s)\n", p->changed_from, p->changes);
+    if (p->note[0]) fprintf(f, "             %s\n", p->note);
+    if (p->est_source[0]) fprintf(f, "time         %s\n", p->est_source);
     if (p->warning[0]) fprintf(f, "warning      %s\n", p->warning);
 }
 
@@ -642,6 +625,8 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_kint(&w, "cpu_cores", p->cpu_cores);
     jw_kbool(&w, "oversubscribed", p->oversubscribed);
     jw_kstr(&w, "precision", p->precision);
+    jw_kbool(&w, "cuda_graphs", p->cuda_graphs);
+    jw_kstr(&w, "cuda_graphs_why", p->cuda_graphs_why);
     jw_kstr(&w, "dataset", p->dataset);
     jw_kstr(&w, "data_root", p->data_root);
     jw_kbool(&w, "data_present", p->data_present);
@@ -692,8 +677,14 @@ void plan_write_json(const plan_t *p, FILE *f) {
     jw_kint(&w, "device_bytes", p->device_bytes);
     jw_kint(&w, "device_total_bytes", p->device_total_bytes);
     jw_kstr(&w, "run_dir", p->run_dir);
+    if (p->run_parent[0]) jw_kstr(&w, "run_parent", p->run_parent);
     jw_kbool(&w, "resumes", p->resumes);
     jw_kstr(&w, "resume_from", p->resume_from);
+    if (p->extends[0]) jw_kstr(&w, "extends", p->extends);
+    if (p->est_source[0]) {   /* `runner plan` only */
+        jw_knum(&w, "estimated_seconds", p->est_seconds);
+        jw_kstr(&w, "estimate", p->est_source);
+    }
     jw_obj_end(&w);
     fputc('\n', f);
 }

@@ -38,7 +38,10 @@ typedef struct plan {
     int cpu_cores;             /* cores this process may use (its affinity mask) */
     bool oversubscribed;       /* cpu: ranks x threads on this host > cpu_cores */
     char warning[512];         /* "" or one line the plan and the run print (oversubscription) */
+    bool read_only;            /* planned for `runner plan` (plan_request_t.read_only) */
     char precision[8];         /* "fp32" | "fp16" | "bf16" */
+    bool cuda_graphs;          /* train.cuda_graphs resolved: whole steps recorded as graphs */
+    char cuda_graphs_why[320]; /* which value gave it and why (auto: where it is exact) */
     /* data */
     char dataset[32];
     char data_root[CFG_PATH];
@@ -83,10 +86,22 @@ typedef struct plan {
     int64_t host_total_bytes;  /* physical memory (or the cgroup limit, if lower) */
     int64_t device_bytes;      /* cuda: per GPU; 0 on cpu */
     int64_t device_total_bytes;/* cuda: the GPU's total memory; 0 on cpu */
-    /* run directory */
-    char run_dir[CFG_PATH];    /* the directory used (proposed name for a new run) */
+    /* run directory (plan_rundir.c) */
+    char run_dir[CFG_PATH];    /* the directory the run writes; "" in the plan of a new run
+                                  (created when the run starts) */
+    char run_parent[CFG_PATH + CFG_STR]; /* a new run: <output.root>/<name>, where it is created as
+                                  <YYYYmmdd-HHMMSS>-<id>, named by its start time */
     bool resumes;
     char resume_from[CFG_PATH + 128]; /* checkpoint file resumed from */
+    char extends[512];         /* resumes a completed run further: what grew and the steps
+                                  ("train.max_steps 6 -> 10, from step 6 to 10"); else "" */
+    char note[2048];           /* why the newest completed run of the name is not continued
+                                  (and what would continue it), where that may surprise */
+    char busy[1024];           /* the run to resume is being written by another runner now
+                                  (runlock.h): who; "" otherwise */
+    /* how long the steps will take (plan_estimate.c) */
+    double est_seconds;        /* NAN when unknown */
+    char est_source[2048];     /* where the rate comes from, or why there is none */
     /* checkpoint.resume: auto found an unfinished run of this name written by another
      * configuration (hashed keys), so this is a new run: which, what changed, and the
      * --set options that would continue it with the change (`runner resume DIR ...`) */
@@ -104,6 +119,8 @@ typedef struct plan {
 typedef struct plan_request {
     const char *resume_dir;    /* `runner resume DIR`: resume exactly this run dir */
     bool for_worker;           /* a DDP worker: no run dir proposal / search of its own */
+    bool read_only;            /* `runner plan`: write nothing (an image_folder index is built
+                                  in memory, its cache read but not written) */
 } plan_request_t;
 
 /* Builds the plan for e. Errors (ERR_INPUT): a GPU asked for but absent, more devices
@@ -125,6 +142,19 @@ int plan_after_download(const experiment_t *e, plan_t *p, err_t *err);
 
 /* What arch_build builds for this experiment and plan (arch, stem, sizes, model.* keys). */
 void plan_arch_opts(const experiment_t *e, const plan_t *p, arch_opts_t *o);
+
+/* ---- plan_rundir.c ---- */
+/* Which run directory, and whether it resumes (plan_rundir.c's comment has the rules);
+ * fills run_dir / run_parent, resumes, resume_from, extends, note, busy, changed_from. */
+int plan_rundir(const experiment_t *e, const plan_request_t *req, plan_t *p, err_t *err);
+
+/* ---- plan_estimate.c ---- */
+/* The expected duration of the run's steps (est_seconds, est_source): from the training
+ * rate a finished run of the same setup measured (summary.json's images_per_second; the
+ * same experiment first, else any run under output.root with the same device, mode,
+ * world size, precision, model, input, batch and host CPU), else NAN and the compute the
+ * steps need. Reads run directories only. */
+void plan_estimate(const experiment_t *e, plan_t *p);
 
 /* The schedule_t the trainer uses for this experiment. */
 struct schedule;

@@ -81,8 +81,10 @@ int plan_images_data(const experiment_t *e, plan_t *p, int *classes, err_t *err)
     dataset_t *val = NULL;
     dataset_opts_t o;
     plan_folder_opts(e, &o, DATA_SPLIT_TRAIN, p->data_root);
+    o.folder.cache_read_only = p->read_only;
     if (dataset_open(&o, &im->train, err)) return -1;
     plan_folder_opts(e, &o, DATA_SPLIT_VAL, p->data_root);
+    o.folder.cache_read_only = p->read_only;
     if (dataset_open(&o, &val, err)) return -1;
     im->classes = dataset_num_classes(im->train);
     im->names = calloc((size_t)im->classes, sizeof *im->names);
@@ -212,10 +214,20 @@ void plan_images_print(const plan_t *p, const experiment_t *e, FILE *f) {
     fprintf(f, "%s (all in plan.json and classes.txt)\n", im->classes > 8 ? ", ..." : "");
     int64_t skipped = im->train_notes.skipped + im->val_notes.skipped;
     if (skipped)
-        fprintf(f, "bad files    %lld left out (data.bad_images: skip), first: %s\n", (long long)skipped,
+        fprintf(f, "bad files    %lld left out (data.bad_images: skip), found while indexing; first: %s "
+                "(files that fail to decode are found while training: the run lists both in "
+                "skipped_images.jsonl)\n", (long long)skipped,
                 im->train_notes.first_skipped[0] ? im->train_notes.first_skipped : im->val_notes.first_skipped);
-    fprintf(f, "index        %s%s\n", im->train_notes.index_path[0] ? im->train_notes.index_path : "not cached (no writable cache directory)",
-            im->train_notes.index_reused ? " (reused: no walk of the tree)" : im->train_notes.index_path[0] ? " (written)" : "");
+    int64_t rechecked = im->train_notes.index_rechecked + im->val_notes.index_rechecked;
+    fprintf(f, "index        %s", im->train_notes.index_path[0] ? im->train_notes.index_path : "not cached (no writable cache directory)");
+    if (im->train_notes.index_reused && rechecked)
+        fprintf(f, " (reused: no walk of the tree; %lld file%s changed since, checked again)\n", (long long)rechecked,
+                rechecked == 1 ? "" : "s");
+    else
+        fprintf(f, "%s\n", im->train_notes.index_reused ? " (reused: no walk of the tree)"
+                           : !im->train_notes.index_path[0] ? ""
+                           : p->read_only ? " (built in memory: the plan writes nothing; the run caches it there)"
+                                          : " (written)");
     fprintf(f, "transform    train ");
     if (e->data.augment.random_resized_crop)
         fprintf(f, "RandomResizedCrop(%d, scale=(%g, %g), ratio=(%g, %g))", e->data.image_size,
@@ -253,6 +265,7 @@ void plan_images_json(const plan_t *p, jw_t *w) {
     jw_kint(w, "other_formats", im->train_notes.other_formats + im->val_notes.other_formats);
     jw_kstr(w, "index_cache", im->train_notes.index_path);
     jw_kbool(w, "index_reused", im->train_notes.index_reused);
+    jw_kint(w, "index_rechecked", im->train_notes.index_rechecked + im->val_notes.index_rechecked);
     jw_knum(w, "decode_img_per_s_per_core", im->rate);
 }
 

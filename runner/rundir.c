@@ -47,7 +47,8 @@ static void timestamp(char out[16]) {
     strftime(out, 16, "%Y%m%d-%H%M%S", &tm);
 }
 
-void rundir_propose(const char *root, const char *name, char *out, size_t len) {
+/* The path <root>/<name>/<timestamp>-<id> to try for a new run. */
+static void rundir_propose(const char *root, const char *name, char *out, size_t len) {
     char ts[16], id[7];
     timestamp(ts);
     random_id(id);
@@ -145,6 +146,25 @@ int rundir_find_resumable(const char *root, const char *name, uint64_t hash, cha
     return 1;
 }
 
+int rundir_find_completed(const char *root, const char *name, char *out, size_t len) {
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s/%s", root, name);
+    DIR *d = opendir(parent);
+    if (!d) return 0;
+    char best[256] = "";
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof best || strcmp(de->d_name, best) <= 0) continue;
+        char run[4400], ck[4500];
+        snprintf(run, sizeof run, "%s/%s", parent, de->d_name);
+        if (run_completed(run) && rundir_resume_checkpoint(run, ck, sizeof ck)) snprintf(best, sizeof best, "%s", de->d_name);
+    }
+    closedir(d);
+    if (!best[0]) return 0;
+    snprintf(out, len, "%s/%s", parent, best);
+    return 1;
+}
+
 int copy_file(const char *src, const char *dst, err_t *e) {
     FILE *f = fopen(src, "rb");
     if (!f) return err_errno(e, ERR_INPUT, "%s: cannot open", src);
@@ -188,6 +208,10 @@ static void read_keyed_line(const char *file, const char *key, char sep, char *o
     fclose(f);
 }
 
+void rundir_cpu_model(char *out, size_t len) {
+    read_keyed_line("/proc/cpuinfo", "model name", ':', out, len);
+}
+
 int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
                      void (*extra)(struct jw *w, void *ctx), void *ctx, err_t *e) {
     char *buf = NULL;
@@ -206,7 +230,7 @@ int rundir_write_env(const char *run_dir, const char *const *hosts, int n_hosts,
     if (uname(&u) == 0) snprintf(os, sizeof os, "%s (%s %s %s)", pretty, u.sysname, u.release, u.machine);
     jw_kstr(&w, "os", os);
     char cpu[256];
-    read_keyed_line("/proc/cpuinfo", "model name", ':', cpu, sizeof cpu);
+    rundir_cpu_model(cpu, sizeof cpu);
     jw_kstr(&w, "cpu", cpu);
     jw_kint(&w, "cpu_cores", sysconf(_SC_NPROCESSORS_ONLN));
     jw_key(&w, "gpus");

@@ -18,9 +18,6 @@
  * mkdir, retrying with a new id on collision; writes the path to out. */
 int rundir_create(const char *root, const char *name, char *out, size_t len, err_t *e);
 
-/* The path <root>/<name>/<timestamp>-<id> that rundir_create would try first (for plans:
- * nothing is created). */
-void rundir_propose(const char *root, const char *name, char *out, size_t len);
 
 /* The checkpoint a resume of run starts from: checkpoints/last.ckpt when it is readable,
  * else the newest epoch_<N>.ckpt / step_<S>.ckpt (a run killed between writing its first
@@ -36,6 +33,13 @@ int rundir_resume_checkpoint(const char *run, char *out, size_t len);
  * continue. */
 int rundir_find_resumable(const char *root, const char *name, uint64_t hash, char *out, size_t len,
                           char *other, size_t other_len);
+
+/* The newest run under <root>/<name>/ whose summary.json says "completed" and that has a
+ * checkpoint: 1 and its path in out, or 0. */
+int rundir_find_completed(const char *root, const char *name, char *out, size_t len);
+
+/* The host's CPU model ("model name" of /proc/cpuinfo, as env.json's "cpu"); "" if unknown. */
+void rundir_cpu_model(char *out, size_t len);
 
 /* True when dir looks like a run directory (has resolved.yaml). */
 bool rundir_is_run(const char *dir);

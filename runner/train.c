@@ -66,6 +66,22 @@ static int setup_backend(trainer_t *t, err_t *e) {
         o.deterministic = t->e->train.deterministic;
         o.allow_tf32 = t->e->amp.tf32;
         o.cpu_winograd = t->e->train.cpu_winograd;
+        for (int k = 0; k < t->e->train.n_cuda_fusion; k++) {   /* names checked at load */
+            unsigned bits = 0;
+            if (backend_fusion_parse(t->e->train.cuda_fusion[k], &bits, e) < 0) return -1;
+            o.cuda_fusion |= bits;
+        }
+        /* test hook: RUNNER_CUDA_FUSION=LIST adds options, so the gpu CLI tests (exact
+         * resume, graphs on == off, DDP) can run their checks with them unchanged */
+        const char *fv = getenv("RUNNER_CUDA_FUSION");
+        if (fv && *fv) {
+            unsigned bits = 0;
+            err_t pe = {0};
+            if (backend_fusion_parse(fv, &bits, &pe) < 0)
+                return err_set(e, ERR_INPUT, "environment variable RUNNER_CUDA_FUSION=%s: %s; unset it or fix the list",
+                               fv, pe.msg);
+            o.cuda_fusion |= bits;
+        }
         t->replica_be[i] = backend_create(&o, e);
         if (!t->replica_be[i]) return -1;
     }
@@ -145,7 +161,9 @@ static int setup_gpu_data(trainer_t *t, err_t *e) {
     if (bytes > ((size_t)4 << 30)) return 0;
     backend_t *be = t->be;
     int mb = t->p->micro_batch;
-    if (!(t->gpu_pixels = be->ops->alloc(be, bytes)) || !(t->gpu_indices = be->ops->alloc(be, (size_t)mb * 8)) ||
+    if (!(t->gpu_pixels = be->ops->alloc(be, bytes)) ||
+        !(t->gpu_indices = be->ops->alloc(be, (size_t)mb * t->p->grad_accum * sizeof(int64_t))) ||
+        !(t->gpu_epoch = be->ops->alloc(be, sizeof(int64_t))) ||
         !(t->gpu_labels = be->ops->alloc(be, (size_t)n * sizeof(int32_t))) ||
         be->ops->upload(be, t->gpu_pixels, dataset_pixels(t->train_ds), bytes) ||
         be->ops->upload(be, t->gpu_labels, dataset_labels(t->train_ds), (size_t)n * sizeof(int32_t))) {
@@ -278,10 +296,11 @@ static int setup_model(trainer_t *t, err_t *e) {
         *e = t->be->err;
         return -1;
     }
-    /* CUDA graphs: single mode only (DDP's hooks run host code between the ops) */
-    t->graphs = x->train.cuda_graphs && t->be->kind == BACKEND_CUDA && !t->dp_mode && !t->ddp_mode &&
-                t->be->ops->graph_capture_begin;
-    if (t->graphs && !(t->graph_out = t->be->ops->alloc(t->be, 4 * sizeof(int32_t)))) {
+    /* train.cuda_graphs as the plan resolved it (runner plan says where and why) */
+    t->graphs = t->p->cuda_graphs && !t->dp && t->be->ops->graph_capture_begin;
+    /* dropout's per-micro-batch keys (train_step.c rng_key_slot; DP keys its replicas) */
+    if (net_has_dropout(t->net) && !t->dp &&
+        !(t->rng_keys = t->be->ops->alloc(t->be, (size_t)t->p->grad_accum * sizeof(dropout_key_t)))) {
         *e = t->be->err;
         return -1;
     }
@@ -476,6 +495,7 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     o.commit = runner_commit();
     o.is_resume = t->p->resumes;
     o.resume_step = t->step;
+    o.resume_mid_epoch = t->p->resumes && t->step % t->p->steps_per_epoch != 0;
     o.wandb_run_id = t->wandb_run_id[0] ? t->wandb_run_id : NULL;
     o.total_steps = t->p->total_steps;
     o.total_epochs = t->p->epochs;
@@ -489,14 +509,6 @@ static int setup_tracking(trainer_t *t, err_t *e) {
     return 0;
 }
 
-int64_t trainer_bad_images(const trainer_t *t) {
-    int64_t n = 0;
-    if (t->train_ds) n += dataset_notes(t->train_ds)->skipped;
-    if (t->val_ds) n += dataset_notes(t->val_ds)->skipped;
-    if (t->train_ld) n += loader_bad_images(t->train_ld);
-    if (t->val_ld) n += loader_bad_images(t->val_ld);
-    return n;
-}
 
 /* Rank 0's background checkpoint writer; its snapshot buffer is page-locked on CUDA, so
  * each array is one device-to-host copy at full speed. */
@@ -543,17 +555,18 @@ static int gather_hosts(trainer_t *t, err_t *e) {
 }
 
 static void trainer_teardown(trainer_t *t) {
+    trainer_skipped_free(t);
     loader_free(t->train_ld);
     loader_free(t->val_ld);
+    if (t->be) trainer_graphs_free(t);   /* before the communicator its recordings use */
     dp_free(t->dp);
     ddp_free(t->ddp);
     if (t->comm_scratch) t->be->ops->release(t->be, t->comm_scratch);
     comm_free(t->comm);
     store_close(t->store);
     if (t->srv) store_server_stop(t->srv);
-    if (t->graph) t->be->ops->graph_free(t->be, t->graph);
-    if (t->graph_out) t->be->ops->release(t->be, t->graph_out);
     if (t->step_recs) t->be->ops->release(t->be, t->step_recs);
+    if (t->rng_keys) t->be->ops->release(t->be, t->rng_keys);
     free(t->host_recs);
     free(t->pending);
     free(t->pending_loss);
@@ -562,6 +575,7 @@ static void trainer_teardown(trainer_t *t) {
     optim_free(t->opt);
     if (t->gpu_pixels) t->be->ops->release(t->be, t->gpu_pixels);
     if (t->gpu_indices) t->be->ops->release(t->be, t->gpu_indices);
+    if (t->gpu_epoch) t->be->ops->release(t->be, t->gpu_epoch);
     if (t->gpu_labels) t->be->ops->release(t->be, t->gpu_labels);
     if (t->be) trainer_aug_free(t);
 #ifdef RUNNER_HAVE_CUDA
@@ -574,7 +588,6 @@ static void trainer_teardown(trainer_t *t) {
     dataset_free(t->train_ds);
     dataset_free(t->val_ds);
     if (t->gpu_sampler_ready) sampler_deinit(&t->gpu_sampler);
-    free(t->ips);
     for (int i = 0; i < t->n_hosts; i++) free(t->hosts[i]);
     free(t->hosts);
 }
@@ -657,10 +670,11 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
         goto done;
     }
     if (t.ddp_mode && (setup_ddp(&t, e) || broadcast_state(&t, e))) goto done;
+    if (trainer_graphs_setup(&t, e)) goto done;
     trainer_note(&t, "pid %d, run %s: %s at step %lld of %lld", (int)getpid(), t.run_dir,
               p->resumes ? "resuming" : "starting", (long long)t.step, (long long)p->total_steps);
     if (gather_hosts(&t, e) || (t.rank0 && trainer_write_run_files(&t, e))) goto done;
-    if (setup_tracking(&t, e)) goto done;
+    if (setup_tracking(&t, e) || trainer_skipped_start(&t, e)) goto done;
     if (t.rank0) {
         char line[CFG_PATH + 256];
         if (t.be->notice[0]) {   /* e.g. a cuDNN fallback while plan_device_work searched */
@@ -685,6 +699,7 @@ int train_run(const experiment_t *x, const plan_t *plan_in, const train_env_t *e
     }
     t.loop_started = true;
     rc = trainer_loop(&t, e);
+    if (rc >= 0) trainer_skipped_report(&t);
     if (rc == 0) trainer_note(&t, "finished at step %lld", (long long)t.step);
 done:
     if (t.writer) {   /* every checkpoint on disk before the summary says where the run is */

@@ -1,9 +1,10 @@
 /* train_aug.c: the trainer's side of issue 17's data recipe (train_internal.h): the
  * loader options for auto-augment, random erasing and mixup from the experiment, soft
  * targets on the nets, and on the GPU data path the device table and scratch, the
- * descriptor fields and the per-micro-batch mixing (drawn here on the host with
- * data/mixup.h, exactly as the CPU loader draws, then uploaded and applied by
- * cuda_mixup_batch). Where mixing happens per mode: single and each DDP rank mix their own
+ * augmentation and mixing kernels of a micro-batch (trainer_gpu_batch: device work only,
+ * recordable, reading the epoch, the indices and the mixing draws from backend memory) and
+ * the per-micro-batch mixing draws (trainer_aug_mix_draw: on the host with data/mixup.h,
+ * exactly as the CPU loader draws, uploaded into the micro-batch's slot). Where mixing happens per mode: single and each DDP rank mix their own
  * micro-batch (timm's Mixup on each rank's batch, keyed by the rank); DP mixes the whole
  * micro-batch on the host before the scatter (rank 0's key), as timm's Mixup in front of
  * nn.DataParallel does.
@@ -73,7 +74,7 @@ int trainer_aug_setup_gpu(trainer_t *t, err_t *e) {
     }
     if (t->mix) {
         if (!(t->gpu_mix_in = be->ops->alloc(be, (size_t)mb * elems * sizeof(float))) ||
-            !(t->gpu_mix_samples = be->ops->alloc(be, (size_t)mb * sizeof(mix_sample_t)))) {
+            !(t->gpu_mix_samples = be->ops->alloc(be, (size_t)mb * t->p->grad_accum * sizeof(mix_sample_t)))) {
             *e = be->err;
             return -1;
         }
@@ -82,27 +83,45 @@ int trainer_aug_setup_gpu(trainer_t *t, err_t *e) {
     return 0;
 }
 
-void trainer_aug_desc(const trainer_t *t, cuda_augment_desc_t *d) {
-    const loader_opts_t *lo = &t->train_opts;
-    d->auto_kind = lo->autoaug.kind;
-    d->aa_num_ops = lo->autoaug.num_ops;
-    d->aa_magnitude = lo->autoaug.magnitude;
-    d->aa_table = t->gpu_aa_table;
-    d->aa_scratch = t->gpu_aa_scratch;
-    d->erase_prob = lo->erasing.prob;
-    d->erase_mode = lo->erasing.mode;
-    d->erase_count = lo->erasing.count;
-}
-
-int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e) {
+int trainer_aug_mix_draw(trainer_t *t, int n, int64_t batch, int slot, err_t *e) {
     backend_t *be = t->be;
     const loader_opts_t *lo = &t->train_opts;
-    int h = t->p->height, w = t->p->width;
-    mixup_draw(&lo->mixup, lo->seed, t->epoch, batch, lo->rank, n, h, w, t->mix_host);
-    if (be->ops->upload(be, t->gpu_mix_samples, t->mix_host, (size_t)n * sizeof(mix_sample_t)) ||
-        cuda_mixup_batch(be, t->gpu_mix_samples, n, h, w, t->p->channels, t->gpu_mix_in, t->act_dt,
-                         net_input(t->net), net_labels(t->net), lo->mixup.classes, t->mix_on, t->mix_off,
-                         net_targets(t->net))) {
+    mixup_draw(&lo->mixup, lo->seed, t->epoch, batch, lo->rank, n, t->p->height, t->p->width, t->mix_host);
+    void *dst = (char *)t->gpu_mix_samples + (size_t)slot * t->p->micro_batch * sizeof(mix_sample_t);
+    if (be->ops->upload(be, dst, t->mix_host, (size_t)n * sizeof(mix_sample_t))) {
+        *e = be->err;
+        return -1;
+    }
+    return 0;
+}
+
+int trainer_gpu_batch(trainer_t *t, int m, int n, err_t *e) {
+    backend_t *be = t->be;
+    const loader_opts_t *lo = &t->train_opts;
+    int c, h, w, mb = t->p->micro_batch;
+    dataset_shape(t->train_ds, &c, &h, &w);
+    cuda_augment_desc_t d = {.c = c, .h = h, .w = w, .train = true,
+                             .random_crop = lo->augment.random_crop, .crop_size = lo->augment.crop_size,
+                             .crop_padding = lo->augment.crop_padding,
+                             .horizontal_flip = lo->augment.horizontal_flip,
+                             .rotation = lo->augment.rotation, .seed = lo->seed, .epoch = t->epoch,
+                             .epoch_dev = t->gpu_epoch,
+                             .auto_kind = lo->autoaug.kind, .aa_num_ops = lo->autoaug.num_ops,
+                             .aa_magnitude = lo->autoaug.magnitude, .aa_table = t->gpu_aa_table,
+                             .aa_scratch = t->gpu_aa_scratch, .erase_prob = lo->erasing.prob,
+                             .erase_mode = lo->erasing.mode, .erase_count = lo->erasing.count};
+    for (int k = 0; k < c && k < 4; k++) {
+        d.mean[k] = lo->n_norm ? lo->mean[k] : 0.0f;
+        d.std[k] = lo->n_norm ? lo->std[k] : 1.0f;
+    }
+    net_t *net = t->net;
+    if (cuda_augment_batch(be, &d, t->gpu_pixels, dataset_size(t->train_ds), t->gpu_labels,
+                           t->gpu_indices + (size_t)m * mb, n, t->mix ? DT_F32 : t->act_dt,
+                           t->mix ? (void *)t->gpu_mix_in : net_input(net), net_labels(net)) ||
+        (t->mix && cuda_mixup_batch(be, (const char *)t->gpu_mix_samples + (size_t)m * mb * sizeof(mix_sample_t), n,
+                                    t->p->height, t->p->width, t->p->channels, t->gpu_mix_in, t->act_dt,
+                                    net_input(net), net_labels(net), lo->mixup.classes, t->mix_on, t->mix_off,
+                                    net_targets(net)))) {
         *e = be->err;
         return -1;
     }

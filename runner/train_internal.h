@@ -17,6 +17,7 @@
 #include "model/schedule.h"
 #include "runner/ckpt_writer.h"
 #include "runner/early_stop.h"
+#include "runner/report/steady.h"
 #include "runner/track/track.h"
 #include "runner/train.h"
 #include "util/clock.h"
@@ -32,6 +33,28 @@ typedef struct pending_step {
     int64_t samples;
     double data_wait_s, comm_exposed_s, comm_allreduce_s;
 } pending_step_t;
+
+/* train.cuda_graphs (train_graph.c): what a recording depends on. A training segment
+ * (train_step.c): micro-batches [first, first + count) of a step of n_micro, the step's
+ * last of n_last samples (0 when the segment does not hold it), bcast: DDP's BN buffer
+ * broadcast first. An evaluation batch: its size. */
+enum { GRAPH_TRAIN = 0, GRAPH_EVAL = 1 };
+typedef struct graph_key {
+    int kind;
+    int first, count, n_micro, n_last;
+    bool bcast;
+    int batch;
+} graph_key_t;
+
+/* One key's graph: recorded on the key's second run (the first runs normally), then
+ * replayed; delta is what the recorded calls advance the BN num_batches_tracked counters
+ * by (host values, applied after each replay). */
+typedef struct graph_entry {
+    graph_key_t key;
+    int runs;                               /* runs without a graph so far */
+    void *graph;
+    int64_t *delta;                         /* net_num_counters entries */
+} graph_entry_t;
 
 typedef struct trainer {
     const experiment_t *e;
@@ -64,7 +87,9 @@ typedef struct trainer {
      * augmented on the device from the same sampler indices the CPU loader would use */
     bool gpu_data;
     uint8_t *gpu_pixels;                    /* backend memory, the whole train split */
-    int64_t *gpu_indices;                   /* backend memory, one micro-batch of indices */
+    int64_t *gpu_indices;                   /* backend memory, grad_accum slots of one
+                                               micro-batch of indices */
+    int64_t *gpu_epoch;                     /* backend memory: the epoch the kernel draws for */
     int32_t *gpu_labels;                    /* backend memory, the train split's labels */
     struct cuda_stager *stager;             /* cuda, CPU loader: the copy stream's uploads */
     sampler_t gpu_sampler;
@@ -77,7 +102,8 @@ typedef struct trainer {
     void *gpu_aa_table;                     /* auto-augment op table (backend memory) */
     uint8_t *gpu_aa_scratch;                /* 2 x micro-batch uint8 images between ops */
     float *gpu_mix_in;                      /* the micro-batch in fp32 before mixing */
-    void *gpu_mix_samples;                  /* mix_sample_t x micro-batch (backend memory) */
+    void *gpu_mix_samples;                  /* mix_sample_t x micro-batch x grad_accum slots
+                                               (backend memory) */
     mix_sample_t *mix_host;                 /* their host copy */
 
     track_t *track;
@@ -97,8 +123,9 @@ typedef struct trainer {
     bool loop_started;                      /* setup done, the epoch loop began */
     bool ckpt_hash_differs;                 /* resumed from a checkpoint of another config hash */
     int config_changes;                     /* records in config_changes.jsonl */
-    double *ips;                            /* images/s of every step (median for summary) */
-    int64_t n_ips, cap_ips;
+    steady_sums_t steady;                   /* every read-back window's time (summary.json;
+                                               kept in checkpoints, so a resume counts on) */
+    int64_t seg_steps;                      /* steps this process ran in the current epoch */
     /* steps issued but not yet read back: each writes its loss, hits, loss scale and
      * overflow flag into its record on the device (step_recs); flush_window reads a whole
      * window at once, so the host waits for the device once per window, not per step */
@@ -107,15 +134,18 @@ typedef struct trainer {
     pending_step_t *pending;                /* window entries */
     double *pending_loss;                   /* window entries: the steps' loss sums */
     int32_t *step_recs;                     /* backend memory: window records */
+    void *rng_keys;                         /* backend memory: dropout_key_t x grad_accum, one
+                                               per micro-batch of a step (nets with dropout) */
     int32_t *host_recs;                     /* their host copy */
     double window_t0;                       /* when the window's first step was issued */
-    /* train.cuda_graphs: one recorded micro-batch (forward, loss, backward) */
-    bool graphs;                            /* on for this run (CUDA, single mode) */
-    void *graph;                            /* the recording, NULL before the first */
-    int graph_batch;                        /* the micro-batch size and gradient factor */
-    float graph_scale;                      /*   it was recorded for (or last ran eagerly) */
-    bool graph_ran_once;                    /* graph_batch/graph_scale ran once eagerly */
-    float *graph_out;                       /* backend memory: the recording's loss, hits */
+    /* train.cuda_graphs (train_graph.c): recorded step segments and evaluation batches */
+    bool graphs;                            /* on for this run (the plan's cuda_graphs) */
+    graph_entry_t *gcache;                  /* one entry per key seen */
+    int n_gcache, cap_gcache;
+    int32_t *graph_rec;                     /* backend memory: the record a recorded step
+                                               writes (copied to the window's slot) */
+    float *eval_out;                        /* backend memory: an evaluation batch's loss, hits */
+    int64_t graph_recordings, graph_launches; /* this process's (summary.json) */
     double sum_step_s, sum_comm_exposed_s;  /* this process's steps (not restored on resume) */
     double sum_comm_allreduce_s;            /* ddp: seconds the bucket all-reduces ran */
     double wall_start;
@@ -131,6 +161,12 @@ typedef struct trainer {
     early_stop_t stop;                      /* train.early_stopping */
     bool buffers_synced;                    /* ddp + ema: BN buffers broadcast after the last step */
     ckpt_writer_t *writer;                  /* rank 0: writes checkpoints in the background */
+    struct train_skipped *skipped;          /* data.bad_images: skip: the files skipped */
+    /* train_bench.c: no data source; every step trains on the batch already in the net's
+     * input and labels (host_batch only keys dropout, micro-batch resident_batch of the
+     * epoch) */
+    bool resident;
+    int64_t resident_batch;
 } trainer_t;
 
 /* What stopped the loop after a window: nothing, SIGINT, or a scheduler's SIGTERM/SIGUSR1. */
@@ -159,12 +195,14 @@ void trainer_aug_opts(const experiment_t *x, int classes, loader_opts_t *lo);
 int trainer_aug_soft_targets(trainer_t *t, err_t *e);   /* after the nets are bound */
 void trainer_aug_free(trainer_t *t);
 #ifdef RUNNER_HAVE_CUDA
-struct cuda_augment_desc;
 int trainer_aug_setup_gpu(trainer_t *t, err_t *e);      /* GPU data path buffers */
-void trainer_aug_desc(const trainer_t *t, struct cuda_augment_desc *d);
-/* Mixes micro-batch `batch` of n (augmented in fp32 into gpu_mix_in) into the net's input
- * and soft targets. */
-int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e);
+/* Host side of mixup on the GPU data path: draws micro-batch `batch`'s mixing (n samples)
+ * and uploads it into sample slot `slot`. */
+int trainer_aug_mix_draw(trainer_t *t, int n, int64_t batch, int slot, err_t *e);
+/* Device side of micro-batch slot m of the step (n samples; indices and mixing already in
+ * their slots): the augmentation kernel into the net's input (or, with mixup, gpu_mix_in,
+ * then mixed into the input and soft targets). Reads the epoch from gpu_epoch. */
+int trainer_gpu_batch(trainer_t *t, int m, int n, err_t *e);
 #endif
 
 /* train_step.c: one optimizer step, the window read-back, and what both need. */
@@ -173,6 +211,8 @@ int trainer_aug_mix_gpu(trainer_t *t, int n, int64_t batch, err_t *e);
 int trainer_allreduce_small(trainer_t *t, float *vals, int n, err_t *e);
 /* 32-bit words of one step record in step_recs. */
 int trainer_step_rec_words(int grad_accum);
+/* Uploads n host labels into the net's label buffer, each checked to be a class. */
+int trainer_upload_labels(trainer_t *t, const int32_t *labels, int n, err_t *e);
 /* Starts the training epoch t->epoch at micro-batch t->start_batch (loader or GPU sampler). */
 int trainer_start_epoch(trainer_t *t, err_t *e);
 /* Enqueues one optimizer step of n_micro micro-batches at lr; its numbers go to the
@@ -183,13 +223,39 @@ int trainer_step(trainer_t *t, int n_micro, double lr, int32_t *rec, pending_ste
  * that some rank received (SIGINT wins over a preemption signal). */
 int trainer_flush_window(trainer_t *t, int *stop, err_t *e);
 
+/* train_graph.c: train.cuda_graphs. trainer_graph_run runs fn(t, arg) — device work only,
+ * nothing on the host that changes between runs of key k — directly when graphs are off;
+ * with graphs, the key's first run directly, its second recorded and launched, later ones
+ * launched (DDP: every rank records the same steps and agrees before using a recording).
+ * trainer_graphs_setup allocates what recorded steps use (train.c, after the nets and the
+ * DDP state); trainer_graphs_free frees the recordings. */
+int trainer_graph_run(trainer_t *t, const graph_key_t *k, int (*fn)(trainer_t *t, void *arg, err_t *e), void *arg,
+                      err_t *e);
+int trainer_graphs_setup(trainer_t *t, err_t *e);
+void trainer_graphs_free(trainer_t *t);
+/* One evaluation batch of n (its images in the net's input, labels in its label buffer):
+ * forward and loss, recorded per batch size like a step; *out gets the loss sum and hits. */
+int trainer_eval_batch(trainer_t *t, int n, net_loss_out_t *out, err_t *e);
+
 /* train_loop.c: the epochs (evaluation, metrics rows, checkpoints, early stopping, stops);
  * returns 0, ERR_INTERRUPT or ERR_PREEMPTED, or -1. */
 int trainer_loop(trainer_t *t, err_t *e);
 /* A line in a non-zero rank's log (rank 0 has the console). */
 void trainer_note(const trainer_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* image_folder files left out or replaced so far, as this rank saw them (train.c). */
-int64_t trainer_bad_images(const trainer_t *t);
+/* train_skipped.c: the image files data.bad_images: skip left out (while indexing) or
+ * replaced (failed to decode), listed in skipped_images.jsonl and named on the console.
+ * start: after tracking is set up (rank 0 names the index-time ones, a resume reads the
+ * earlier list); sync: at each point every rank reaches alike (end of an epoch's steps,
+ * a step checkpoint, a stop), before the checkpoint; rank 0 gathers the ranks' new
+ * decode-time finds and rewrites the list. No-ops for other datasets and error mode. */
+typedef struct train_skipped train_skipped_t;
+int trainer_skipped_start(trainer_t *t, err_t *e);
+int trainer_skipped_sync(trainer_t *t, err_t *e);
+/* Rank 0's totals so far: files found bad while indexing, files that failed to decode. */
+void trainer_skipped_counts(const trainer_t *t, int64_t *indexing, int64_t *decoding);
+/* Rank 0 at the end: one console line with both counts (nothing when none). */
+void trainer_skipped_report(const trainer_t *t);
+void trainer_skipped_free(trainer_t *t);
 
 #endif

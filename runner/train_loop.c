@@ -29,9 +29,8 @@ static int eval_pass(trainer_t *t, double out[3], err_t *e) {
     track_eval_progress(t->track, t->epoch + 1, 0, batches, 0);
     while ((r = loader_next(t->val_ld, &b, e)) == 1) {
         net_loss_out_t lo;
-        if (net_upload_input(t->net, b->images, b->n, e) ||
-            net_forward(t->net, net_input(t->net), b->n, false, NULL, e) ||
-            net_loss(t->net, b->labels, (float)t->e->train.label_smoothing, 0.0f, &lo, e))
+        if (net_upload_input(t->net, b->images, b->n, e) || trainer_upload_labels(t, b->labels, b->n, e) ||
+            trainer_eval_batch(t, b->n, &lo, e))
             return -1;
         loss += lo.loss_sum;
         c1 += lo.correct1;
@@ -54,6 +53,9 @@ static int eval_pass(trainer_t *t, double out[3], err_t *e) {
  * for the pass and back, so nothing the step uses changes address). */
 static int evaluate(trainer_t *t, err_t *e) {
     if (t->ddp && ddp_sync_buffers(t->ddp, net_buffers(t->net), (int64_t)net_num_buffers(t->net), e)) return -1;
+    /* in queue order (recorded steps, nccl) nothing waited for that broadcast: wait here,
+     * within parallel.timeout_s, before the evaluation's downloads wait without a bound */
+    if (t->graphs && t->comm && (comm_mark(t->comm, e) || comm_fence(t->comm, e))) return -1;
     double v[3];
     if (eval_pass(t, v, e)) return -1;
     t->val_loss = v[0]; t->val_top1 = v[1]; t->val_top5 = v[2];
@@ -100,6 +102,7 @@ void trainer_note(const trainer_t *t, const char *fmt, ...) {
  * happened. */
 static int stop_now(trainer_t *t, int kind, bool write, err_t *e) {
     char path[CFG_PATH + 64], line[CFG_PATH + 300];
+    if (trainer_skipped_sync(t, e)) return -1;   /* the list as complete as the checkpoint */
     if (t->rank0) {
         snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", t->run_dir);
         if (write && trainer_checkpoint(t, TRAINER_CKPT_LAST, false, e)) return -1;
@@ -134,6 +137,7 @@ static int finish_epoch(trainer_t *t, double ep_s, bool epoch_done, bool cut, er
     bool last = t->step >= p->total_steps;
     bool eval_now = last || ((t->epoch + 1) % t->e->train.eval_every == 0);
     if (eval_now && evaluate(t, e)) return -1;   /* else the last evaluation's numbers stay */
+    if (trainer_skipped_sync(t, e)) return -1;   /* before any checkpoint below */
     int ep = t->epoch + 1;
     if (eval_now && t->val_top1 > t->best_val_top1) { t->best_val_top1 = t->val_top1; t->best_epoch = ep; }
     if (eval_now && t->ema && t->val_top1_ema > t->best_val_top1_ema) t->best_val_top1_ema = t->val_top1_ema;
@@ -200,6 +204,7 @@ int trainer_loop(trainer_t *t, err_t *e) {
         int stopping = 0;   /* a stop that arrived with the epoch's last step */
         bool cut = false;   /* train.max_steps ends the run inside this epoch */
         t->n_pending = 0;
+        t->seg_steps = 0;   /* the first steps of each epoch (and of a resume) are warm-up */
         t->window_t0 = now_s();
         while (t->step < epoch_end) {
             int n_micro = (int)(p->batches_per_epoch - batch < A ? p->batches_per_epoch - batch : A);
@@ -233,8 +238,10 @@ int trainer_loop(trainer_t *t, err_t *e) {
                     cut = true;
                     break;
                 }
-                if (t->rank0 && trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e)) return -1;
+                if (trainer_skipped_sync(t, e) || (t->rank0 && trainer_checkpoint(t, TRAINER_CKPT_STEP, false, e)))
+                    return -1;
                 t->start_batch = 0;
+                t->window_t0 = now_s();   /* the checkpoint's time is no step's */
             }
         }
         /* end of epoch (or of max_steps) */

@@ -77,6 +77,12 @@ static char *meta_json(trainer_t *t, double scale, int64_t tracker, int64_t opt_
     jw_knum(&w, "val_top1", t->val_top1);
     jw_knum(&w, "epoch_seconds_sum", t->epoch_seconds_sum);
     jw_kint(&w, "epochs_timed", t->epochs_timed);
+    jw_kint(&w, "steady_steps", t->steady.steady_steps);
+    jw_knum(&w, "steady_images", t->steady.steady_images);
+    jw_knum(&w, "steady_seconds", t->steady.steady_seconds);
+    jw_kint(&w, "warmup_steps", t->steady.warmup_steps);
+    jw_knum(&w, "warmup_images", t->steady.warmup_images);
+    jw_knum(&w, "warmup_seconds", t->steady.warmup_seconds);
     jw_knum(&w, "loss_scale", scale);
     jw_kint(&w, "growth_tracker", tracker);
     jw_kint(&w, "optim_steps", opt_steps);
@@ -321,6 +327,14 @@ static int apply_checkpoint(trainer_t *t, const ckpt_t *c, err_t *e) {
     t->best_epoch = (int)json_get_number(m, "best_epoch", 0);
     t->epoch_seconds_sum = json_get_number(m, "epoch_seconds_sum", 0);
     t->epochs_timed = (int)json_get_number(m, "epochs_timed", 0);
+    /* the windows timed before the checkpoint (0 from a checkpoint older than timing.csv) */
+    t->steady = (steady_sums_t){
+        .steady_steps = (int64_t)json_get_number(m, "steady_steps", 0),
+        .steady_images = json_get_number(m, "steady_images", 0),
+        .steady_seconds = json_get_number(m, "steady_seconds", 0),
+        .warmup_steps = (int64_t)json_get_number(m, "warmup_steps", 0),
+        .warmup_images = json_get_number(m, "warmup_images", 0),
+        .warmup_seconds = json_get_number(m, "warmup_seconds", 0)};
     snprintf(t->wandb_run_id, sizeof t->wandb_run_id, "%s", json_get_string(m, "wandb_run_id", ""));
     t->val_top1 = json_get_number(m, "val_top1", NAN);
     t->best_value = json_get_number(m, "best_value", NAN);
@@ -440,11 +454,6 @@ int trainer_restore(trainer_t *t, err_t *e) {
     return err_wrap(e, "no usable checkpoint in %s/checkpoints (start again with checkpoint.resume: never)", t->run_dir);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Restarts of this run by the launcher, over every invocation: the lines of
  * restarts.jsonl (parallel.max_restarts). */
 static int count_restarts(const char *run_dir) {
@@ -459,19 +468,12 @@ static int count_restarts(const char *run_dir) {
 }
 
 int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const char *error, err_t *e) {
-    /* images/s: median over steady-state steps (the first 10% and the first 5 are warm-up) */
-    double ips = NAN;
-    if (t->n_ips > 0) {
-        int64_t skip = t->n_ips / 10 > 5 ? t->n_ips / 10 : (t->n_ips > 5 ? 5 : 0);
-        int64_t m = t->n_ips - skip;
-        double *v = malloc((size_t)m * sizeof *v);
-        if (v) {
-            memcpy(v, t->ips + skip, (size_t)m * sizeof *v);
-            qsort(v, (size_t)m, sizeof *v, cmp_double);
-            ips = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-            free(v);
-        }
-    }
+    /* images/s: every steady-state step over its time (runner/report/steady.h); a run too
+     * short to have one reports all its steps, warm-up included (steady_steps says 0) */
+    const steady_sums_t *sd = &t->steady;
+    double ips = steady_rate(sd);
+    if (isnan(ips) && sd->warmup_seconds > 0) ips = sd->warmup_images / sd->warmup_seconds;
+    int64_t epoch_images = t->p->samples_per_rank * (t->ddp_mode ? t->p->world_size : 1);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -510,12 +512,19 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_kint(&w, "best_metric_epoch", t->best_value_epoch);
     jw_knum(&w, "images_per_second", ips);
     jw_knum(&w, "seconds_per_epoch", t->epochs_timed ? t->epoch_seconds_sum / t->epochs_timed : NAN);
+    jw_kint(&w, "steady_steps", sd->steady_steps);
+    jw_kint(&w, "warmup_steps", sd->warmup_steps);
+    jw_knum(&w, "steady_seconds", sd->steady_seconds);
+    jw_kint(&w, "images_per_epoch", epoch_images);
+    jw_knum(&w, "steady_seconds_per_epoch", (double)epoch_images / steady_rate(sd));
     jw_kint(&w, "peak_memory_bytes", t->be && t->be->ops->peak_memory ? (int64_t)t->be->ops->peak_memory(t->be) : 0);
     jw_knum(&w, "comm_exposed_fraction", t->ddp && t->sum_step_s > 0 ? t->sum_comm_exposed_s / t->sum_step_s : 0);
     /* ddp totals over this process's steps: how long the gradient all-reduces ran, and how
      * much of that the step waited for (the rest was hidden behind backward) */
     jw_knum(&w, "comm_allreduce_seconds", t->ddp ? t->sum_comm_allreduce_s : 0);
     jw_knum(&w, "comm_exposed_seconds", t->ddp ? t->sum_comm_exposed_s : 0);
+    jw_kint(&w, "graph_recordings", t->graph_recordings);
+    jw_kint(&w, "graph_launches", t->graph_launches);
     jw_kstr(&w, "mode", t->p->mode);
     jw_kint(&w, "world_size", t->p->world_size);
     jw_kstr(&w, "precision", t->p->precision);
@@ -523,7 +532,13 @@ int trainer_write_summary(trainer_t *t, const char *status, int exit_code, const
     jw_kstr(&w, "device", t->p->device);
     jw_kstr(&w, "arch", t->e->model.arch);
     jw_kstr(&w, "dataset", t->e->data.dataset);
-    if (t->p->images) jw_kint(&w, "bad_images_skipped", trainer_bad_images(t));
+    if (t->p->images) {   /* data.bad_images: skip, over all ranks (train_skipped.c) */
+        int64_t indexing, decoding;
+        trainer_skipped_counts(t, &indexing, &decoding);
+        jw_kint(&w, "bad_images_skipped", indexing + decoding);
+        jw_kint(&w, "bad_images_skipped_indexing", indexing);
+        jw_kint(&w, "bad_images_skipped_decoding", decoding);
+    }
     jw_knum(&w, "wall_seconds", now_s() - t->wall_start);
     jw_obj_end(&w);
     fputc('\n', f);

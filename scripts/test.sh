@@ -4,6 +4,7 @@
 # tests, then every fuzz harness for a bounded time, then the CI smoke run gated by
 # `runner check`. GPU tests report "skipped" without a GPU.
 set -euo pipefail
+case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 scripts/deps.sh --test
 jobs=$(nproc)

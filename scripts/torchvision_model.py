@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Builds the PyTorch model that matches a `runner export` safetensors file and loads it.
 
-    import sys; sys.path.insert(0, "scripts")      # in the runner's source tree
+    import sys; sys.path.insert(0, "scripts")      # the runner's scripts/ folder
     from torchvision_model import load
     model = load("runs/x/<run>/model.safetensors")   # eval mode, weights loaded strictly
 
@@ -33,8 +33,13 @@ What it builds, by arch (the names and shapes the runner's builders, model/arch/
                          MobileNetV2 with stride 1 in features.0 and the second stage
 The metadata's width, groups and dropout (runner export writes them where the architecture
 has them) override the architecture's own.
-The safetensors package is used when installed; without it (Debian's PyTorch 1.13) the
-file is read with the standard library.
+build(meta) dispatches on the arch; a new family is one builder and one branch there.
+
+load_file(path) reads a safetensors file with the standard library, as
+safetensors.torch.load_file does (the package is not in Debian 12): the format is an
+8-byte little-endian header length, a JSON header ({name: {dtype, shape, data_offsets}},
+"__metadata__"), then the tensors' bytes. read() uses the package when it is installed.
+`python3 scripts/torchvision_model.py FILE` loads a file and prints what it built.
 """
 import json
 import struct
@@ -83,6 +88,12 @@ def read(path):
     with safe_open(path, "pt") as f:
         meta = f.metadata() or {}
     return load_file(path), meta
+
+
+def load_file(path, device="cpu"):
+    """The tensors of a safetensors file ({name: tensor}), like safetensors.torch.load_file,
+    read with the standard library."""
+    return {k: v.to(device) for k, v in read_safetensors(path)[0].items()}
 
 
 class BasicBlock(nn.Module):
@@ -390,7 +401,7 @@ def build(meta):
         return mobilenet_v2(classes, stem, width, drop, cin)
     if arch.startswith("resnet") and arch[len("resnet"):].isdigit():
         return CifarResNet(int(arch[len("resnet"):]), classes, cin)
-    raise ValueError("unknown arch %r" % arch)
+    raise ValueError("architecture %r is not one this script builds; update the runner's scripts/" % arch)
 
 
 def load(path):
@@ -402,3 +413,15 @@ def load(path):
     m.eval()
     m.runner_metadata = meta
     return m
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(__doc__.strip().split("\n\n")[0] + "\n\nusage: torchvision_model.py FILE.safetensors")
+        sys.exit(0 if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help") else 2)
+    model = load(sys.argv[1])
+    md = model.runner_metadata
+    print("%s: %s, %s stem, %s input channels, %s classes, %d parameters; loaded strictly"
+          % (sys.argv[1], md["arch"], md.get("stem", "cifar"), md.get("in_channels", "3"), md["num_classes"],
+             sum(p.numel() for p in model.parameters())))

@@ -8,7 +8,23 @@
 int test_failures_ = 0;
 int test_cases_passed_ = 0, test_cases_failed_ = 0;
 
+/* RUNNER_TEST_ONLY="a,b": run only the cases named (the dry runs of the gpu tests pick
+ * the cases that can run on the CPU); unset or empty: all. */
+static bool test_selected(const char *name) {
+    const char *only = getenv("RUNNER_TEST_ONLY");
+    if (!only || !*only) return true;
+    size_t len = strlen(name);
+    for (const char *p = only; *p;) {
+        const char *end = strchr(p, ',');
+        size_t l = end ? (size_t)(end - p) : strlen(p);
+        if (l == len && !strncmp(p, name, len)) return true;
+        p += l + (end ? 1 : 0);
+    }
+    return false;
+}
+
 void test_run_(const char *name, void (*fn)(void)) {
+    if (!test_selected(name)) return;
     test_failures_ = 0;
     fn();
     if (test_failures_) {

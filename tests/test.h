@@ -4,6 +4,7 @@
  * file:line, the expression and the values, and marks the case failed. test_main_end()
  * prints "N passed, N failed" and returns the exit status (0, or 1 if any failed).
  * test_skip(why) exits 77, which ctest reports as skipped (used by gpu tests without a GPU).
+ * RUNNER_TEST_ONLY="case1,case2" runs only the cases named (by their function names).
  */
 #ifndef RUNNER_TESTS_TEST_H
 #define RUNNER_TESTS_TEST_H

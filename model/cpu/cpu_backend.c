@@ -94,20 +94,25 @@ static int cpu_sync(backend_t *be) { (void)be; return 0; }
 
 static size_t cpu_peak_memory(backend_t *be) { return cpu_of(be)->peak_bytes; }
 
-float *cpu_scratch(cpu_backend_t *c, size_t n) {
-    if (n <= c->scratch_floats) return c->scratch;
-    free(c->scratch);
-    c->scratch_floats = 0;
+/* Makes *buf hold at least n floats (grow-only, 256-byte aligned). */
+static float *grow_floats(cpu_backend_t *c, float **buf, size_t *have, size_t n) {
+    if (n <= *have) return *buf;
+    free(*buf);
+    *have = 0;
     size_t bytes = (n * sizeof(float) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    c->scratch = aligned_alloc(CPU_ALIGN, bytes);
-    if (!c->scratch) {
+    *buf = aligned_alloc(CPU_ALIGN, bytes);
+    if (!*buf) {
         err_set(&c->base.err, ERR_RUNTIME, "cpu backend: out of memory for a %zu-byte workspace",
                 bytes);
         return NULL;
     }
-    c->scratch_floats = n;
-    return c->scratch;
+    *have = n;
+    return *buf;
 }
+
+float *cpu_scratch(cpu_backend_t *c, size_t n) { return grow_floats(c, &c->scratch, &c->scratch_floats, n); }
+
+float *cpu_accum_buf(cpu_backend_t *c, size_t n) { return grow_floats(c, &c->accum, &c->accum_floats, n); }
 
 typedef struct round_task {
     dtype_t dt;
@@ -189,13 +194,22 @@ static int cpu_download(backend_t *be, void *dst, const void *src, size_t bytes)
 
 static void cpu_destroy(backend_t *be) {
     cpu_backend_t *c = cpu_of(be);
+    cpu_graph_abandon(c);
     cpu_pool_deinit(&c->pool);
 #ifdef RUNNER_HAVE_DNNL
     cpu_dnnl_free(c->dnnl);
 #endif
     free(c->choices);
     free(c->scratch);
+    free(c->accum);
     free(c);
+}
+
+/* The cpu backend runs ops as they are issued, so queue order is now. */
+static int cpu_host_task(backend_t *be, void (*fn)(void *ctx), void *ctx) {
+    (void)be;
+    fn(ctx);
+    return 0;
 }
 
 /* "oneDNN 2.6.3 (isa avx2), OpenBLAS 0.3.21 ... (core Haswell)": what the CPU kernels run
@@ -253,11 +267,15 @@ static const backend_ops_t cpu_ops = {
     .step_ctl_update = cpu_step_ctl_update,
     .clip_grad_norm = cpu_clip_grad_norm,
     .ema_update = cpu_ema_update,
+    .ema_update_dev = cpu_ema_update_dev,
     .cast = cpu_cast,
     .unscale_check_finite = cpu_unscale_check_finite,
     .scale = cpu_scale,
+    .bn_combine = cpu_bn_combine,
+    .host_task = cpu_host_task,
     .conv_engine = cpu_backend_conv_describe,
     .libraries = cpu_libraries,
+    .conv2d_bwd_data_accum = cpu_conv2d_bwd_data_accum,
 };
 
 backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
@@ -297,6 +315,16 @@ backend_t *cpu_backend_create(const backend_opts_t *o, err_t *e) {
     }
     c->avx2_blocked = cpu_dnnl_isa_is_avx2();
 #endif
+    /* test hook: RUNNER_CPU_CONV_ENGINE=gemm|dnnl|dnnl_blk|dnnl_wino forces the convolution
+     * engine as cpu_backend_set_conv_engine does, so that a test can train the same run
+     * on two correct engines (two summation orders) through the CLI */
+    const char *ce = getenv("RUNNER_CPU_CONV_ENGINE");
+    static const char *const engines[] = {"auto", "gemm", "dnnl", "dnnl_blk", "dnnl_wino"};
+    for (int i = 0; ce && i < (int)(sizeof engines / sizeof engines[0]); i++)
+        if (!strcmp(ce, engines[i])) c->conv_engine = i;
+    /* test hook: graphs with CUDA semantics (cpu_graph.c), for the trainer's recorded steps */
+    const char *g = getenv("RUNNER_CPU_GRAPHS");
+    if (g && *g && strcmp(g, "0")) cpu_graph_install(c, g);
     return &c->base;
 }
 

@@ -40,7 +40,9 @@ int cpu_backend_conv_describe(backend_t *be, const conv_shape_t *s, int which, c
  * NHWC, 3 oneDNN with blocked activations, 4 oneDNN Winograd where the shape allows it
  * (3 elsewhere). Where oneDNN lacks the kernel (or is not built in) the choice falls back
  * as the automatic one does (Winograd -> blocked -> NHWC -> GEMM). Used by tests and
- * benchmarks to check the engines against each other. */
+ * benchmarks to check the engines against each other; a runner process takes it from
+ * RUNNER_CPU_CONV_ENGINE=gemm|dnnl|dnnl_blk|dnnl_wino (a test hook, read by
+ * cpu_backend_create). */
 void cpu_backend_set_conv_engine(backend_t *be, int engine);
 
 #ifdef __cplusplus

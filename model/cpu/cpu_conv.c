@@ -425,3 +425,16 @@ int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, cons
         return dnnl_amp(c, 2, s, variant_of(ch->engine), dt, x, nx, dy, ny, dw, 0);
     return gemm_bwd_filter(c, s, dt, x, dy, dw);
 }
+
+/* dx += conv2d_bwd_data(dy, w): the data gradient goes to the backend's own buffer and
+ * cpu_add sums it in, the ops and the order of the net's unfused residual sum (add(slot,
+ * gradient)), so the bits are those of the unfused path. */
+int cpu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                              const void *w, void *dx) {
+    cpu_backend_t *c = cpu_of(be);
+    if (check_shape(be, s, "conv2d_bwd_data_accum") != 0) return -1;
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c;
+    float *t = cpu_accum_buf(c, (size_t)nx);
+    if (!t || cpu_conv2d_bwd_data(be, s, dt, dy, w, t) != 0) return -1;
+    return cpu_add(be, nx, dt, dx, t, dx);
+}

@@ -59,6 +59,8 @@ typedef struct cpu_conv_choice {
     char impl[48];                /* oneDNN's kernel name ("jit:avx2"), "" for GEMM */
 } cpu_conv_choice_t;
 
+typedef struct cpu_graph cpu_graph_t;   /* a recording (cpu_graph.c) */
+
 /* The backend context. */
 typedef struct cpu_backend {
     backend_t base;               /* must be first */
@@ -72,7 +74,15 @@ typedef struct cpu_backend {
     int nchoices, choices_cap;
     float *scratch;               /* grow-only workspace for im2col and AMP rounding */
     size_t scratch_floats;
+    float *accum;                 /* grow-only: conv2d_bwd_data_accum's data gradient */
+    size_t accum_floats;
     cpu_dnnl_t *dnnl;             /* NULL without oneDNN */
+    /* graphs (cpu_graph.c, RUNNER_CPU_GRAPHS): ops is graph_ops, plain the cpu table */
+    const backend_ops_t *plain;
+    backend_ops_t graph_ops;
+    cpu_graph_t *rec;             /* the recording in progress, NULL when not recording */
+    int stale_every, launches;    /* RUNNER_CPU_GRAPHS=stale: every 5th launch reports stale */
+    bool fail_recordings;         /* RUNNER_CPU_GRAPHS=fail[-rank<r>] */
 } cpu_backend_t;
 
 static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be; }
@@ -80,6 +90,8 @@ static inline cpu_backend_t *cpu_of(backend_t *be) { return (cpu_backend_t *)be;
 /* Returns a workspace of at least n floats (valid until the next call), or NULL with
  * be->err set. */
 float *cpu_scratch(cpu_backend_t *c, size_t n);
+/* The same for conv2d_bwd_data_accum's own buffer (the convolution uses cpu_scratch). */
+float *cpu_accum_buf(cpu_backend_t *c, size_t n);
 
 /* Rounds v to dt (identity for DT_F32). */
 static inline float cpu_round(dtype_t dt, float v) {
@@ -101,6 +113,8 @@ int cpu_conv2d_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const 
                         const void *w, void *dx);
 int cpu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x,
                           const void *dy, float *dw);
+int cpu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
+                              const void *w, void *dx);
 /* cpu_dnnl.c: 0 ok, -1 error (be->err set); only called when c->dnnl != NULL */
 cpu_dnnl_t *cpu_dnnl_create(int threads, err_t *e);
 void cpu_dnnl_free(cpu_dnnl_t *d);
@@ -166,11 +180,19 @@ int cpu_step_ctl_update(backend_t *be, step_ctl_t *ctl);
 int cpu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const step_ctl_t *ctl,
                        float *norm);
 int cpu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay);
+int cpu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, const double *decay);
+int cpu_bn_combine(backend_t *be, int world, int c, const float *gathered, int64_t count, float *mean,
+                   float *var);
 int cpu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst,
              dtype_t dst_dt);
 int cpu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl);
 int cpu_scale(backend_t *be, int64_t n, float *x, float alpha);
 
+/* cpu_graph.c: makes c's op table the recording one (graph_* ops with CUDA graph
+ * semantics); mode: RUNNER_CPU_GRAPHS ("stale", "fail", "fail-rank<r>": see there).
+ * abandon: frees a recording left open (destroy). */
+void cpu_graph_install(cpu_backend_t *c, const char *mode);
+void cpu_graph_abandon(cpu_backend_t *c);
 /* cpu_layers.c */
 int cpu_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y);
 int cpu_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void *dy, void *dx);

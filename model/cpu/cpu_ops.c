@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "model/cpu/cpu_impl.h"
+#include "model/bn_combine.h"
 #include "model/step_ctl.h"
 
 #define EW_GRAIN 32768   /* elements per elementwise task */
@@ -167,6 +168,7 @@ int cpu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf,
     if (momentum != 0.0 && !buf)
         return err_set(&be->err, ERR_RUNTIME, "cpu sgd_step: momentum without a buffer");
     if (ctl->found_inf) return 0;
+    if (isnan(lr)) lr = ctl->lr;
     ew_task_t t = {.op = EW_SGD, .n = n, .a = g, .y = p, .buf = buf, .lr = (float)lr,
                    .momentum = (float)momentum, .wd = (float)weight_decay,
                    .one_minus_damp = (float)(1.0 - dampening),
@@ -179,6 +181,7 @@ int cpu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m,
                    double lr, double beta1, double beta2, double eps, double weight_decay,
                    const step_ctl_t *ctl) {
     if (ctl->found_inf) return 0;
+    if (isnan(lr)) lr = ctl->lr;
     double step = (double)(ctl->optim_steps + 1);
     double bc1 = 1.0 - pow(beta1, step);
     double bc2 = 1.0 - pow(beta2, step);
@@ -213,6 +216,18 @@ int cpu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, cons
 int cpu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double decay) {
     ew_task_t t = {.op = EW_LERP, .n = n, .a = x, .y = ema, .alpha = (float)(1.0 - decay)};
     ew_run(be, &t);
+    return 0;
+}
+
+int cpu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, const double *decay) {
+    return cpu_ema_update(be, n, ema, x, *decay);
+}
+
+int cpu_bn_combine(backend_t *be, int world, int c, const float *gathered, int64_t count, float *mean,
+                   float *var) {
+    (void)be;
+    for (int ch = 0; ch < c; ch++)
+        bn_combine_channel(world, NULL, count, gathered + ch, gathered + c + ch, 2 * (size_t)c, &mean[ch], &var[ch]);
     return 0;
 }
 

@@ -243,11 +243,12 @@ __device__ static void write_out(const aug_k_t &k, const sample_sh_t &s, T *o, i
 }
 
 template <typename T>
-__global__ void augment_k(aug_k_t k, const uint8_t *images, int64_t n_images, const int32_t *labels,
-                          const int64_t *indices, T *out, int32_t *out_labels) {
+__global__ void augment_k(aug_k_t k, const int64_t *epoch_dev, const uint8_t *images, int64_t n_images,
+                          const int32_t *labels, const int64_t *indices, T *out, int32_t *out_labels) {
     __shared__ sample_sh_t s;
     __shared__ aa_shared_t sh;
     int b = blockIdx.x;
+    if (epoch_dev) k.epoch = *epoch_dev;   /* a recorded step reads each step's epoch */
     if (threadIdx.x == 0) {
         int64_t idx = indices[b];
         bool ok = idx >= 0 && idx < n_images;
@@ -355,7 +356,7 @@ int cuda_augment_batch(backend_t *be, const cuda_augment_desc_t *d, const uint8_
         k.erase_mode = d->erase_mode;
         k.erase_count = d->erase_count;
     }
-    DISPATCH_DT(cb, dt, T, augment_k<T><<<batch, 256, 0, cb->stream>>>(k, images, n_images, labels,
+    DISPATCH_DT(cb, dt, T, augment_k<T><<<batch, 256, 0, cb->stream>>>(k, d->epoch_dev, images, n_images, labels,
                                                                        indices, (T *)out, out_labels));
     KERNEL_CHECK(cb, "augment_k");
     return 0;

@@ -62,6 +62,8 @@ typedef struct cuda_augment_desc {
     float mean[4], std[4];   /* per channel; std must be non-zero */
     uint64_t seed;
     int64_t epoch;
+    const int64_t *epoch_dev; /* non-NULL: the epoch is read on the device from this word
+                                 instead (a recorded step takes each step's epoch) */
     /* training only (issue 17), all zero/NULL: off; draws and formulas in util/augops.h */
     int auto_kind;           /* AUTOAUG_RAND | AUTOAUG_TRIVIAL, after the crop/flip/rotation */
     int aa_num_ops, aa_magnitude;

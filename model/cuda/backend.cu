@@ -21,8 +21,10 @@
 #endif
 
 #include "model/cuda/conv.cuh"
+#include "model/cuda/conv_graph.cuh"
 #include "model/cuda/cuda_impl.cuh"
 #include "model/cuda/elementwise.cuh"
+#include "model/cuda/fusion.cuh"
 #include "model/cuda/graph.cuh"
 #include "model/cuda/linear.cuh"
 #include "model/cuda/layers.cuh"
@@ -197,6 +199,7 @@ static void op_destroy(backend_t *be) {
     cudaSetDevice(be->device);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
     cu_conv_free_plans(cb);
+    cu_conv_graph_free(cb);
     cu_linear_free_plans(cb);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i].p);
     free(cb->allocs);
@@ -252,6 +255,8 @@ static backend_ops_t make_ops(void) {
     o.step_ctl_update = cu_step_ctl_update;
     o.clip_grad_norm = cu_clip_grad_norm;
     o.ema_update = cu_ema_update;
+    o.ema_update_dev = cu_ema_update_dev;
+    o.bn_combine = cu_bn_combine;
     o.cast = cu_cast;
     o.unscale_check_finite = cu_unscale_check_finite;
     o.scale = cu_scale;
@@ -259,9 +264,12 @@ static backend_ops_t make_ops(void) {
     o.graph_capture_end = cu_graph_capture_end;
     o.graph_launch = cu_graph_launch;
     o.graph_free = cu_graph_free;
+    o.conv_engine = cu_conv_describe;
     return o;
 }
 static const backend_ops_t cuda_ops = make_ops();
+
+const backend_ops_t *cu_shared_ops(void) { return &cuda_ops; }
 
 /* ---- public ---- */
 
@@ -352,7 +360,9 @@ void cuda_backend_clear_caches(backend_t *be) {
     cudaSetDevice(be->device);
     cudaStreamSynchronize(cb->stream);
     cu_conv_free_plans(cb);
+    cu_conv_graph_free(cb);
     cu_linear_free_plans(cb);
+    cb->mem_gen++;   /* a graph recorded before uses the workspace freed here: stale */
     cb_free(cb, cb->ws.p);
     cb->ws.p = NULL;
     cb->ws.bytes = 0;
@@ -393,7 +403,10 @@ backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e) {
         err_set(e, ERR_RUNTIME, "out of host memory creating the cuda backend");
         return NULL;
     }
-    cb->base.ops = &cuda_ops;
+    cb->fusion = o->cuda_fusion & BACKEND_FUSE_EVERY;
+    cb->ops = cuda_ops;
+    cu_fusion_install(&cb->ops, cb->fusion);
+    cb->base.ops = &cb->ops;
     cb->base.kind = BACKEND_CUDA;
     cb->base.device = o->device;
     cb->base.threads = o->threads;

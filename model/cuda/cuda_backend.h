@@ -87,8 +87,29 @@ void cuda_stager_free(cuda_stager_t *s);
 int cuda_accumulate_half(backend_t *be, int64_t n, dtype_t src_dt, const void *src, float *dw);
 
 /* Releases cached convolution algorithms and the shared workspace (the next use of a shape
- * searches again). For benchmarks that switch dtypes. */
+ * searches again). For benchmarks that switch dtypes. Graphs recorded before are stale
+ * afterwards (graph_launch returns 1): they use the freed workspace. */
 void cuda_backend_clear_caches(backend_t *be);
+
+/* Issue 25, for tests and benchmarks: the cuDNN graph API engine that last ran a
+ * convolution of shape s in direction which (0 fwd, 1 bwd data, 2 bwd filter), as
+ * "cudnn-graph eng<N> <knobs>[ +<fused ops>]": 0, or 1 when no graph plan ran it (the
+ * legacy API did, or no call yet). */
+int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len);
+/* Issue 25, for the op profiler: whether the last call of a fused op
+ * (conv2d_fwd_bn_stats, conv2d_bwd_data_bn, conv2d_bwd_data_accum) ran fused: 1, or 0
+ * when it ran its unfused fallback (no graph engine, deterministic mode, an activation
+ * the graph does not build). */
+int cuda_backend_last_fused(backend_t *be);
+/* For a unit test without a GPU: builds and finalizes every descriptor of the operations
+ * of graph kind (0 .. cuda_conv_graph_kinds() - 1, named by cuda_conv_graph_kind_name:
+ * fprop, dgrad, wgrad, dgrad_accum, fprop_stats, dgrad_dbn, dgrad_drelu_dbn) for shape s
+ * in dt with 16-byte aligned tensors: tensors, the convolution, pointwise, reduction and
+ * genStats operations, not the operation graph (which needs a device). 0 ("<n>
+ * operations" in why), or -1 with the failing step and cuDNN's status in why. */
+int cuda_conv_graph_kinds(void);
+const char *cuda_conv_graph_kind_name(int kind);
+int cuda_conv_graph_describe(int kind, const conv_shape_t *s, dtype_t dt, bool deterministic, char *why, size_t len);
 
 #ifdef __cplusplus
 }

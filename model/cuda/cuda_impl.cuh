@@ -32,6 +32,7 @@ typedef struct cb_alloc {
 
 struct conv_plan;    /* conv.cu */
 struct lt_plan;      /* linear.cu */
+struct cg_plan;      /* conv_graph.cu */
 
 typedef struct cuda_be {
     backend_t base;              /* must be first: backend_t * casts to cuda_be_t * */
@@ -61,6 +62,14 @@ typedef struct cuda_be {
     int n_convs, cap_convs;
     struct lt_plan *lts;
     int n_lts, cap_lts;
+    /* issue 25: fusion options (BACKEND_FUSE_*), the cuDNN graph API's plans
+     * (conv_graph.cu), and this backend's own op table: the shared one plus the fused
+     * slots its options turn on (fusion.cu), so that with none the net runs what it ran */
+    unsigned fusion;
+    bool last_fused;             /* the last fused op ran fused (not its unfused fallback) */
+    struct cg_plan *gplans;
+    int n_gplans, cap_gplans;
+    backend_ops_t ops;
 } cuda_be_t;
 
 enum { CB_SMALL = 256 };

@@ -1,10 +1,14 @@
 /* norm.cu: batch norm over NHWC activations viewed as m rows of c channels.
  *
- * Layout of the work: a block is 32 x 8 threads; threadIdx.x picks V consecutive channels
- * (V = 8 (half), 4, 2 or 1 so that a warp reads one contiguous run of a row), threadIdx.y and
- * blockIdx.y pick rows. Reductions (statistics, backward sums) write one partial per
- * (row split, channel) into the backend's scratch and a second kernel adds the splits in
- * double, in a fixed order, so results are deterministic run to run.
+ * Layout of the work: a block is TX x TY = 256 threads; threadIdx.x picks V consecutive
+ * channels (V = 8 (half), 4, 2 or 1 so that a warp reads one contiguous run), threadIdx.y
+ * and blockIdx.y pick rows. By default TX = 32 (8 rows per block step), and V is the
+ * widest that gives all 32 lanes channels (4- and 8-byte accesses on 64/128-channel half
+ * layers); with the vec16 fusion option V is 16 bytes wide wherever 16 bytes divide a
+ * row and TX = c / V below 32 lanes, so a warp covers several whole rows (the first GPU
+ * run measured no gain from it). Reductions (statistics, backward sums) write one partial
+ * per (row split, channel) into the backend's scratch and a second kernel adds the splits
+ * in double, in a fixed order, so results are deterministic run to run.
  *
  * The fused activation (act_kind_t) is relu or relu6; the backward masks dy by its
  * derivative seen from the output y (act_keeps), as the CPU backend.
@@ -44,15 +48,17 @@ __device__ __forceinline__ void store_v(T *p, const float (&f)[V]) {
 }
 
 /* Sums two per-thread arrays over threadIdx.y and writes them as split blockIdx.y of
- * part (layout [2][splits][c]). Must be reached by every thread of the block. */
+ * part (layout [2][splits][c]). Must be reached by every thread of the block (TX x TY =
+ * 256 at most; with TX = 32 the order of the sums is that of the 32 x 8 layout). */
 template <int V>
 __device__ __forceinline__ void block_partials(const float (&a)[V], const float (&b)[V],
                                                bool active, int ch0, int c, float *part) {
-    __shared__ float sa[BN_TY][BN_TX * V], sb[BN_TY][BN_TX * V];
+    __shared__ float sa[BN_TY * BN_TX * V], sb[BN_TY * BN_TX * V];
+    int row = blockDim.x * V;   /* one threadIdx.y's values */
 #pragma unroll
     for (int k = 0; k < V; k++) {
-        sa[threadIdx.y][threadIdx.x * V + k] = a[k];
-        sb[threadIdx.y][threadIdx.x * V + k] = b[k];
+        sa[threadIdx.y * row + threadIdx.x * V + k] = a[k];
+        sb[threadIdx.y * row + threadIdx.x * V + k] = b[k];
     }
     __syncthreads();
     if (threadIdx.y == 0 && active) {
@@ -60,9 +66,9 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float u = 0.0f, w = 0.0f;
-            for (int j = 0; j < BN_TY; j++) {
-                u += sa[j][threadIdx.x * V + k];
-                w += sb[j][threadIdx.x * V + k];
+            for (int j = 0; j < (int)blockDim.y; j++) {
+                u += sa[j * row + threadIdx.x * V + k];
+                w += sb[j * row + threadIdx.x * V + k];
             }
             part[(int64_t)blockIdx.y * c + ch0 + k] = u;
             part[(splits + blockIdx.y) * c + ch0 + k] = w;
@@ -74,7 +80,7 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, const T *x,
                                                           float *part) {
-    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
     float s[V], ss[V], shift[V];
 #pragma unroll
@@ -82,8 +88,8 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
     if (active) {
         load_v<T, V>(x + ch0, shift);
 #pragma unroll 4
-        for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
-             r += (int64_t)gridDim.y * BN_TY) {
+        for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m;
+             r += (int64_t)gridDim.y * blockDim.y) {
             float v[V];
             load_v<T, V>(x + r * c + ch0, v);
 #pragma unroll
@@ -146,7 +152,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
                                                   const float *var, const float *gamma,
                                                   const float *beta, float eps, const T *z,
                                                   int act, T *y) {
-    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
     float mu[V], sc[V], bt[V];
 #pragma unroll
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
         sc[k] = gamma[ch0 + k] / sqrtf(var[ch0 + k] + eps);
         bt[k] = beta[ch0 + k];
     }
-    for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m; r += (int64_t)gridDim.y * BN_TY) {
+    for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m; r += (int64_t)gridDim.y * blockDim.y) {
         float v[V], w[V];
         load_v<T, V>(x + r * c + ch0, v);
         if (z) load_v<T, V>(z + r * c + ch0, w);
@@ -184,7 +190,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
                                                         int act, const T *dy, const float *mean,
                                                         float *part) {
-    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
     float s[V], sx[V], mu[V];
 #pragma unroll
@@ -194,8 +200,8 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
     }
     if (active) {
 #pragma unroll 2
-        for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m;
-             r += (int64_t)gridDim.y * BN_TY) {
+        for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m;
+             r += (int64_t)gridDim.y * blockDim.y) {
             float xv[V], g[V], yv[V];
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
@@ -236,7 +242,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
                                                       float eps, const float *sum_dy,
                                                       const float *sum_dy_xhat, float inv_count,
                                                       T *dx, T *dz) {
-    int ch0 = (blockIdx.x * BN_TX + threadIdx.x) * V;
+    int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
     float mu[V], is[V], a[V], mdy[V], mdyx[V];
 #pragma unroll
@@ -247,7 +253,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
         mdy[k] = sum_dy[ch0 + k] * inv_count;
         mdyx[k] = sum_dy_xhat[ch0 + k] * inv_count;
     }
-    for (int64_t r = (int64_t)blockIdx.y * BN_TY + threadIdx.y; r < m; r += (int64_t)gridDim.y * BN_TY) {
+    for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m; r += (int64_t)gridDim.y * blockDim.y) {
         float xv[V], g[V], yv[V];
         int64_t off = r * c + ch0;
         load_v<T, V>(x + off, xv);
@@ -268,29 +274,46 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
     }
 }
 
-/* The channel vector width for c channels at these pointers: 8 (half only), 4 or 2 when
- * v divides c, a warp's 32 lanes all get channels, the access is at most 16 bytes and
- * every pointer is aligned to it; else 1. */
-static int bn_vec(int c, size_t esz, const void *a, const void *b, const void *d, const void *e) {
-    for (int v = 8; v > 1; v /= 2) {
-        size_t al = esz * (size_t)v;
-        if (al <= 16 && c % v == 0 && c >= BN_TX * v && cb_aligned(a, al) && cb_aligned(b, al) &&
-            cb_aligned(d, al) && cb_aligned(e, al))
-            return v;
-    }
-    return 1;
+/* Launch geometry of the row kernels: V channels per thread, TX x TY threads a block,
+ * the grid. Default: V = 8 (half only), 4 or 2 when V divides c, a warp's 32 lanes all
+ * get channels, the access is at most 16 bytes and every pointer is aligned to it, else
+ * 1; TX = 32, TY = 8. With vec16 (BACKEND_FUSE_VEC16): V = 16 bytes of channels wherever
+ * that divides c and the pointers are 16-byte aligned, TX = c / V when that is below 32
+ * (TY = 256 / TX rows per block step), so 64 half channels take 8 lanes of 16 bytes. */
+typedef struct bn_geom {
+    int v;
+    dim3 grid, block;
+} bn_geom_t;
+
+static bool all_aligned(const void *a, const void *b, const void *d, const void *e, const void *f,
+                        size_t al) {
+    return cb_aligned(a, al) && cb_aligned(b, al) && cb_aligned(d, al) && cb_aligned(e, al) && cb_aligned(f, al);
 }
 
-/* Grid for the 32 x 8 blocks: enough row splits for ~8 blocks per SM, at least 16 rows
- * per thread, at most 1024 splits. */
-static dim3 bn_grid(const cuda_be_t *cb, int64_t m, int c, int v) {
-    int gx = (c + BN_TX * v - 1) / (BN_TX * v);
+static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, const void *a,
+                         const void *b, const void *d, const void *e, const void *f) {
+    bool wide = cb->fusion & BACKEND_FUSE_VEC16;
+    int v = 1;
+    if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
+    for (int k = 8; v == 1 && k > 1; k /= 2) {
+        size_t al = esz * (size_t)k;
+        if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
+    }
+    int tx = BN_TX;
+    if (wide && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
+    int ty = BN_TX * BN_TY / tx;
+    /* enough row splits for ~8 blocks per SM, at least 16 rows per thread, at most 1024 */
+    int gx = (c + tx * v - 1) / (tx * v);
     int64_t want = ((int64_t)cb->sm_count * 8 + gx - 1) / gx;
-    int64_t most = (m + BN_TY * 16 - 1) / (BN_TY * 16);
+    int64_t most = (m + (int64_t)ty * 16 - 1) / ((int64_t)ty * 16);
     int64_t gy = want < most ? want : most;
     if (gy > 1024) gy = 1024;
     if (gy < 1) gy = 1;
-    return dim3((unsigned)gx, (unsigned)gy, 1);
+    bn_geom_t g;
+    g.v = v;
+    g.grid = dim3((unsigned)gx, (unsigned)gy, 1);
+    g.block = dim3((unsigned)tx, (unsigned)ty, 1);
+    return g;
 }
 
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
@@ -304,16 +327,16 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
     CB_ENTER(cb);
-    int v = bn_vec(c, dt_size(dt), x, x, x, x);
-    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
-    if (cb_grow(cb, &cb->scratch, (size_t)2 * grid.y * c * sizeof(float), "bn scratch")) return -1;
+    bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, x, x, x, x);
+    dim3 block(BN_TX, BN_TY);
+    if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
-        bn_stats_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, part)));
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+        bn_stats_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, part)));
     KERNEL_CHECK(cb, "bn_stats_partial_k");
     dim3 fgrid((c + BN_TX - 1) / BN_TX);
     DISPATCH_DT(cb, dt, T, bn_stats_final_k<T><<<fgrid, block, 0, cb->stream>>>(
-        m, c, (int)grid.y, (const T *)x, part, mean, var));
+        m, c, (int)g.grid.y, (const T *)x, part, mean, var));
     KERNEL_CHECK(cb, "bn_stats_final_k");
     return 0;
 }
@@ -324,11 +347,10 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     CB_ENTER(cb);
-    int v = bn_vec(c, dt_size(dt), x, z ? z : x, y, y);
-    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
-        bn_apply_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, mean, var, gamma,
-                                                         beta, eps, (const T *)z, (int)act, (T *)y)));
+    bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, z ? z : x, y, y, y);
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+        bn_apply_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, mean, var, gamma,
+                                                             beta, eps, (const T *)z, (int)act, (T *)y)));
     KERNEL_CHECK(cb, "bn_apply_k");
     return 0;
 }
@@ -351,15 +373,15 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return cb_fail(cb, "bn_bwd_reduce: empty input (m %lld, c %d)", (long long)m, c);
     CB_ENTER(cb);
-    int v = bn_vec(c, dt_size(dt), x, y ? y : x, dy, dy);
-    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
-    if (cb_grow(cb, &cb->scratch, (size_t)2 * grid.y * c * sizeof(float), "bn scratch")) return -1;
+    bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y ? y : x, dy, dy, dy);
+    dim3 block(BN_TX, BN_TY);
+    if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
-        bn_bwd_partial_k<T, V><<<grid, block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
-                                                               (int)act, (const T *)dy, mean, part)));
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+        bn_bwd_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
+                                                                   (int)act, (const T *)dy, mean, part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
-    bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)grid.y, part, var, eps, sum_dy,
+    bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)g.grid.y, part, var, eps, sum_dy,
                                                              sum_dy_xhat, dgamma, dbeta);
     KERNEL_CHECK(cb, "bn_bwd_final_k");
     return 0;
@@ -373,12 +395,10 @@ int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     if (m <= 0 || c <= 0) return 0;
     if (count <= 0) return cb_fail(cb, "bn_bwd_apply: count %lld must be positive", (long long)count);
     CB_ENTER(cb);
-    int v = bn_vec(c, dt_size(dt), x, y ? y : x, dy, dz ? dz : dx);
-    if (!cb_aligned(dx, dt_size(dt) * (size_t)v)) v = 1;
-    dim3 grid = bn_grid(cb, m, c, v), block(BN_TX, BN_TY);
+    bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y ? y : x, dy, dz ? dz : dx, dx);
     float inv_count = (float)(1.0 / (double)count);
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(v, V,
-        bn_bwd_apply_k<T, V><<<grid, block, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+        bn_bwd_apply_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(
             m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, eps, sum_dy,
             sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
     KERNEL_CHECK(cb, "bn_bwd_apply_k");

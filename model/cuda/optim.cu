@@ -18,19 +18,25 @@
  * norm goes straight to the caller's device word (the step record), so nothing waits.
  * EMA (timm ModelEmaV3): torch.lerp's two-branch formula, every operation rounded (_rn)
  * as the CPU backend rounds it.
+ * Graphs: the learning rate (lr NaN: ctl->lr) and the EMA decay (ema_update_dev) can be
+ * read on the device, with the host's double arithmetic spelt out (_rn), so a recorded
+ * step takes each step's values. SyncBN's statistics combine (bn_combine) runs
+ * model/bn_combine.h per channel.
  */
 #include "model/cuda/optim.cuh"
 
 #include <math.h>
 
 #include "model/cuda/cuda_impl.cuh"
+#include "model/bn_combine.h"
 #include "model/step_ctl.h"
 
 __global__ void sgd_k(int64_t n, float *__restrict__ p, const float *__restrict__ g,
-                      float *__restrict__ buf, float lr, float momentum, float one_minus_damp,
-                      float wd, bool nesterov, const step_ctl_t *__restrict__ ctl) {
+                      float *__restrict__ buf, float lr_arg, bool lr_from_ctl, float momentum,
+                      float one_minus_damp, float wd, bool nesterov, const step_ctl_t *__restrict__ ctl) {
     if (ctl->found_inf) return;
     bool first = ctl->optim_steps == 0;
+    float lr = lr_from_ctl ? (float)ctl->lr : lr_arg;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float d = g[i];
@@ -45,10 +51,13 @@ __global__ void sgd_k(int64_t n, float *__restrict__ p, const float *__restrict_
 }
 
 __global__ void adamw_k(int64_t n, float *__restrict__ p, const float *__restrict__ g,
-                        float *__restrict__ m, float *__restrict__ v, double lr, float decay,
-                        double b1d, double b2d, float b1, float b2, float one_minus_b1,
+                        float *__restrict__ m, float *__restrict__ v, double lr_arg, bool lr_from_ctl,
+                        double wd, double b1d, double b2d, float b1, float b2, float one_minus_b1,
                         float one_minus_b2, float eps, const step_ctl_t *__restrict__ ctl) {
     if (ctl->found_inf) return;
+    double lr = lr_from_ctl ? ctl->lr : lr_arg;
+    /* (float)(1 - lr * wd) as the host forms it: no fused multiply-add */
+    float decay = (float)__dsub_rn(1.0, __dmul_rn(lr, wd));
     double t = (double)(ctl->optim_steps + 1);
     float step_size = (float)(lr / (1.0 - pow(b1d, t)));
     float bc2_sqrt = (float)sqrt(1.0 - pow(b2d, t));
@@ -115,7 +124,9 @@ __global__ void clip_scale_k(int64_t n, float *__restrict__ g, const float *__re
         g[i] = __fmul_rn(g[i], c);
 }
 
-__global__ void ema_k(int64_t n, float *__restrict__ ema, const float *__restrict__ x, float w) {
+__global__ void ema_k(int64_t n, float *__restrict__ ema, const float *__restrict__ x, float w_arg,
+                      const double *__restrict__ decay) {
+    float w = decay ? (float)__dsub_rn(1.0, *decay) : w_arg;
     float omw = __fsub_rn(1.0f, w);
     bool small = fabsf(w) < 0.5f;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -150,8 +161,38 @@ int cu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double d
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, (float)(1.0 - decay));
+    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, (float)(1.0 - decay), NULL);
     KERNEL_CHECK(cb, "ema_k");
+    return 0;
+}
+
+int cu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, const double *decay) {
+    cuda_be_t *cb = cb_of(be);
+    if (n <= 0) return 0;
+    CB_ENTER(cb);
+    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, 0.0f, decay);
+    KERNEL_CHECK(cb, "ema_k");
+    return 0;
+}
+
+/* SyncBN: one thread per channel, model/bn_combine.h over the gathered records. */
+__global__ void bn_combine_k(int world, int c, const float *__restrict__ gathered, int64_t count,
+                             float *__restrict__ mean, float *__restrict__ var) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    float m, v;
+    bn_combine_channel(world, NULL, count, gathered + ch, gathered + c + ch, 2 * (size_t)c, &m, &v);
+    mean[ch] = m;
+    var[ch] = v;
+}
+
+int cu_bn_combine(backend_t *be, int world, int c, const float *gathered, int64_t count, float *mean,
+                  float *var) {
+    cuda_be_t *cb = cb_of(be);
+    if (c <= 0) return 0;
+    CB_ENTER(cb);
+    bn_combine_k<<<(c + 127) / 128, 128, 0, cb->stream>>>(world, c, gathered, count, mean, var);
+    KERNEL_CHECK(cb, "bn_combine_k");
     return 0;
 }
 
@@ -162,9 +203,10 @@ int cu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, 
     if (n <= 0) return 0;
     if (momentum != 0.0 && !buf) return cb_fail(cb, "sgd_step: momentum %g needs a buffer", momentum);
     CB_ENTER(cb);
-    sgd_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, p, g, buf, (float)lr, (float)momentum,
-                                                          (float)(1.0 - dampening), (float)weight_decay,
-                                                          nesterov, ctl);
+    bool from_ctl = isnan(lr);
+    sgd_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, p, g, buf, from_ctl ? 0.0f : (float)lr, from_ctl,
+                                                          (float)momentum, (float)(1.0 - dampening),
+                                                          (float)weight_decay, nesterov, ctl);
     KERNEL_CHECK(cb, "sgd_k");
     return 0;
 }
@@ -175,8 +217,9 @@ int cu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, 
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
+    bool from_ctl = isnan(lr);
     adamw_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(
-        n, p, g, m, v, lr, (float)(1.0 - lr * weight_decay), beta1, beta2, (float)beta1, (float)beta2,
+        n, p, g, m, v, from_ctl ? 0.0 : lr, from_ctl, weight_decay, beta1, beta2, (float)beta1, (float)beta2,
         (float)(1.0 - beta1), (float)(1.0 - beta2), (float)eps, ctl);
     KERNEL_CHECK(cb, "adamw_k");
     return 0;

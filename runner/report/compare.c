@@ -16,6 +16,7 @@
 #include "runner/report/report.h"
 #include "runner/report/report_impl.h"
 #include "util/json.h"
+#include "util/lockinfo.h"
 #include "util/rng.h"
 
 enum { STATE_JSON_MAX = 4 << 20 };
@@ -25,6 +26,22 @@ static const char *const member_status_names[] = {"pending", "running", "complet
 
 const char *compare_member_status_name(member_status_t s) {
     return (s >= MEMBER_PENDING && s <= MEMBER_INTERRUPTED) ? member_status_names[s] : "?";
+}
+
+int compare_member_count(const experiment_matrix_t *m) {
+    return m->n * (m->repeats > 1 ? m->repeats : 1);
+}
+
+void compare_member_of(const experiment_matrix_t *m, int j, compare_member_t *out, int *entry) {
+    int i = j % m->n, round = j / m->n;
+    *entry = i;
+    snprintf(out->entry, sizeof out->entry, "%s", m->entry_names[i]);
+    out->seed = m->runs[i].seed + (uint64_t)round;
+    out->has_seed = true;
+    if (m->repeats > 1)
+        snprintf(out->name, sizeof out->name, "%.200s/seed%llu", m->entry_names[i], (unsigned long long)out->seed);
+    else
+        snprintf(out->name, sizeof out->name, "%s", m->entry_names[i]);
 }
 
 static void now_iso(char *buf, size_t cap) {
@@ -64,6 +81,14 @@ int compare_state_save(compare_state_t *s, err_t *e) {
         const compare_member_t *m = &s->members[i];
         jw_obj_begin(&w);
         jw_kstr(&w, "name", m->name);
+        jw_kstr(&w, "entry", m->entry);
+        if (m->has_seed && m->seed <= (1ull << 53)) {
+            jw_kint(&w, "seed", (int64_t)m->seed);
+        } else if (m->has_seed) {   /* beyond a double's exact integers: as text */
+            char seed[32];
+            snprintf(seed, sizeof seed, "%llu", (unsigned long long)m->seed);
+            jw_kstr(&w, "seed", seed);
+        }
         jw_kstr(&w, "status", compare_member_status_name(m->status));
         jw_key(&w, "exit_code");
         if (m->exit_code < 0) jw_null(&w);
@@ -126,6 +151,18 @@ static int load_member(const json_t *o, int i, compare_member_t *m, const char *
         return err_set(e, ERR_INPUT, "%s: %sstatus '%s' is not one of pending, running, completed, "
                        "failed, interrupted", path, where, status);
     m->status = (member_status_t)k;
+    if (get_str(o, "entry", m->entry, sizeof m->entry, true, path, where, e)) return -1;
+    if (!m->entry[0])   /* written before repeats: the name is the entry */
+        snprintf(m->entry, sizeof m->entry, "%.*s", (int)strcspn(m->name, "/"), m->name);
+    const json_t *sd = json_get(o, "seed");
+    char *end = NULL;
+    if (sd && sd->type == JSON_NUMBER && sd->number >= 0 && sd->number <= 9007199254740992.0) {
+        m->seed = (uint64_t)sd->number;
+        m->has_seed = true;
+    } else if (sd && sd->type == JSON_STRING && sd->string[0] >= '0' && sd->string[0] <= '9') {
+        m->seed = strtoull(sd->string, &end, 10);
+        m->has_seed = !*end;
+    }
     const json_t *x = json_get(o, "exit_code");
     m->exit_code = x && x->type == JSON_NUMBER ? (int)x->number : -1;
     m->attempts = (int)json_get_number(o, "attempts", 0);
@@ -144,8 +181,8 @@ int compare_state_load(const char *parent, compare_state_t *s, err_t *e) {
     if (j->type != JSON_OBJECT || !mem || mem->type != JSON_ARRAY)
         rc = err_set(e, ERR_INPUT, "%s: expected an object with a \"members\" array; fix it or move "
                      "this comparison directory away to start afresh", path);
-    else if (mem->count > CFG_MAX_MATRIX)
-        rc = err_set(e, ERR_INPUT, "%s: more than %d members", path, CFG_MAX_MATRIX);
+    else if (mem->count > CFG_MAX_MATRIX_RUNS)
+        rc = err_set(e, ERR_INPUT, "%s: more than %d members", path, CFG_MAX_MATRIX_RUNS);
     if (rc == 0)
         rc = get_str(j, "matrix", s->matrix, sizeof s->matrix, false, path, "", e) ||
              get_str(j, "status", s->status, sizeof s->status, false, path, "", e) ||
@@ -160,11 +197,15 @@ int compare_state_load(const char *parent, compare_state_t *s, err_t *e) {
     return rc;
 }
 
-/* True when the state lists exactly m's entry names in order. */
+/* True when the state lists exactly m's member names in order. */
 static bool same_members(const compare_state_t *s, const experiment_matrix_t *m) {
-    if (s->n != m->n) return false;
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(s->members[i].name, m->entry_names[i])) return false;
+    if (s->n != compare_member_count(m)) return false;
+    for (int j = 0; j < s->n; j++) {
+        compare_member_t want;
+        int entry;
+        compare_member_of(m, j, &want, &entry);
+        if (strcmp(s->members[j].name, want.name)) return false;
+    }
     return true;
 }
 
@@ -237,8 +278,9 @@ static const char *device_of(const experiment_t *x) {
     return x->device == DEVICE_CPU ? "cpu" : x->device == DEVICE_CUDA ? "cuda" : "auto";
 }
 
-/* Builds the report of every member (failed ones marked) into s->parent. */
-static int write_report(const compare_state_t *s, const experiment_matrix_t *m, err_t *e) {
+/* Builds the report of every member (failed ones marked) into s->parent and prints its
+ * verdict to log. */
+static int write_report(const compare_state_t *s, const experiment_matrix_t *m, FILE *log, err_t *e) {
     report_input_t *in = xcalloc((size_t)s->n, sizeof *in, e);
     char (*dirs)[CFG_PATH + CFG_STR] = xcalloc((size_t)s->n, sizeof *dirs, e);
     if (!in || !dirs) {
@@ -246,12 +288,25 @@ static int write_report(const compare_state_t *s, const experiment_matrix_t *m, 
         free(dirs);
         return -1;
     }
+    char (*seeds)[32] = xcalloc((size_t)s->n, sizeof *seeds, e);
+    if (!seeds) {
+        free(in);
+        free(dirs);
+        return -1;
+    }
     for (int i = 0; i < s->n; i++) {
         const compare_member_t *mb = &s->members[i];
-        const experiment_t *x = &m->runs[i];
+        compare_member_t want;
+        int entry;
+        compare_member_of(m, i, &want, &entry);
+        const experiment_t *x = &m->runs[entry];
         snprintf(dirs[i], sizeof dirs[i], "%s/%s", s->parent, mb->name);
+        snprintf(seeds[i], sizeof seeds[i], "%llu", (unsigned long long)want.seed);
         in[i].dir = dirs[i];
         in[i].label = mb->name;
+        in[i].group_key = m->entry_names[entry];
+        in[i].group_label = m->entry_names[entry];
+        in[i].seed = seeds[i];
         in[i].lenient = true;
         if (mb->status != MEMBER_COMPLETED) {
             in[i].status = compare_member_status_name(mb->status);
@@ -267,9 +322,11 @@ static int write_report(const compare_state_t *s, const experiment_matrix_t *m, 
     report_t r;
     int rc = report_build(in, s->n, s->matrix, &r, e);
     if (rc == 0) rc = report_write(&r, s->parent, e);
+    if (rc == 0 && log) report_print_verdict(&r, "compare: ", log);
     report_free(&r);
     free(in);
     free(dirs);
+    free(seeds);
     return rc;
 }
 
@@ -282,7 +339,7 @@ static int open_state(const experiment_matrix_t *m, const char *parent, compare_
     if (stat(path, &st) == 0) {
         if (compare_state_load(parent, s, e)) return -1;
         if (!same_members(s, m))
-            return err_set(e, ERR_INPUT, "%s: lists other members than the matrix %s (entries changed?); "
+            return err_set(e, ERR_INPUT, "%s: lists other members than the matrix %s (entries or repeats changed?); "
                            "move that directory away to start a fresh comparison", path, m->name);
         int done = 0;
         for (int i = 0; i < s->n; i++)
@@ -295,12 +352,16 @@ static int open_state(const experiment_matrix_t *m, const char *parent, compare_
     snprintf(s->matrix, sizeof s->matrix, "%s", m->name);
     snprintf(s->source, sizeof s->source, "%s", m->runs[0].source_path);
     now_iso(s->created, sizeof s->created);
-    s->n = m->n;
-    for (int i = 0; i < m->n; i++) {
-        snprintf(s->members[i].name, sizeof s->members[i].name, "%s", m->entry_names[i]);
-        s->members[i].exit_code = -1;
+    s->n = compare_member_count(m);
+    for (int j = 0; j < s->n; j++) {
+        int entry;
+        compare_member_of(m, j, &s->members[j], &entry);
+        s->members[j].exit_code = -1;
     }
-    if (log) fprintf(log, "compare: %d runs in %s\n", m->n, parent);
+    if (log && m->repeats > 1)
+        fprintf(log, "compare: %d runs (%d entries x %d seeds) in %s\n", s->n, m->n, m->repeats, parent);
+    else if (log)
+        fprintf(log, "compare: %d runs in %s\n", s->n, parent);
     return 0;
 }
 
@@ -336,6 +397,11 @@ static int run_member(compare_state_t *s, int i, const experiment_t *x, compare_
     mb->status = MEMBER_RUNNING;
     mb->attempts++;
     mb->message[0] = '\0';
+    if (strchr(mb->name, '/')) {   /* a repeat: its entry's directory holds the seeds' */
+        char entry_dir[CFG_PATH + CFG_STR];
+        snprintf(entry_dir, sizeof entry_dir, "%s/%s", s->parent, mb->entry);
+        if (mkdir_p(entry_dir, ERR_RUNTIME, e)) return -1;
+    }
     if (compare_state_save(s, e)) return -1;
     if (log) {
         fprintf(log, "compare: [%d/%d] %s -> %s\n", i + 1, s->n, mb->name, dir);
@@ -370,6 +436,9 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
     if (m->n <= 0 || m->n > CFG_MAX_MATRIX)
         return err_set(e, ERR_INPUT, "%s: the matrix has %d entries; give between 1 and %d", m->name, m->n,
                        CFG_MAX_MATRIX);
+    if (compare_member_count(m) > CFG_MAX_MATRIX_RUNS)
+        return err_set(e, ERR_INPUT, "%s: %d entries x repeats %d = %d runs; at most %d", m->name, m->n,
+                       m->repeats, compare_member_count(m), CFG_MAX_MATRIX_RUNS);
     struct stat st;
     if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
         return err_set(e, ERR_INPUT, "%s: not a directory; create it first (compare_new_parent)", parent);
@@ -379,12 +448,22 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
     int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (lock < 0) return err_errno(e, ERR_INPUT, "%s: cannot create", lock_path);
     if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        char who[1024], host[256], stop[400] = "";
+        long pid;
+        lock_info_read(lock, who, sizeof who, &pid, host, sizeof host);
         close(lock);
-        return err_set(e, ERR_INPUT, "%s: another runner compare is running this comparison; wait for it "
-                       "or stop it first", parent);
+        if (pid > 0) snprintf(stop, sizeof stop, ", or stop it (kill -INT %ld%s%s: the running member saves a "
+                              "checkpoint first)", pid, host[0] ? " on host " : "", host);
+        return err_set(e, ERR_INPUT, "%s: another runner compare is running this comparison (%s). One process "
+                       "runs a comparison at a time; this one stopped without changing anything there. Wait for "
+                       "it to end%s, then run the command again", parent, who, stop);
     }
+    char holder[CFG_PATH + 32];
+    snprintf(holder, sizeof holder, "runner compare %s", m->runs[0].source_path);
+    lock_info_write(lock, holder);
     compare_state_t *s = xmalloc(sizeof *s, e);
-    if (!s) { close(lock); return -1; }
+    experiment_t *x = s ? xmalloc(sizeof *x, e) : NULL;
+    if (!x) { free(s); close(lock); return -1; }
     int rc = open_state(m, parent, s, log, e);
     if (rc == 0) {
         snprintf(s->status, sizeof s->status, "running");
@@ -397,7 +476,12 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
                              compare_member_status_name(ms));
             continue;
         }
-        int code = run_member(s, i, &m->runs[i], run, ctx, log, e);
+        compare_member_t want;
+        int entry;
+        compare_member_of(m, i, &want, &entry);
+        *x = m->runs[entry];
+        x->seed = want.seed;   /* the repeat's seed: experiment.yaml and the run use it */
+        int code = run_member(s, i, x, run, ctx, log, e);
         if (code < 0) rc = -1;
         else if (code == ERR_INTERRUPT || code == ERR_PREEMPTED)
             rc = err_set(e, code, "compare: %s during '%s'; run the same command again to resume %s",
@@ -412,7 +496,7 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
                  s->members[i].exit_code);
         failed++;
     }
-    if (rc == 0) rc = write_report(s, m, e);
+    if (rc == 0) rc = write_report(s, m, log, e);
     if (rc == 0) {
         snprintf(s->status, sizeof s->status, "%s", failed ? "failed" : "completed");
         rc = compare_state_save(s, e);
@@ -422,6 +506,7 @@ int compare_run(const experiment_matrix_t *m, const char *parent, compare_run_fn
         rc = err_set(e, ERR_RUNTIME, "compare: %d of %d runs failed: %s; the report (failed rows marked) "
                      "is in %s/report.html and each run's logs in its directory", failed, s->n, names, parent);
     free(s);
+    free(x);
     close(lock);
     return rc;
 }

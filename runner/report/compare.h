@@ -6,12 +6,20 @@
  *
  *   runs/<matrix name>/<YYYYmmdd-HHMMSS>-<id6>/     the parent
  *     compare.json       state, rewritten atomically after every change
- *     <entry name>/      each member's own, normal run directory
+ *     <entry name>/      each member's own, normal run directory; with repeats: N (N >= 2)
+ *                        <entry name>/seed<S>/ for each seed S = seed, ..., seed + N - 1
  *     report.html  comparison.csv  comparison.md
  *
+ * Every run of the comparison is a member here (an entry's repeats are members named
+ * "<entry>/seed<S>"). They run round by round: every entry with its first seed, then
+ * every entry with the next, so a slow drift of the machine touches all entries alike and
+ * the first round is a complete comparison.
+ *
  * compare.json: {"matrix", "source", "status", "created", "updated", "members": [{"name",
- * "status", "exit_code", "run_dir", "attempts", "message"}]}; "run_dir" is relative to the
- * parent. Member status: pending | running | completed | failed | interrupted. Comparison
+ * "entry", "seed", "status", "exit_code", "run_dir", "attempts", "message"}]}; "run_dir"
+ * is relative to the parent; "entry" is the matrix entry the member runs (absent in files
+ * from before repeats: the name), "seed" its seed (a number, or a string above 2^53).
+ * Member status: pending | running | completed | failed | interrupted. Comparison
  * status: running | interrupted | completed (every member completed) | failed (every
  * member ran, some failed).
  *
@@ -30,6 +38,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "runner/config.h"
@@ -51,7 +60,10 @@ typedef enum {
 } member_status_t;
 
 typedef struct compare_member {
-    char name[CFG_STR];
+    char name[CFG_STR];       /* "<entry>" or, with repeats, "<entry>/seed<S>" */
+    char entry[CFG_STR];      /* the matrix entry */
+    uint64_t seed;
+    bool has_seed;            /* false: an older compare.json that did not record it */
     member_status_t status;
     int exit_code;            /* -1 until the member has run */
     int attempts;             /* how many times it was started */
@@ -65,10 +77,16 @@ typedef struct compare_state {
     char status[32];          /* running | interrupted | completed | failed */
     char created[32], updated[32];   /* UTC, ISO 8601 */
     int n;
-    compare_member_t members[CFG_MAX_MATRIX];
+    compare_member_t members[CFG_MAX_MATRIX_RUNS];
 } compare_state_t;
 
 const char *compare_member_status_name(member_status_t s);
+
+/* The members of m: entries x repeats (repeats 0 counts as 1). */
+int compare_member_count(const experiment_matrix_t *m);
+
+/* Member j of m: its name, entry index and seed (round j / m->n, entry j % m->n). */
+void compare_member_of(const experiment_matrix_t *m, int j, compare_member_t *out, int *entry);
 
 /* Reads parent/compare.json into s. ERR_INPUT naming the file (and line/column or key)
  * when it is missing or malformed. Returns 0 / -1. */
@@ -79,7 +97,7 @@ int compare_state_save(compare_state_t *s, err_t *e);
 
 /* Looks in matrix_root (runs/<matrix name>/) for the newest comparison (by directory
  * name, which starts with its creation time) whose compare.json is unfinished (status
- * running or interrupted) and lists exactly m's entry names in order. Returns 1 and
+ * running or interrupted) and lists exactly m's member names in order. Returns 1 and
  * writes its path to out, 0 when there is none (or matrix_root does not exist), -1 on an
  * error (an unreadable compare.json: ERR_INPUT naming it). */
 int compare_find_unfinished(const char *matrix_root, const experiment_matrix_t *m, char *out,
@@ -90,8 +108,9 @@ int compare_find_unfinished(const char *matrix_root, const experiment_matrix_t *
 int compare_new_parent(const char *matrix_root, char *out, size_t cap, err_t *e);
 
 /* Runs (or resumes) the comparison of m in parent, then writes the report there.
- * parent/compare.json is created when absent; when present it must list m's entry names
- * in order (else ERR_INPUT). Progress lines go to log (may be NULL). Returns 0 when
+ * parent/compare.json is created when absent; when present it must list m's member names
+ * in order (else ERR_INPUT). Progress lines go to log (may be NULL), and at the end the
+ * verdict's lines (report_print_verdict). Returns 0 when
  * every member completed. Otherwise -1 with e->code: ERR_INTERRUPT (130) when a member
  * was interrupted (no report yet; run again to resume), ERR_RUNTIME (1) when some
  * members failed (the report is written, failed rows marked), ERR_INPUT (2) when the

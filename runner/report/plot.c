@@ -75,7 +75,7 @@ static int legend(canvas_t *c, const plot_series_t *s, int ns, int x0, int y0, i
         }
         if (c) {
             int y = y0 + (rows - 1) * LEGEND_ROW;
-            c->ops->line(c, x, y - 4, x + 16, y - 4, plot_color(i), 3);
+            c->ops->line(c, x, y - 4, x + 16, y - 4, plot_color(s[i].color), 3);
             c->ops->text(c, x + 21, y, label, &st);
         }
         x += item;
@@ -149,8 +149,8 @@ static int draw_lines(canvas_t *c, const plot_opts_t *o, const plot_series_t *s,
             xy[2 * m + 1] = MARGIN_T + ph - (y - ay.lo) / (ay.hi - ay.lo) * ph;
             m++;
         }
-        if (m) c->ops->polyline(c, xy, m, plot_color(i), 2);
-        for (int k = 0; k < m; k++) c->ops->circle(c, xy[2 * k], xy[2 * k + 1], 2.5, plot_color(i));
+        if (m) c->ops->polyline(c, xy, m, plot_color(s[i].color), 2);
+        for (int k = 0; k < m; k++) c->ops->circle(c, xy[2 * k], xy[2 * k + 1], 2.5, plot_color(s[i].color));
     }
     legend(c, s, ns, MARGIN_L, H + 4, pw);
     c->ops->end(c);
@@ -170,8 +170,10 @@ static void draw_bars(canvas_t *c, const plot_opts_t *o, const char *const *labe
     int bar_h = 20, gap = 8, top = 34, left = label_w + 10, right = 90;
     int H = top + n * (bar_h + gap) + 34;
     double vmax = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (isfinite(values[i]) && values[i] > vmax) vmax = values[i];
+        if (o->hi && isfinite(o->hi[i]) && o->hi[i] > vmax) vmax = o->hi[i];
+    }
     axis_t ax = nice_axis(0, vmax > 0 ? vmax : 1, 5);
     int pw = W - left - right;
     const text_style_t title = {.size = 14, .anchor = ANCHOR_MIDDLE, .bold = true};
@@ -192,10 +194,17 @@ static void draw_bars(canvas_t *c, const plot_opts_t *o, const char *const *labe
         int y = top + i * (bar_h + gap);
         c->ops->text(c, left - 6, y + 14, labels[i] ? labels[i] : "", &name);
         if (isfinite(values[i]) && values[i] > 0) {
-            double w = values[i] / ax.hi * pw;
+            double w = values[i] / ax.hi * pw, end = w;
             c->ops->rect(c, left, y, w, bar_h, plot_color(i), "none");
+            if (o->lo && o->hi && isfinite(o->lo[i]) && isfinite(o->hi[i]) && o->hi[i] > o->lo[i]) {
+                double a = left + o->lo[i] / ax.hi * pw, b = left + o->hi[i] / ax.hi * pw, mid = y + bar_h / 2.0;
+                c->ops->line(c, a, mid, b, mid, "#222222", 2);
+                c->ops->line(c, a, y + 4, a, y + bar_h - 4, "#222222", 2);
+                c->ops->line(c, b, y + 4, b, y + bar_h - 4, "#222222", 2);
+                if (b - left > end) end = b - left;
+            }
             snprintf(num, sizeof num, "%.1f", values[i]);
-            c->ops->text(c, left + w + 4, y + 14, num, &value);
+            c->ops->text(c, left + end + 4, y + 14, num, &value);
         } else {
             c->ops->text(c, left + 4, y + 14, "n/a", &none);
         }

@@ -20,6 +20,7 @@ typedef struct plot_series {
     const char *label;    /* legend text */
     const double *x, *y;  /* n points; NaN in either skips the point */
     int n;
+    int color;            /* palette index (plot_color): the repeats of one member share it */
 } plot_series_t;
 
 typedef struct plot_opts {
@@ -29,6 +30,8 @@ typedef struct plot_opts {
     double y_scale;       /* values are multiplied by this for display (100 for %); 0 = 1 */
     bool x_integer;       /* x ticks at whole numbers only (epochs) */
     bool x_from_zero;     /* the x axis starts at 0 (wall time) */
+    const double *lo, *hi;  /* bar chart: a whisker from lo[i] to hi[i] over bar i (the
+                               range over seeds); NULL, or NaN in either: none */
 } plot_opts_t;
 
 /* The colour the n-th series (or bar) gets, "#rrggbb"; the same in every chart. */
@@ -39,7 +42,8 @@ const char *plot_color(int i);
 int plot_line_svg(FILE *f, const plot_opts_t *o, const plot_series_t *s, int ns);
 
 /* Writes an <svg> horizontal bar chart: one bar per label with its value printed at
- * the end of the bar (NaN: "n/a", no bar). Returns 0, or -1 on a write error. */
+ * the end of the bar (NaN: "n/a", no bar), and o->lo..o->hi whiskers where given.
+ * Returns 0, or -1 on a write error. */
 int plot_bar_svg(FILE *f, const plot_opts_t *o, const char *const *labels,
                  const double *values, int n);
 

@@ -1,10 +1,12 @@
-/* report.c: computing report rows from run directories, the CSV and Markdown renderings,
- * writing the report files and the `runner report` verb (report.h). The HTML page is in
- * report_html.c and the charts in plot.c. */
+/* report.c: computing report rows from run directories, grouping them into members with
+ * their statistics and the verdict, and the `runner report` verb (report.h). The CSV and
+ * Markdown renderings and the files are in report_table.c, the HTML page in
+ * report_html.c, the charts in plot.c, the statistics' wording in verdict.c. */
 #include "runner/report/report.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +15,7 @@
 #include "runner/report/compare.h"
 #include "runner/report/report_impl.h"
 #include "runner/report/runread.h"
+#include "runner/report/steady.h"
 
 /* Copies the summary string key into dst when present, else the hint, else "". */
 static void pick_str(char *dst, size_t cap, const json_t *summary, const char *key, const char *hint) {
@@ -35,8 +38,9 @@ static void add_note(report_row_t *row, const char *text) {
     snprintf(row->note + l, sizeof row->note - l, "%s%s", l ? "; " : "", text);
 }
 
-/* Fills the per-epoch series and the numbers that come from metrics.csv. */
-static int row_metrics(report_row_t *row, const run_files_t *rf, err_t *e) {
+/* Fills the per-epoch series and the numbers that come from metrics.csv; *epoch_s gets
+ * the median epoch_seconds (the s/epoch of a run directory without timing.csv). */
+static int row_metrics(report_row_t *row, const run_files_t *rf, double *epoch_s, err_t *e) {
     const csv_table_t *m = &rf->metrics;
     size_t n = rf->has_metrics ? m->nrows : 0;
     row->n_epochs = n;
@@ -45,6 +49,7 @@ static int row_metrics(report_row_t *row, const run_files_t *rf, err_t *e) {
     row->train_loss = xmalloc(bytes, e);
     row->val_top1 = xmalloc(bytes, e);
     row->wall_seconds = xmalloc(bytes, e);
+    *epoch_s = NAN;
     if (!row->epoch || !row->train_loss || !row->val_top1 || !row->wall_seconds) return -1;
     if (!n) return 0;
     const double *ep = csv_table_col(m, "epoch"), *tl = csv_table_col(m, "train_loss");
@@ -65,25 +70,98 @@ static int row_metrics(report_row_t *row, const run_files_t *rf, err_t *e) {
         if (pm && isfinite(pm[i]) && (isnan(row->peak_memory_bytes) || pm[i] > row->peak_memory_bytes))
             row->peak_memory_bytes = pm[i];
     }
-    row->seconds_per_epoch = stats_median(es, n);
+    *epoch_s = stats_median(es, n);
     return 0;
 }
 
-/* The numbers that come from steps.csv: steady-state throughput and exposed comm. */
-static void row_steps(report_row_t *row, const run_files_t *rf) {
+/* Exposed communication from steps.csv (its rows are a sample every print_every steps). */
+static void row_comm(report_row_t *row, const run_files_t *rf) {
     if (!rf->has_steps || rf->steps.nrows == 0) return;
-    const csv_table_t *s = &rf->steps;
-    size_t n = s->nrows;
-    size_t warm = n >= 2 ? (n + 9) / 10 : 0;
-    row->images_per_second = stats_median(csv_table_col(s, "images_per_second") + warm, n - warm);
-    const double *st = csv_table_col(s, "step_seconds"), *cm = csv_table_col(s, "comm_exposed_seconds");
+    const double *st = csv_table_col(&rf->steps, "step_seconds");
+    const double *cm = csv_table_col(&rf->steps, "comm_exposed_seconds");
     double sum_step = 0, sum_comm = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < rf->steps.nrows; i++) {
         if (!isfinite(st[i]) || !isfinite(cm[i])) continue;
         sum_step += st[i];
         sum_comm += cm[i];
     }
     if (sum_step > 0) row->comm_exposed_pct = 100.0 * sum_comm / sum_step;
+}
+
+/* Images one epoch trains: summary.json, else plan.json (samples per rank x ranks). */
+static double epoch_images(const run_files_t *rf) {
+    double v = json_get_number(rf->summary, "images_per_epoch", NAN);
+    if (isfinite(v) && v > 0) return v;
+    double spr = json_get_number(rf->plan, "samples_per_rank", NAN);
+    bool ddp = !strcmp(json_get_string(rf->plan, "mode", ""), "ddp");
+    double ranks = ddp ? json_get_number(rf->plan, "world_size", NAN) : 1;
+    return spr > 0 && ranks > 0 ? spr * ranks : NAN;
+}
+
+/* Steady-state images/s from timing.csv (every read-back window). Returns false when
+ * the file has no window. */
+static bool throughput_from_timing(report_row_t *row, const run_files_t *rf) {
+    const csv_table_t *t = &rf->timing;
+    if (!rf->has_timing || t->nrows == 0) return false;
+    steady_window_t *w = malloc(t->nrows * sizeof *w);
+    if (!w) return false;
+    const double *ss = csv_table_col(t, "since_start"), *st = csv_table_col(t, "steps");
+    const double *im = csv_table_col(t, "images"), *sc = csv_table_col(t, "seconds");
+    for (size_t i = 0; i < t->nrows; i++)
+        w[i] = (steady_window_t){.since_start = isfinite(ss[i]) ? (int64_t)ss[i] : 0,
+                                 .steps = isfinite(st[i]) ? (int64_t)st[i] : 0, .images = im[i], .seconds = sc[i]};
+    steady_measure_t m;
+    steady_measure(w, t->nrows, &m);
+    free(w);
+    snprintf(row->ips_from, sizeof row->ips_from, "timing.csv");
+    row->steady_steps = m.sums.steady_steps;
+    row->warmup_steps = m.sums.warmup_steps;
+    row->steady_seconds = m.sums.steady_seconds;
+    row->images_per_second = m.rate;
+    row->ips_se = m.se;
+    row->ips_blocks = m.blocks;
+    if (isnan(m.rate) && m.sums.warmup_seconds > 0)
+        row->images_per_second = m.sums.warmup_images / m.sums.warmup_seconds;
+    return true;
+}
+
+/* images/s, s/epoch and how they were measured: timing.csv; else the steady-state numbers
+ * of summary.json (a run with logging.csv off); else, for a run directory from an older
+ * runner, the median of steps.csv rows after the first 10% (or summary.json's number)
+ * and the median epoch time, marked as such. */
+static void row_throughput(report_row_t *row, const run_files_t *rf, double epoch_s) {
+    const json_t *sm = rf->summary;
+    bool trained = json_get_number(sm, "steps", 1) > 0;
+    row->images_per_epoch = epoch_images(rf);
+    if (!throughput_from_timing(row, rf) && trained && json_get(sm, "steady_steps")) {
+        snprintf(row->ips_from, sizeof row->ips_from, "summary.json");
+        row->steady_steps = (int64_t)json_get_number(sm, "steady_steps", 0);
+        row->warmup_steps = (int64_t)json_get_number(sm, "warmup_steps", -1);
+        row->steady_seconds = json_get_number(sm, "steady_seconds", NAN);
+        row->images_per_second = json_get_number(sm, "images_per_second", NAN);
+    }
+    if (row->ips_from[0]) {
+        if (row->steady_steps == 0 && isfinite(row->images_per_second))
+            add_note(row, "no steady-state step: images/s is over all its steps, warm-up included");
+        row->seconds_per_epoch = row->images_per_epoch / row->images_per_second;
+        return;
+    }
+    /* an older run directory */
+    if (rf->has_steps && rf->steps.nrows > 0) {
+        size_t n = rf->steps.nrows, warm = n >= 2 ? (n + 9) / 10 : 0;
+        row->images_per_second = stats_median(csv_table_col(&rf->steps, "images_per_second") + warm, n - warm);
+        snprintf(row->ips_from, sizeof row->ips_from, "steps.csv");
+    } else if (trained) {
+        row->images_per_second = json_get_number(sm, "images_per_second", NAN);
+        if (isfinite(row->images_per_second)) snprintf(row->ips_from, sizeof row->ips_from, "summary.json");
+    }
+    row->seconds_per_epoch = isfinite(epoch_s) ? epoch_s : trained ? json_get_number(sm, "seconds_per_epoch", NAN) : NAN;
+    if (isfinite(row->images_per_second))
+        add_note(row, !strcmp(row->ips_from, "steps.csv")
+                 ? "no timing.csv (a run from an older runner): images/s is the median of its steps.csv rows "
+                   "and s/epoch its median epoch time, not rates from every step"
+                 : "no timing.csv (a run from an older runner): images/s is its summary.json number and "
+                   "s/epoch its median epoch time, not rates from every step");
 }
 
 /* Fills NaN numbers from summary.json (the run's own final numbers). A run that took no
@@ -92,8 +170,6 @@ static void row_summary_fallback(report_row_t *row, const json_t *sm) {
     if (!sm) return;
     bool trained = json_get_number(sm, "steps", 1) > 0;
     struct { double *dst; const char *key; double scale; bool training; } f[] = {
-        {&row->images_per_second, "images_per_second", 1, true},
-        {&row->seconds_per_epoch, "seconds_per_epoch", 1, true},
         {&row->comm_exposed_pct, "comm_exposed_fraction", 100, true},
         {&row->peak_memory_bytes, "peak_memory_bytes", 1, false},
         {&row->final_val_top1, "val_top1", 1, true}, {&row->best_val_top1, "best_val_top1", 1, true},
@@ -103,17 +179,14 @@ static void row_summary_fallback(report_row_t *row, const json_t *sm) {
             *f[i].dst = json_get_number(sm, f[i].key, NAN) * f[i].scale;
 }
 
-/* Computes one row from one input. */
-static int row_build(const report_input_t *in, report_row_t *row, err_t *e) {
-    run_files_t rf;
-    if (run_files_load(in->dir, in->lenient, &rf, e)) {
-        run_files_free(&rf);
-        return -1;
-    }
-    const json_t *sm = rf.summary;
+/* Computes one row from one input; rf stays loaded for the grouping (its config). */
+static int row_build(const report_input_t *in, report_row_t *row, run_files_t *rf, err_t *e) {
+    if (run_files_load(in->dir, in->lenient, rf, e)) return -1;
+    const json_t *sm = rf->summary;
     snprintf(row->dir, sizeof row->dir, "%s", in->dir);
     const char *label = in->label ? in->label : json_get_string(sm, "name", NULL);
     snprintf(row->name, sizeof row->name, "%s", label && *label ? label : base_name(in->dir));
+    snprintf(row->seed, sizeof row->seed, "%s", in->seed ? in->seed : rf->seed);
     pick_str(row->mode, sizeof row->mode, sm, "mode", in->mode);
     pick_str(row->precision, sizeof row->precision, sm, "precision", in->precision);
     pick_str(row->device, sizeof row->device, sm, "device", in->device);
@@ -132,38 +205,145 @@ static int row_build(const report_input_t *in, report_row_t *row, err_t *e) {
     bool failed_start = sm && !strcmp(json_get_string(sm, "status", ""), "failed") &&
                         json_get_number(sm, "steps", 0) <= 0;
     add_note(row, in->message ? in->message : error);
-    if (!(failed_start && error)) add_note(row, rf.problem);
+    if (!(failed_start && error)) add_note(row, rf->problem);
     if (json_get_number(sm, "config_changes", 0) > 0)
         add_note(row, "the configuration changed during the run (config_changes.jsonl)");
     double *nums[] = {&row->images_per_second, &row->seconds_per_epoch, &row->speedup,
                       &row->comm_exposed_pct, &row->peak_memory_bytes, &row->final_val_top1,
-                      &row->best_val_top1, &row->final_train_loss};
+                      &row->best_val_top1, &row->final_train_loss, &row->steady_seconds,
+                      &row->images_per_epoch, &row->ips_se};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) *nums[i] = NAN;
-    int rc = row_metrics(row, &rf, e);
+    row->steady_steps = row->warmup_steps = -1;
+    double epoch_s;
+    int rc = row_metrics(row, rf, &epoch_s, e);
     if (rc == 0) {
-        row_steps(row, &rf);
+        row_throughput(row, rf, epoch_s);
+        row_comm(row, rf);
         row_summary_fallback(row, sm);
-        row->env = rf.env;
-        rf.env = NULL;
+        row->env = rf->env;
+        rf->env = NULL;
     }
-    run_files_free(&rf);
     return rc;
+}
+
+/* ---- members ---- */
+
+/* The member key of row i: the caller's, else its configuration without the seed, else
+ * (no resolved.yaml) its own directory. */
+static const char *group_key(const report_input_t *in, const run_files_t *rf) {
+    return in->group_key ? in->group_key : rf->config ? rf->config : in->dir;
+}
+
+/* Puts every row into a member, in order of first appearance, and names the members
+ * (a repeated name gets " (2)", " (3)", ...). */
+static int make_groups(report_t *r, const report_input_t *in, const run_files_t *rf, err_t *e) {
+    r->groups = xcalloc((size_t)r->n, sizeof *r->groups, e);
+    if (!r->groups) return -1;
+    for (int i = 0; i < r->n; i++) {
+        const char *key = group_key(&in[i], &rf[i]);
+        int g = 0;
+        while (g < r->n_groups && strcmp(key, group_key(&in[r->groups[g].rows[0]], &rf[r->groups[g].rows[0]]))) g++;
+        report_group_t *G = &r->groups[g];
+        if (g == r->n_groups) {
+            r->n_groups++;
+            if (!(G->rows = xcalloc((size_t)r->n, sizeof *G->rows, e))) return -1;
+            const char *label = in[i].group_label ? in[i].group_label : json_get_string(rf[i].summary, "name", NULL);
+            snprintf(G->name, sizeof G->name, "%s", label && *label ? label : r->rows[i].name);
+            size_t l = strlen(G->name);
+            int same = 0;
+            for (int h = 0; h < g; h++)
+                same += !strncmp(r->groups[h].name, G->name, l) &&
+                        (!r->groups[h].name[l] || !strncmp(r->groups[h].name + l, " (", 2));
+            if (same) {
+                char tmp[REPORT_STR];
+                snprintf(tmp, sizeof tmp, "%.200s (%d)", G->name, same + 1);
+                memcpy(G->name, tmp, sizeof tmp);
+            }
+        }
+        G->rows[G->n_rows++] = i;
+        r->rows[i].group = g;
+    }
+    return 0;
+}
+
+/* Adds v (when a number) to the running mean *mean of *n values (NaN while none). */
+static void seed_mean(double *mean, int *n, double v) {
+    if (!isfinite(v)) return;
+    (*n)++;
+    *mean = *n == 1 ? v : *mean + (v - *mean) / *n;
+}
+
+/* A member's statistics over its completed runs: throughput over every run (each is a
+ * measurement of the machine), accuracy over its seeds, a seed run more than once
+ * counting once with the mean of its runs (a repeat of one seed is no seed noise; on the
+ * CPU it is the same numbers again). A run of unknown seed counts as a seed of its own. */
+static void group_stats(report_t *r, report_group_t *G) {
+    double ips[REPORT_MAX_RUNS], fin[REPORT_MAX_RUNS], best[REPORT_MAX_RUNS];
+    int k = 0, one = -1, n_seeds = 0, fin_n[REPORT_MAX_RUNS], best_n[REPORT_MAX_RUNS];
+    const char *seed_of[REPORT_MAX_RUNS];
+    verdict_member_t *s = &G->stats;
+    s->name = G->name;
+    s->runs = G->n_rows;
+    s->min_steady_steps = INT64_MAX;
+    for (int j = 0; j < G->n_rows && k < REPORT_MAX_RUNS; j++) {
+        const report_row_t *w = &r->rows[G->rows[j]];
+        if (strcmp(w->status, "completed")) continue;
+        G->completed++;
+        ips[k] = w->images_per_second;
+        if (isfinite(ips[k])) {
+            one = G->rows[j];
+            if (w->steady_steps < s->min_steady_steps) s->min_steady_steps = w->steady_steps;
+        }
+        k++;
+        int q = 0;
+        while (q < n_seeds && !(w->seed[0] && !strcmp(seed_of[q], w->seed))) q++;
+        if (q == n_seeds) {
+            seed_of[n_seeds] = w->seed;
+            fin_n[n_seeds] = best_n[n_seeds] = 0;
+            fin[n_seeds] = best[n_seeds] = NAN;
+            n_seeds++;
+        }
+        seed_mean(&fin[q], &fin_n[q], w->final_val_top1);
+        seed_mean(&best[q], &best_n[q], w->best_val_top1);
+    }
+    stats_summarize(ips, k, &s->ips);
+    stats_summarize(fin, n_seeds, &s->final_top1);
+    stats_summarize(best, n_seeds, &s->best_top1);
+    if (s->ips.n == 0) s->min_steady_steps = 0;
+    s->ips_se = s->ips_df = NAN;
+    if (s->ips.n >= 2) {
+        s->ips_se = s->ips.std / sqrt(s->ips.n);
+        s->ips_df = s->ips.n - 1;
+    } else if (s->ips.n == 1 && r->rows[one].ips_blocks >= 2) {
+        s->ips_se = r->rows[one].ips_se;
+        s->ips_df = r->rows[one].ips_blocks - 1;
+    }
+    /* the same measurement as images/s; an older run's own epoch times otherwise */
+    double epoch_images = NAN, sec[REPORT_MAX_RUNS];
+    int m = 0;
+    for (int j = 0; j < G->n_rows && m < REPORT_MAX_RUNS; j++) {
+        const report_row_t *w = &r->rows[G->rows[j]];
+        if (isnan(epoch_images)) epoch_images = w->images_per_epoch;
+        if (!strcmp(w->status, "completed")) sec[m++] = w->seconds_per_epoch;
+    }
+    stat_summary_t measured;
+    stats_summarize(sec, m, &measured);
+    G->seconds_per_epoch = s->min_steady_steps >= 0 ? epoch_images / s->ips.mean : measured.mean;
 }
 
 int report_build(const report_input_t *in, int n, const char *title, report_t *r, err_t *e) {
     memset(r, 0, sizeof *r);
     snprintf(r->title, sizeof r->title, "%s", title ? title : "report");
     if (n <= 0) return err_set(e, ERR_INPUT, "report: no run directories given; usage: runner report RUN_DIR...");
+    if (n > REPORT_MAX_RUNS) return err_set(e, ERR_INPUT, "report: %d runs; at most %d", n, (int)REPORT_MAX_RUNS);
     r->rows = xcalloc((size_t)n, sizeof *r->rows, e);
-    if (!r->rows) return -1;
-    for (int i = 0; i < n; i++) {
-        if (row_build(&in[i], &r->rows[i], e)) {
-            r->n = i + 1;
-            return -1;
-        }
+    run_files_t *rf = xcalloc((size_t)n, sizeof *rf, e);
+    int rc = r->rows && rf ? 0 : -1;
+    for (int i = 0; i < n && rc == 0; i++) {
         r->n = i + 1;
+        rc = row_build(&in[i], &r->rows[i], &rf[i], e);
         /* Two runs of one experiment share a name: tell them apart by directory. */
-        for (int j = 0; j < i; j++) {
+        for (int j = 0; rc == 0 && j < i; j++) {
             if (strcmp(r->rows[j].name, r->rows[i].name)) continue;
             char tmp[REPORT_STR];
             snprintf(tmp, sizeof tmp, "%.120s (%.120s)", r->rows[i].name, base_name(in[i].dir));
@@ -171,9 +351,24 @@ int report_build(const report_input_t *in, int n, const char *title, report_t *r
             break;
         }
     }
-    double base = r->rows[0].images_per_second;
-    for (int i = 0; i < n; i++)
-        r->rows[i].speedup = (base > 0) ? r->rows[i].images_per_second / base : NAN;
+    if (rc == 0) rc = make_groups(r, in, rf, e);
+    for (int i = 0; rf && i < r->n; i++) run_files_free(&rf[i]);
+    free(rf);
+    if (rc) return -1;
+    verdict_member_t *vm = xcalloc((size_t)r->n_groups, sizeof *vm, e);
+    if (!vm) return -1;
+    for (int g = 0; g < r->n_groups; g++) {
+        group_stats(r, &r->groups[g]);
+        vm[g] = r->groups[g].stats;
+    }
+    verdict_build(vm, r->n_groups, &r->verdict);
+    for (int g = 0; g < r->n_groups; g++) {
+        r->groups[g].stats = vm[g];
+        r->groups[g].stats.name = r->groups[g].name;
+    }
+    free(vm);
+    double base = r->groups[0].stats.ips.mean;
+    for (int i = 0; i < n; i++) r->rows[i].speedup = base > 0 ? r->rows[i].images_per_second / base : NAN;
     return 0;
 }
 
@@ -187,204 +382,22 @@ void report_free(report_t *r) {
         free(row->wall_seconds);
         json_free(row->env);
     }
+    for (int g = 0; g < r->n_groups; g++) free(r->groups[g].rows);
+    free(r->groups);
     free(r->rows);
     memset(r, 0, sizeof *r);
 }
 
-/* ---- formatting shared with report_html.c ---- */
-
-void report_fmt(char *buf, size_t cap, report_col_t col, const report_row_t *row) {
-    double v;
-    buf[0] = '\0';
-    switch (col) {
-    case RC_IMAGES: v = row->images_per_second; if (!isnan(v)) snprintf(buf, cap, "%.1f", v); break;
-    case RC_SEC_EPOCH: v = row->seconds_per_epoch; if (!isnan(v)) snprintf(buf, cap, "%.2f", v); break;
-    case RC_SPEEDUP: v = row->speedup; if (!isnan(v)) snprintf(buf, cap, "%.2fx", v); break;
-    case RC_COMM: v = row->comm_exposed_pct; if (!isnan(v)) snprintf(buf, cap, "%.1f%%", v); break;
-    case RC_MEMORY:
-        v = row->peak_memory_bytes;
-        if (isnan(v)) break;
-        if (v >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.2f GiB", v / (1024.0 * 1024 * 1024));
-        else snprintf(buf, cap, "%.1f MiB", v / (1024.0 * 1024));
-        break;
-    case RC_VAL_FINAL: v = row->final_val_top1; if (!isnan(v)) snprintf(buf, cap, "%.2f%%", 100 * v); break;
-    case RC_VAL_BEST: v = row->best_val_top1; if (!isnan(v)) snprintf(buf, cap, "%.2f%%", 100 * v); break;
-    case RC_LOSS: v = row->final_train_loss; if (!isnan(v)) snprintf(buf, cap, "%.4f", v); break;
-    case RC_STATUS:
-        if (row->exit_code > 0) snprintf(buf, cap, "%s (exit %d)", row->status, row->exit_code);
-        else snprintf(buf, cap, "%s", row->status);
-        break;
-    case RC_WORLD: if (row->world_size > 0) snprintf(buf, cap, "%d", row->world_size); break;
-    case RC_BATCH: if (row->batch_size > 0) snprintf(buf, cap, "%d", row->batch_size); break;
-    case RC_NAME: snprintf(buf, cap, "%s", row->name); break;
-    case RC_MODE: snprintf(buf, cap, "%s", row->mode); break;
-    case RC_PRECISION: snprintf(buf, cap, "%s", row->precision); break;
-    case RC_DEVICE: snprintf(buf, cap, "%s", row->device); break;
-    case RC_COUNT: break;
-    }
-}
-
-const char *const report_col_titles[RC_COUNT] = {
-    "run", "mode", "world", "precision", "batch", "device", "images/s", "s/epoch", "speed-up",
-    "comm exposed", "peak memory", "val top-1 (final)", "val top-1 (best)", "train loss", "status"};
-
-/* ---- CSV ---- */
-
-static void csv_field(FILE *f, const char *s) {
-    if (strpbrk(s, ",\"\n\r")) {
-        fputc('"', f);
-        for (; *s; s++) {
-            if (*s == '"') fputc('"', f);
-            fputc(*s, f);
-        }
-        fputc('"', f);
-    } else {
-        fputs(s, f);
-    }
-}
-
-static void csv_num(FILE *f, double v) {
-    if (!isnan(v)) fprintf(f, "%.10g", v);
-}
-
-int report_write_csv(const report_t *r, FILE *f) {
-    fputs("name,mode,world_size,precision,batch_size,device,images_per_second,seconds_per_epoch,"
-          "speedup,comm_exposed_pct,peak_memory_bytes,final_val_top1,best_val_top1,final_train_loss,"
-          "status,exit_code,run_dir,note\n", f);
-    for (int i = 0; i < r->n; i++) {
-        const report_row_t *w = &r->rows[i];
-        csv_field(f, w->name); fputc(',', f);
-        csv_field(f, w->mode); fputc(',', f);
-        if (w->world_size > 0) fprintf(f, "%d", w->world_size);
-        fputc(',', f);
-        csv_field(f, w->precision); fputc(',', f);
-        if (w->batch_size > 0) fprintf(f, "%d", w->batch_size);
-        fputc(',', f);
-        csv_field(f, w->device); fputc(',', f);
-        const double nums[] = {w->images_per_second, w->seconds_per_epoch, w->speedup, w->comm_exposed_pct,
-                               w->peak_memory_bytes, w->final_val_top1, w->best_val_top1, w->final_train_loss};
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
-            csv_num(f, nums[k]);
-            fputc(',', f);
-        }
-        csv_field(f, w->status); fputc(',', f);
-        if (w->exit_code >= 0) fprintf(f, "%d", w->exit_code);
-        fputc(',', f);
-        csv_field(f, w->dir); fputc(',', f);
-        csv_field(f, w->note);
-        fputc('\n', f);
-    }
-    return ferror(f) ? -1 : 0;
-}
-
-/* ---- Markdown ---- */
-
-static void md_cell(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '|') fputs("\\|", f);
-        else if (*s == '\n' || *s == '\r') fputc(' ', f);
-        else fputc(*s, f);
-    }
-}
-
-int report_write_md(const report_t *r, FILE *f) {
-    fprintf(f, "# %s\n\n|", r->title);
-    for (int c = 0; c < RC_COUNT; c++) fprintf(f, " %s |", report_col_titles[c]);
-    fputs("\n|", f);
-    for (int c = 0; c < RC_COUNT; c++) fputs(c == RC_NAME || c == RC_MODE || c == RC_PRECISION ||
-                                             c == RC_DEVICE || c == RC_STATUS ? "---|" : "---:|", f);
-    fputc('\n', f);
-    char buf[512];
-    for (int i = 0; i < r->n; i++) {
-        fputc('|', f);
-        for (int c = 0; c < RC_COUNT; c++) {
-            report_fmt(buf, sizeof buf, (report_col_t)c, &r->rows[i]);
-            fputc(' ', f);
-            md_cell(f, buf);
-            fputs(" |", f);
-        }
-        fputc('\n', f);
-    }
-    bool notes = false;
-    for (int i = 0; i < r->n; i++) {
-        if (!r->rows[i].note[0]) continue;
-        if (!notes) fputs("\nNotes:\n\n", f);
-        notes = true;
-        fputs("- ", f);
-        md_cell(f, r->rows[i].name);
-        fputs(": ", f);
-        md_cell(f, r->rows[i].note);
-        fputc('\n', f);
-    }
-    fputs("\nimages/s: median over steps.csv after the first 10% of rows (warm-up); speed-up: "
-          "relative to the first row; comm exposed: share of step time spent waiting on "
-          "communication.\n\n", f);
-    for (int p = 0; p < RP_COUNT; p++)
-        fprintf(f, "![%s](plots/%s.svg)\n", report_plot_titles[p], report_plot_files[p]);
-    return ferror(f) ? -1 : 0;
-}
-
-/* ---- files ---- */
-
-
-/* What one output file holds: a table rendering of the report, or one chart. */
-typedef struct render_job {
-    const report_t *r;
-    int (*table)(const report_t *, FILE *);   /* CSV, Markdown or HTML; NULL for a chart */
-    report_plot_t plot;
-    bool png;
-} render_job_t;
-
-static int render(const render_job_t *j, FILE *f) {
-    return j->table ? j->table(j->r, f) : report_plot(j->r, j->plot, j->png, f);
-}
-
-/* Writes dir/name through a temporary file and a rename, so readers never see half a file. */
-static int write_atomic(const char *dir, const char *name, const render_job_t *job, err_t *e) {
-    char path[REPORT_PATH + 64], tmp[REPORT_PATH + 80];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return err_errno(e, ERR_INPUT, "%s: cannot write", tmp);
-    int bad = render(job, f);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = -1;
-    if (fclose(f) != 0) bad = -1;
-    if (bad) {
-        unlink(tmp);
-        return err_errno(e, ERR_RUNTIME, "%s: write failed", path);
-    }
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        return err_errno(e, ERR_RUNTIME, "%s: cannot rename into place", path);
-    }
-    return 0;
-}
-
-int report_write(const report_t *r, const char *out_dir, err_t *e) {
-    char plots[REPORT_PATH + 16], name[128];
-    snprintf(plots, sizeof plots, "%s/plots", out_dir);
-    if (mkdir_p(plots, ERR_INPUT, e)) return -1;
-    for (int p = 0; p < RP_COUNT; p++)
-        for (int png = 0; png <= 1; png++) {
-            render_job_t job = {.r = r, .plot = (report_plot_t)p, .png = png};
-            snprintf(name, sizeof name, "%s.%s", report_plot_files[p], png ? "png" : "svg");
-            if (write_atomic(plots, name, &job, e)) return -1;
-        }
-    const struct { const char *name; int (*table)(const report_t *, FILE *); } tables[] = {
-        {"comparison.csv", report_write_csv}, {"comparison.md", report_write_md},
-        {"report.html", report_write_html}};
-    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
-        render_job_t job = {.r = r, .table = tables[i].table};
-        if (write_atomic(out_dir, tables[i].name, &job, e)) return -1;
-    }
-    return 0;
-}
+/* ---- the verb ---- */
 
 /* One expanded input of report_runs, with storage for the strings it points to. */
 typedef struct expanded {
     char dir[REPORT_PATH + REPORT_STR];
     char label[REPORT_STR];
     char message[1024];
+    char group_key[REPORT_PATH + REPORT_STR];
+    char group_label[REPORT_STR];
+    char seed[32];
 } expanded_t;
 
 /* True when dir is a run directory that lacks summary.json or metrics.csv: a run that
@@ -412,21 +425,31 @@ static bool is_comparison(const char *dir) {
     return stat(p, &st) == 0;
 }
 
-/* Adds the members of comparison dir (state s) to in/ex from index *k on. */
+/* Adds the members of comparison dir (state s) to in/ex from index *k on: each run is
+ * grouped with the other repeats of its matrix entry. */
 static void add_members(const char *dir, const compare_state_t *s, report_input_t *in, expanded_t *ex,
                         int *k) {
     for (int j = 0; j < s->n; j++, (*k)++) {
         const compare_member_t *m = &s->members[j];
-        snprintf(ex[*k].dir, sizeof ex[*k].dir, "%s/%s", dir, m->name);
-        snprintf(ex[*k].label, sizeof ex[*k].label, "%s", m->name);
-        snprintf(ex[*k].message, sizeof ex[*k].message, "%s", m->message);
-        in[*k].dir = ex[*k].dir;
-        in[*k].label = ex[*k].label;
+        expanded_t *x = &ex[*k];
+        snprintf(x->dir, sizeof x->dir, "%s/%s", dir, m->name);
+        snprintf(x->label, sizeof x->label, "%s", m->name);
+        snprintf(x->message, sizeof x->message, "%s", m->message);
+        snprintf(x->group_key, sizeof x->group_key, "%s\n%s", dir, m->entry);
+        snprintf(x->group_label, sizeof x->group_label, "%s", m->entry);
+        in[*k].dir = x->dir;
+        in[*k].label = x->label;
+        in[*k].group_key = x->group_key;
+        in[*k].group_label = x->group_label;
         in[*k].lenient = true;
         in[*k].exit_code = m->exit_code;
+        if (m->has_seed) {
+            snprintf(x->seed, sizeof x->seed, "%llu", (unsigned long long)m->seed);
+            in[*k].seed = x->seed;
+        }
         if (m->status != MEMBER_COMPLETED) {
             in[*k].status = compare_member_status_name(m->status);
-            in[*k].message = ex[*k].message;
+            in[*k].message = x->message;
         }
     }
 }
@@ -445,6 +468,8 @@ int report_runs(const char *const *dirs, int n, const char *out_dir, FILE *out, 
         total += s->n;
         if (n == 1) snprintf(title, sizeof title, "%s", s->matrix);
     }
+    if (rc == 0 && total > REPORT_MAX_RUNS)
+        rc = err_set(e, ERR_INPUT, "report: %d runs; at most %d in one report", total, (int)REPORT_MAX_RUNS);
     report_input_t *in = rc ? NULL : xcalloc((size_t)(total ? total : 1), sizeof *in, e);
     expanded_t *ex = in ? xcalloc((size_t)(total ? total : 1), sizeof *ex, e) : NULL;
     if (!ex) rc = -1;

@@ -1,7 +1,8 @@
-/* report_html.c: the self-contained report.html (report.h): the comparison table, the
- * training-curve and throughput charts as inline SVG, and each run's environment in a
- * <details> section. Styles are inline; there are no scripts and no external resources,
- * so the page reads the same offline. The numbers come from report.c. */
+/* report_html.c: the self-contained report.html (report.h): the verdict on top, the
+ * members table and throughput chart, the runs table, the training-curve charts as inline
+ * SVG, and each run's environment in a <details> section. Styles are inline; there are
+ * no scripts and no external resources, so the page reads the same offline. The numbers
+ * come from report.c, the verdict's words from verdict.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +12,21 @@
 
 static const char *const page_css =
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}"
-    "h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}"
+    "h1{font-size:24px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}"
+    ".sub{color:#555;margin-top:0}"
+    ".verdict{margin:16px 0;max-width:1100px}"
+    ".verdict p{font-size:21px;line-height:1.4;margin:0 0 10px 0;padding:12px 16px;border-left:8px solid #999;"
+    "background:#f4f4f4;border-radius:4px}"
+    ".verdict p.good{border-color:#2e7d32;background:#e8f5e9}.verdict p.warn{border-color:#e6a100;background:#fff6da}"
+    ".verdict p.alert{border-color:#c62828;background:#fdecea}.verdict p.plain{border-color:#607d8b;background:#eef2f4}"
+    "p.method{color:#555;font-size:13px;max-width:1100px}"
     "table{border-collapse:collapse;font-size:13px}"
     "th,td{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
     "th{background:#f2f2f2;text-align:left}td.name,td.status{white-space:nowrap}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    "table.members{font-size:15px}table.members td{padding:6px 10px}tr.best td{background:#e8f5e9;font-weight:bold}"
     "tr.failed td{background:#fde2e2}tr.partial td{background:#fff4d6}"
     ".swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}"
-    ".charts{display:flex;flex-wrap:wrap;gap:16px}.charts svg{border:1px solid #ddd}"
+    ".charts{display:flex;flex-wrap:wrap;gap:16px;margin-top:12px}.charts svg{border:1px solid #ddd}"
     "details{margin:6px 0}summary{cursor:pointer;font-weight:bold}"
     "details table{margin:6px 0 6px 18px}.muted{color:#777;font-size:12px}"
     "code{background:#f4f4f4;padding:1px 4px}";
@@ -75,10 +84,10 @@ static void html_table(const report_t *r, FILE *f) {
         fprintf(f, "<tr%s>", row_class(row));
         for (int c = 0; c < RC_COUNT; c++) {
             report_fmt(buf, sizeof buf, (report_col_t)c, row);
-            bool num = c == RC_WORLD || c == RC_BATCH || (c >= RC_IMAGES && c <= RC_LOSS);
+            bool num = report_numeric_col((report_col_t)c);
             fputs(num ? "<td class=\"num\">" : c == RC_NAME ? "<td class=\"name\">"
                   : c == RC_STATUS ? "<td class=\"status\">" : "<td>", f);
-            if (c == RC_NAME) fprintf(f, "<span class=\"swatch\" style=\"background:%s\"></span>", plot_color(i));
+            if (c == RC_NAME) fprintf(f, "<span class=\"swatch\" style=\"background:%s\"></span>", plot_color(row->group));
             plot_escape(f, buf);
             fputs("</td>", f);
         }
@@ -97,9 +106,68 @@ static void html_table(const report_t *r, FILE *f) {
         fputs("</li>\n", f);
     }
     if (notes) fputs("</ul>\n", f);
-    fputs("<p class=\"muted\">images/s: median over steps.csv rows after the first 10% (warm-up). "
-          "s/epoch: median epoch time. speed-up: images/s relative to the first row. comm exposed: "
-          "communication time not hidden behind compute, as a share of step time.</p>\n", f);
+    fputs("<p class=\"muted\">images/s: steady-state rate of the run (the images of every step after the "
+          "first 10 of each epoch over their time; evaluation excluded). steady steps: the steps it counts. "
+          "s/epoch: the images of one epoch at that rate. speed-up: images/s relative to the first member's "
+          "mean. comm exposed: communication time not hidden behind compute, as a share of step time.</p>\n", f);
+}
+
+/* The members table: mean, spread and range over seeds; a clear fastest highlighted. */
+static void html_members(const report_t *r, FILE *f) {
+    fputs("<table class=\"members\">\n<tr>", f);
+    for (int c = 0; c < MC_COUNT; c++) {
+        fputs("<th>", f);
+        plot_escape(f, report_mcol_titles[c]);
+        fputs("</th>", f);
+    }
+    fputs("</tr>\n", f);
+    char buf[512];
+    for (int g = 0; g < r->n_groups; g++) {
+        const report_group_t *G = &r->groups[g];
+        bool best = r->verdict.speed_kind == SPEED_CLEAR && r->verdict.fastest == g;
+        fputs(best ? "<tr class=\"best\">" : G->completed == 0 ? "<tr class=\"failed\">" : "<tr>", f);
+        for (int c = 0; c < MC_COUNT; c++) {
+            report_fmt_member(buf, sizeof buf, (report_mcol_t)c, G);
+            fputs(c == MC_NAME ? "<td class=\"name\">" : "<td class=\"num\">", f);
+            if (c == MC_NAME) fprintf(f, "<span class=\"swatch\" style=\"background:%s\"></span>", plot_color(g));
+            plot_escape(f, buf);
+            fputs("</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n<p class=\"muted\">&plusmn; is the standard deviation over a member's seeds; ranges are "
+          "min&ndash;max; speed-up is the member's mean images/s over the first member's, with its 95% "
+          "interval.</p>\n", f);
+}
+
+/* One verdict sentence: its lead ("Fastest:") in bold, the box coloured by what it says. */
+static void html_verdict_line(FILE *f, const char *cls, const char *text) {
+    fprintf(f, "<p class=\"%s\">", cls);
+    const char *colon = strchr(text, ':');
+    if (colon && colon - text < 80) {
+        fputs("<b>", f);
+        char lead[96];
+        snprintf(lead, sizeof lead, "%.*s", (int)(colon - text + 1), text);
+        plot_escape(f, lead);
+        fputs("</b>", f);
+        text = colon + 1;
+    }
+    plot_escape(f, text);
+    fputs("</p>\n", f);
+}
+
+static void html_verdict(const report_t *r, FILE *f) {
+    const verdict_t *v = &r->verdict;
+    const char *speed = v->speed_kind == SPEED_CLEAR ? "good" : v->speed_kind == SPEED_TIE || v->speed_kind == SPEED_ONE
+                        ? "plain" : "warn";
+    const char *acc = v->accuracy_kind == ACC_SAME ? "good" : v->accuracy_kind == ACC_DIFFERS ? "alert"
+                      : v->accuracy_kind == ACC_UNKNOWN ? "warn" : "plain";
+    fputs("<div class=\"verdict\">\n", f);
+    html_verdict_line(f, speed, v->speed);
+    html_verdict_line(f, acc, v->accuracy);
+    fputs("</div>\n<p class=\"method\">", f);
+    plot_escape(f, v->method);
+    fputs("</p>\n", f);
 }
 
 /* One line chart of every run: y against epoch or against cumulative wall time. */
@@ -109,6 +177,7 @@ static int html_curve(const report_t *r, FILE *f, bool wall, bool loss, bool png
     for (int i = 0; i < r->n; i++) {
         const report_row_t *row = &r->rows[i];
         s[i].label = row->name;
+        s[i].color = row->group;
         s[i].x = wall ? row->wall_seconds : row->epoch;
         s[i].y = loss ? row->train_loss : row->val_top1;
         s[i].n = (int)row->n_epochs;
@@ -126,20 +195,27 @@ static int html_curve(const report_t *r, FILE *f, bool wall, bool loss, bool png
     return rc;
 }
 
+/* The members' mean images/s as bars, the range over their seeds as whiskers. */
 static int html_throughput(const report_t *r, FILE *f, bool png) {
-    const char **labels = calloc((size_t)r->n, sizeof *labels);
-    double *v = calloc((size_t)r->n, sizeof *v);
+    int n = r->n_groups;
+    const char **labels = calloc((size_t)n, sizeof *labels);
+    double *v = calloc((size_t)n * 3, sizeof *v);
     int rc = -1;
     if (labels && v) {
-        for (int i = 0; i < r->n; i++) {
-            labels[i] = r->rows[i].name;
-            v[i] = r->rows[i].images_per_second;
+        for (int g = 0; g < n; g++) {
+            const stat_summary_t *s = &r->groups[g].stats.ips;
+            labels[g] = r->groups[g].name;
+            v[g] = s->mean;
+            v[n + g] = s->n >= 2 ? s->min : NAN;
+            v[2 * n + g] = s->n >= 2 ? s->max : NAN;
         }
         plot_opts_t o = {0};
         o.title = report_plot_titles[RP_THROUGHPUT];
-        o.xlabel = "images per second";
+        o.xlabel = "images per second (mean over seeds; whiskers: min to max)";
         o.width = 760;
-        rc = png ? plot_bar_png(f, &o, labels, v, r->n) : plot_bar_svg(f, &o, labels, v, r->n);
+        o.lo = v + n;
+        o.hi = v + 2 * n;
+        rc = png ? plot_bar_png(f, &o, labels, v, n) : plot_bar_svg(f, &o, labels, v, n);
     }
     free(labels);
     free(v);
@@ -206,14 +282,22 @@ int report_write_html(const report_t *r, FILE *f) {
     plot_escape(f, r->title);
     int completed = 0;
     for (int i = 0; i < r->n; i++) completed += !strcmp(r->rows[i].status, "completed");
-    fprintf(f, "</h1>\n<p>%d run%s, %d completed.</p>\n<h2>Comparison</h2>\n", r->n, r->n == 1 ? "" : "s",
-            completed);
+    fprintf(f, "</h1>\n<p class=\"sub\">%d member%s, %d run%s, %d completed", r->n_groups,
+            r->n_groups == 1 ? "" : "s", r->n, r->n == 1 ? "" : "s", completed);
+    if (r->n && r->rows[0].device[0]) {
+        fputs(" &middot; ", f);
+        plot_escape(f, r->rows[0].device);
+    }
+    fputs("</p>\n", f);
+    html_verdict(r, f);
+    fputs("<h2>Members</h2>\n", f);
+    html_members(r, f);
+    fputs("<div class=\"charts\">\n", f);
+    int rc = report_plot(r, RP_THROUGHPUT, false, f);
+    fputs("</div>\n<h2>Runs</h2>\n", f);
     html_table(r, f);
     fputs("<h2>Training curves</h2>\n<div class=\"charts\">\n", f);
-    int rc = 0;
     for (int p = RP_LOSS_EPOCH; p <= RP_TOP1_WALL; p++) rc |= report_plot(r, (report_plot_t)p, false, f);
-    fputs("</div>\n<h2>Throughput</h2>\n<div class=\"charts\">\n", f);
-    rc |= report_plot(r, RP_THROUGHPUT, false, f);
     fputs("</div>\n<h2>Environment</h2>\n", f);
     html_env(r, f);
     fputs("</body>\n</html>\n", f);

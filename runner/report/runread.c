@@ -234,6 +234,36 @@ static int load_csv(const char *dir, const char *name, bool optional, const char
     return 0;
 }
 
+/* Reads resolved.yaml into r->config without comment lines and without the top-level
+ * seed: line, whose value goes to r->seed. A missing or unreadable file leaves NULL. */
+static void load_config(run_files_t *r) {
+    char path[RUNREAD_PATH + 32];
+    snprintf(path, sizeof path, "%s/resolved.yaml", r->dir);
+    err_t ignored;
+    char *text = read_all(path, JSON_MAX_BYTES, NULL, &ignored);
+    if (!text) return;
+    char *out = text, *p = text;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+        const char *q = p;
+        while (*q == ' ') q++;
+        if (!strncmp(p, "seed:", 5)) {
+            const char *v = p + 5;
+            while (*v == ' ') v++;
+            size_t vl = strcspn(v, " #\r\n");
+            snprintf(r->seed, sizeof r->seed, "%.*s", (int)(vl < sizeof r->seed ? vl : sizeof r->seed - 1), v);
+        } else if (*q != '#') {
+            /* every other line as it is (its trailing comment describes the key) */
+            memmove(out, p, len);
+            out += len;
+        }
+        p += len;
+    }
+    *out = '\0';
+    r->config = text;
+}
+
 /* Lenient loading: keeps the first problem's message (the error the file gave). */
 static void note_problem(run_files_t *r, err_t *local) {
     if (!r->problem[0] && local->msg[0]) snprintf(r->problem, sizeof r->problem, "%.1000s", local->msg);
@@ -257,7 +287,7 @@ int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e) {
                                             "comm_exposed_seconds"};
     err_t local;
     err_t *ep = lenient ? &local : e;
-    int rcs[4];
+    int rcs[6];
     err_clear(&local);
     rcs[0] = load_json(dir, "summary.json", false, &r->summary, ep);
     if (rcs[0] && !lenient) return -1;
@@ -271,6 +301,14 @@ int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e) {
     rcs[3] = load_json(dir, "env.json", true, &r->env, ep);
     if (rcs[3] && !lenient) return -1;
     if (rcs[3]) note_problem(r, &local);
+    static const char *const timing_req[] = {"step", "steps", "since_start", "images", "seconds"};
+    rcs[4] = load_csv(dir, "timing.csv", true, timing_req, 5, &r->timing, &r->has_timing, ep);
+    if (rcs[4] && !lenient) return -1;
+    if (rcs[4]) note_problem(r, &local);
+    rcs[5] = load_json(dir, "plan.json", true, &r->plan, ep);
+    if (rcs[5] && !lenient) return -1;
+    if (rcs[5]) note_problem(r, &local);
+    load_config(r);
     return 0;
 }
 
@@ -278,8 +316,11 @@ void run_files_free(run_files_t *r) {
     if (!r) return;
     json_free(r->summary);
     json_free(r->env);
+    json_free(r->plan);
+    free(r->config);
     csv_table_free(&r->metrics);
     csv_table_free(&r->steps);
+    csv_table_free(&r->timing);
     memset(r, 0, sizeof *r);
 }
 

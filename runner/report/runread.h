@@ -1,7 +1,8 @@
 /* runread.h: reading the files of a finished (or stopped) run directory.
  *
- * Loads summary.json, env.json, metrics.csv and steps.csv (formats in
- * docs/architecture.md) into memory for the report and check verbs. CSV files are read
+ * Loads summary.json, env.json, plan.json, metrics.csv, steps.csv, timing.csv and the
+ * configuration in resolved.yaml (formats in docs/architecture.md) into memory for the
+ * report and check verbs. CSV files are read
  * by header name, so added columns are ignored and reordered ones still work; every cell
  * must be a number or empty (empty reads as NaN). A last line without a newline that does
  * not have the header's field count is a half-written line of a killed run and is
@@ -52,13 +53,21 @@ typedef struct run_files {
     csv_table_t metrics;
     bool has_steps;         /* steps.csv read (optional) */
     csv_table_t steps;
+    bool has_timing;        /* timing.csv read (optional): every read-back window */
+    csv_table_t timing;
+    json_t *plan;           /* plan.json, or NULL when absent (optional) */
+    char *config;           /* resolved.yaml without its comments and its top-level seed:
+                               line (runs that differ only in seed have equal texts); NULL
+                               when absent (optional, never an error) */
+    char seed[32];          /* resolved.yaml's seed, "" when unknown */
     char problem[1024];     /* lenient: the first file that was missing or unreadable */
 } run_files_t;
 
 /* Loads dir. Strict (lenient false): dir, summary.json and metrics.csv must exist and
  * every file present must parse, else ERR_INPUT naming the file (and line). Lenient: a
  * missing or malformed file is left out and described in r->problem; only an unreadable
- * directory path fails. steps.csv and env.json are optional either way.
+ * directory path fails. steps.csv, timing.csv, env.json, plan.json and resolved.yaml are
+ * optional either way.
  * r is zeroed first; free it with run_files_free even after a failure. */
 int run_files_load(const char *dir, bool lenient, run_files_t *r, err_t *e);
 void run_files_free(run_files_t *r);

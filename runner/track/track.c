@@ -27,6 +27,7 @@
 #define METRICS_HEADER "epoch,step,lr,train_loss,train_top1,val_loss,val_top1,val_top5," \
                        "epoch_seconds,images_per_second,peak_memory_bytes,val_loss_ema,val_top1_ema," \
                        "val_top5_ema"
+#define TIMING_HEADER "step,steps,epoch,since_start,images,seconds"
 
 enum { SUMMARY_MAX = 96 };
 
@@ -44,7 +45,7 @@ struct track {
     char run_dir[1024];
     char run_id[16];
     bool csv_on;
-    track_csv_t steps_csv, metrics_csv;
+    track_csv_t steps_csv, metrics_csv, timing_csv;
     track_progress_sink_t prog;
     track_tb_t *tb;
     track_wlog_t *wlog;
@@ -240,7 +241,10 @@ track_t *track_open(const track_opts_t *o, err_t *e) {
             goto fail;
         snprintf(path, sizeof path, "%s/metrics.csv", t->run_dir);
         if (track_csv_open(&t->metrics_csv, path, METRICS_HEADER, 1, o->is_resume,
-                           o->resume_step, e))
+                           o->resume_step - (o->resume_mid_epoch ? 1 : 0), e))
+            goto fail;
+        snprintf(path, sizeof path, "%s/timing.csv", t->run_dir);
+        if (track_csv_open(&t->timing_csv, path, TIMING_HEADER, 0, o->is_resume, o->resume_step, e))
             goto fail;
     }
     if (o->tensorboard) {
@@ -254,6 +258,7 @@ track_t *track_open(const track_opts_t *o, err_t *e) {
 fail:
     track_csv_close(&t->steps_csv);
     track_csv_close(&t->metrics_csv);
+    track_csv_close(&t->timing_csv);
     track_tb_close(t->tb);
     track_wlog_close(t->wlog);
     free(t);
@@ -374,6 +379,14 @@ int track_step(track_t *t, const track_step_t *r, err_t *e) {
     return emit_scalars(t, r->step, kv, (int)(sizeof kv / sizeof kv[0]), e);
 }
 
+/* Reports one read-back window; see track.h. */
+int track_window(track_t *t, const track_window_t *w, err_t *e) {
+    if (!t || !t->active || !t->csv_on) return 0;
+    double cells[6] = {(double)w->step, (double)w->steps, w->epoch, (double)w->since_start,
+                       (double)w->images, w->seconds};
+    return track_csv_row(&t->timing_csv, cells, 6, 0x1f, e);
+}
+
 /* Reports one epoch; see track.h. */
 int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
     if (!t || !t->active) return 0;
@@ -383,7 +396,8 @@ int track_epoch(track_t *t, const track_epoch_t *r, err_t *e) {
                         r->val_loss, r->val_top1, r->val_top5, r->epoch_seconds,
                         r->images_per_second, mem, r->val_loss_ema, r->val_top1_ema, r->val_top5_ema};
     if (t->csv_on && (track_csv_row(&t->metrics_csv, cells, 14, 0x3 | (1u << 10), e) != 0 ||
-                      track_csv_sync(&t->metrics_csv, e) != 0 || track_csv_sync(&t->steps_csv, e) != 0))
+                      track_csv_sync(&t->metrics_csv, e) != 0 || track_csv_sync(&t->steps_csv, e) != 0 ||
+                      track_csv_sync(&t->timing_csv, e) != 0))
         return -1;
     track_kv_t kv[] = {
         {"epoch", r->epoch}, {"epoch/train_loss", r->train_loss},
@@ -463,6 +477,7 @@ int track_close(track_t *t, int exit_code, err_t *e) {
         track_tb_close(t->tb);
         track_csv_close(&t->steps_csv);
         track_csv_close(&t->metrics_csv);
+        track_csv_close(&t->timing_csv);
     }
     free(t);
     return rc;

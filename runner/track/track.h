@@ -8,6 +8,9 @@
  *   steps.csv   one row every print_every steps (and the last step), header exactly
  *               step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds,
  *               comm_exposed_seconds,data_wait_seconds,loss_scale,grad_norm
+ *   timing.csv  one row per read-back window of steps (every step on the CPU and in DP),
+ *               so the time of every step is on record, header exactly
+ *               step,steps,epoch,since_start,images,seconds
  *   metrics.csv one row per epoch, header exactly
  *               epoch,step,lr,train_loss,train_top1,val_loss,val_top1,val_top5,
  *               epoch_seconds,images_per_second,peak_memory_bytes,val_loss_ema,
@@ -99,6 +102,9 @@ typedef struct track_opts {
 
     bool is_resume;             /* continuing an existing run directory */
     int64_t resume_step;        /* optimizer steps completed at the checkpoint */
+    bool resume_mid_epoch;      /* that checkpoint ends inside an epoch: a metrics.csv row at
+                                   resume_step (the partial epoch train.max_steps ended a run
+                                   with) goes too, as that epoch's row comes when it ends */
     const char *wandb_run_id;   /* run id of the run being resumed; NULL = read
                                    <run_dir>/wandb/run_id, else WANDB_RUN_ID, else new */
 
@@ -126,6 +132,19 @@ typedef struct track_step {
     double grad_norm;           /* global gradient norm before clipping; NaN without clipping */
 } track_step_t;
 
+/* One read-back window: consecutive optimizer steps whose results the trainer read back
+ * together, with the wall time they took (a timing.csv row; runner/report/steady.h). */
+typedef struct track_window {
+    int64_t step;               /* the window's last optimizer step (1, 2, ...) */
+    int64_t steps;              /* optimizer steps in the window */
+    int epoch;                  /* 1-based */
+    int64_t since_start;        /* steps this process ran in the epoch before the window's
+                                   first (0: the epoch, or the run's resume, starts with it) */
+    int64_t images;             /* images the window's steps trained, over all ranks */
+    double seconds;             /* rank 0's wall time from issuing its first step to reading
+                                   its last back; evaluation and checkpoints are outside */
+} track_window_t;
+
 /* One finished epoch. NaN = not evaluated this epoch (empty CSV cell). */
 typedef struct track_epoch {
     int epoch;
@@ -151,6 +170,10 @@ track_t *track_open(const track_opts_t *o, err_t *e);
 /* Reports one optimizer step. Returns 0, or -1 with e filled if a local file cannot be
  * written (disk full). Never waits on the network. */
 int track_step(track_t *t, const track_step_t *row, err_t *e);
+
+/* Reports one read-back window (a timing.csv row; nothing else). Returns 0 or -1 as
+ * track_step. */
+int track_window(track_t *t, const track_window_t *w, err_t *e);
 
 /* Reports one finished epoch (metrics.csv row, W&B history, TensorBoard scalars).
  * Returns 0 or -1 as track_step. */

@@ -2,7 +2,8 @@
 """images_fixtures.py KIND OUTDIR [N_PER_CLASS VAL_PER_CLASS]: data for test_cli_images.c.
 
 fmnist: the first N_PER_CLASS training and VAL_PER_CLASS test images of each Fashion-MNIST
-        class (Debian's dataset-fashion-mnist) written twice, with the same pixels in the
+        class (Debian's dataset-fashion-mnist, or the idx .gz files in $RUNNER_FASHION_MNIST:
+        a GPU machine gets them from pack-deps.sh FASHION=1) written twice, with the same pixels in the
         same order: OUTDIR/folder/{train,val}/<label>/<nnnnn>.png (8-bit grayscale PNGs;
         torchvision's ImageFolder orders them by class, then name) and OUTDIR/idx/ as IDX
         files (train-images-idx3-ubyte, ..., t10k-...) in that class-sorted order, for the
@@ -21,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 kind, out = sys.argv[1], sys.argv[2]
-FM = "/usr/share/datasets/fashion-mnist"
+FM = os.environ.get("RUNNER_FASHION_MNIST") or "/usr/share/datasets/fashion-mnist"
 
 
 def read_idx(name):

@@ -1,7 +1,7 @@
 /* test_cli_docs.c: the documentation cannot drift from the files.
  *  - Every key docs/architecture.md lists for summary.json, plan.json, env.json and
- *    config_changes.jsonl, and the metrics.csv / steps.csv headers it and docs/tracking.md
- *    give, is parsed from the docs and compared, both ways, with the files of a real run
+ *    config_changes.jsonl, and the metrics.csv / steps.csv / timing.csv headers it and
+ *    docs/tracking.md give, is parsed from the docs and compared, both ways, with the files of a real run
  *    directory made here (a run, a resume with --set, a run that failed).
  *  - docs/ and README.md are self-contained: no reference to ../shared, every relative
  *    link resolves.
@@ -216,6 +216,15 @@ static void run_dir_keys_match_docs(void) {
     CHECK_STR(m_track, m_file);
     CHECK_STR(s_arch, s_file);
     CHECK_STR(s_track, s_file);
+    char *t_arch = between(sect, "`timing.csv`", "header exactly\n  `", "`");
+    char *t_track = between(track, "CSV headers (exact)", "timing.csv:  ", "\n");
+    char *t_file = first_line(run_dir, "timing.csv");
+    CHECK_STR(t_arch, t_file);
+    CHECK_STR(t_track, t_file);
+    /* the run took 2 steps, then its resume 1: a row per step (CPU), none lost or doubled */
+    snprintf(path, sizeof path, "%s/timing.csv", run_dir);
+    CHECK_INT(test_count_lines(path), 4);
+    free(t_arch); free(t_track); free(t_file);
     free(m_arch); free(s_arch); free(track); free(m_track); free(s_track); free(m_file); free(s_file);
     free(arch);
 }

@@ -7,11 +7,12 @@
  *   Resize(28)/CenterCrop(28) on 28x28 = identity, the flip drawn as the built-in loader
  *   draws it.
  * - `runner plan` on a photo folder shows images per split and class, the classes, the
- *   index cache (written, then reused), the transforms and the planned workers; plan.json
+ *   index cache (built in memory by the plan, cached by the run, then reused), the
+ *   transforms and the planned workers; plan.json
  *   and the run directory carry the class list.
  * - A text file named .jpg stops the run with exit 2 and one message naming it; with
- *   data.bad_images: skip the run completes and summary.json counts it together with a
- *   truncated JPEG found while decoding.
+ *   data.bad_images: skip the run completes and summary.json counts it (the plan's count)
+ *   and a truncated JPEG found while decoding, apart and together.
  * - SIGINT mid-epoch, then `runner resume`: params, BN buffers and momentum equal the
  *   uninterrupted run's bit for bit (the decoded crops are keyed by sample, not by time).
  * Skipped (77) without python3 + PIL + numpy, Debian's Fashion-MNIST or skimage's photos.
@@ -114,10 +115,14 @@ static void test_plan_and_bad_files(void) {
     CHECK_CONTAINS(out, "images       train 32 in 4 classes (8 each)");
     CHECK_CONTAINS(out, "val 8 in 4 classes (2 each)");
     CHECK_CONTAINS(out, "classes      0 astronaut, 1 chelsea, 2 coffee, 3 rocket");
-    CHECK_CONTAINS(out, " (written)");
+    /* the plan writes nothing: the index is built in memory; the run caches it */
+    CHECK_CONTAINS(out, " (built in memory: the plan writes nothing; the run caches it there)");
     CHECK_CONTAINS(out, "train RandomResizedCrop(32, scale=(0.08, 1), ratio=(0.75, 1.3333)) + "
                         "RandomHorizontalFlip; eval Resize(37) + CenterCrop(32)");
     CHECK_CONTAINS(out, "loader       1 worker per rank (auto: decode + transform measured at");
+    snprintf(args, sizeof args, "%s/ph.yaml --set train.max_steps=1", dir);
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "plan %s/ph.yaml", dir);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "(reused: no walk of the tree)");
     snprintf(args, sizeof args, "plan --json %s/ph.yaml", dir);
@@ -142,7 +147,7 @@ static void test_plan_and_bad_files(void) {
     CHECK_INT(write_exp("phskip", body), 0);
     snprintf(args, sizeof args, "plan %s/phskip.yaml", dir);
     CHECK_INT(run_runner(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "bad files    1 left out (data.bad_images: skip), first: ");
+    CHECK_CONTAINS(out, "bad files    1 left out (data.bad_images: skip), found while indexing; first: ");
     CHECK_CONTAINS(out, "images       train 32 in 4 classes (8 each)");
     snprintf(args, sizeof args, "%s/phskip.yaml", dir);
     int rc = run_runner(args, out, sizeof out);
@@ -155,6 +160,8 @@ static void test_plan_and_bad_files(void) {
         snprintf(args, sizeof args, "%s/summary.json", run);
         char *s = test_read_file(args, NULL);
         CHECK_CONTAINS(s, "\"bad_images_skipped\": 2");
+        CHECK_CONTAINS(s, "\"bad_images_skipped_indexing\": 1");   /* the plan's 1 */
+        CHECK_CONTAINS(s, "\"bad_images_skipped_decoding\": 1");
         CHECK_CONTAINS(s, "\"status\": \"completed\"");
         free(s);
         snprintf(args, sizeof args, "%s/classes.txt", run);

@@ -33,6 +33,11 @@ static void plan_resnet50_cifar100(void) {
     CHECK_INT(run_runner(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "batch        1 ranks x 64 x 2 accumulation = 128 global");
     CHECK_CONTAINS(out, "steps        391 per epoch");
+    /* one step per epoch: a warm-up of one step (it said "1 steps") */
+    snprintf(args, sizeof args, "plan %s/experiments/resnet50_cifar100.yaml --set data.dataset=synthetic "
+             "--set data.synthetic.train_size=128 --set data.download=false", test_source_dir());
+    CHECK_INT(run_runner(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "lr           base 0.1, warm-up 1 step to 0.1, 0.02 from step 60 (epoch 60)");
 }
 
 static void plan_quickstart(void) {
@@ -85,6 +90,19 @@ static void bad_input_exits_2(void) {
     snprintf(args, sizeof args, "plan %s --set data.dataset=cifar10 --set data.root=%s/empty", path, dir);
     CHECK_INT(run_runner(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "data.download: true");
+    /* a bad train.cuda_fusion name, and a bad RUNNER_CUDA_FUSION list (stopped before a
+     * run directory exists) */
+    snprintf(args, sizeof args, "plan %s --set train.cuda_fusion=[graph_conv,fast]", path);
+    CHECK_INT(run_runner(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "train.cuda_fusion[1]: 'fast' is not one of graph_conv");
+    setenv("RUNNER_CUDA_FUSION", "conv_stats,fast", 1);
+    snprintf(args, sizeof args, "%s --set output.root=%s/runs", path, dir);
+    CHECK_INT(run_runner(args, out, sizeof out), 2);
+    unsetenv("RUNNER_CUDA_FUSION");
+    CHECK_CONTAINS(out, "environment variable RUNNER_CUDA_FUSION=conv_stats,fast: cuda fusion: unknown option 'fast'");
+    snprintf(path, sizeof path, "%s/runs", dir);
+    CHECK(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/ok.yaml", dir);
     /* resume of something that is not a run directory */
     snprintf(args, sizeof args, "resume %s", dir);
     CHECK_INT(run_runner(args, out, sizeof out), 2);

@@ -3,7 +3,8 @@
  * evaluation (batch/batches, images/s, ETA). In DDP rank 0's output reaches the terminal
  * through the launcher: before the fix it printed only every print_every steps there, and
  * evaluation printed nothing in any mode. logs/rank0.log keeps the plain periodic lines
- * (no \r, no framing bytes), as does a run whose output is not a terminal. */
+ * (no \r, no framing bytes), as does a run whose output is not a terminal; in single and dp
+ * mode too (before, their logs/rank0.log was empty: only the DDP launcher wrote one). */
 #include "tests/cli/cli_util.h"
 
 #include <errno.h>
@@ -75,8 +76,29 @@ static void check_terminal(const char *term, int eval_batches) {
     CHECK(!strchr(term, '\x1e') && !strchr(term, '\x1f'));   /* no framing reaches the terminal */
 }
 
+/* The run's logs/rank0.log keeps the plain periodic lines: steps 4, 8, 12, 16 only, no \r,
+ * no framing bytes, and the epoch lines. */
+static void check_log(const char *root) {
+    char path[4400];
+    const char *d = only_run_dir(root, "prog");
+    CHECK(d != NULL);
+    if (!d) return;
+    snprintf(path, sizeof path, "%s/logs/rank0.log", d);
+    char *log = test_read_file(path, NULL);
+    CHECK(log != NULL);
+    if (!log) return;
+    CHECK(!strchr(log, '\r') && !strchr(log, '\x1e') && !strchr(log, '\x1f'));
+    CHECK_CONTAINS(log, "\nepoch 1/2  step 4/16  loss ");
+    CHECK_CONTAINS(log, "\nepoch 2/2  step 16/16  loss ");
+    CHECK(!strstr(log, "step 3/16"));
+    CHECK(!strstr(log, "evaluating"));
+    CHECK_CONTAINS(log, "epoch 1 done  step 8");
+    CHECK_CONTAINS(log, "epoch 2 done  step 16");
+    free(log);
+}
+
 static void ddp_terminal_gets_live_line(void) {
-    char exp[700], root[700], path[4400];
+    char exp[700], root[700];
     snprintf(exp, sizeof exp, "%s/prog.yaml", tmp);
     test_write_file(exp, exp_text);
     snprintf(root, sizeof root, "%s/ddp", tmp);
@@ -85,19 +107,7 @@ static void ddp_terminal_gets_live_line(void) {
     CHECK_INT(rc, 0);
     check_terminal(term, 4);
     free(term);
-    /* the log keeps the plain periodic lines: steps 4, 8, 12, 16 only, no \r */
-    const char *d = only_run_dir(root, "prog");
-    CHECK(d != NULL);
-    if (!d) return;
-    snprintf(path, sizeof path, "%s/logs/rank0.log", d);
-    char *log = test_read_file(path, NULL);
-    CHECK(log && !strchr(log, '\r') && !strchr(log, '\x1e') && !strchr(log, '\x1f'));
-    CHECK_CONTAINS(log, "\nepoch 1/2  step 4/16  loss ");
-    CHECK_CONTAINS(log, "\nepoch 2/2  step 16/16  loss ");
-    CHECK(!strstr(log, "step 3/16"));
-    CHECK(!strstr(log, "evaluating"));
-    CHECK_CONTAINS(log, "epoch 1 done  step 8");
-    free(log);
+    check_log(root);
 }
 
 static void single_and_dp_terminal_show_evaluation(void) {
@@ -111,6 +121,7 @@ static void single_and_dp_terminal_show_evaluation(void) {
         CHECK_INT(rc, 0);
         check_terminal(term, i == 0 ? 4 : 8);
         free(term);
+        check_log(root);
     }
 }
 

@@ -124,6 +124,18 @@ static void test_wrong_types(void) {
               "exp.yaml:3:17: <<: expected an alias of a mapping, e.g. <<: *defaults");
 }
 
+/* train.cuda_fusion takes only the option names, each once. */
+static void test_cuda_fusion_names(void) {
+    CHECK_STR(fail(MIN "train: {cuda_fusion: [conv_stat]}\n"),
+              "exp.yaml:3:23: train.cuda_fusion[0]: 'conv_stat' is not one of graph_conv, conv_stats, "
+              "dgrad_dbn, dgrad_accum, vec16, all; did you mean conv_stats?");
+    CHECK_STR(fail(MIN "train: {cuda_fusion: [vec16, vec16]}\n"),
+              "exp.yaml:3:30: train.cuda_fusion[1]: 'vec16' appears twice; list each once");
+    CHECK_STR(fail(MIN "train: {cuda_fusion: fast}\n"),
+              "exp.yaml:3:22: train.cuda_fusion[0]: 'fast' is not one of graph_conv, conv_stats, dgrad_dbn, "
+              "dgrad_accum, vec16, all");
+}
+
 static void test_ranges(void) {
     CHECK_STR(fail(MIN "optimizer: {lr: -0.1}\n"),
               "exp.yaml:3:17: optimizer.lr: -0.1 is out of range; must be > 0");
@@ -558,10 +570,64 @@ static void test_set_errors(void) {
               "or remove the key to use the default");
 }
 
+/* Issue 23: every schema error of a file at once, in file order, one per line; what stops
+ * the walk (a libyaml parse error, a bound on work) stays one. */
+/* fail() with the test directory cut from every line, not only the first. */
+static const char *fail_all(const char *text) {
+    static char buf[sizeof err.msg];
+    const char *m = fail(text);
+    size_t dl = strlen(dir), o = 0;
+    for (const char *p = m; *p && o + 1 < sizeof buf;) {
+        if (!strncmp(p, dir, dl) && p[dl] == '/') p += dl + 1;
+        else buf[o++] = *p++;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void test_all_errors_at_once(void) {
+    CHECK_STR(fail_all("name: many\n"
+                   "data: {dataset: cifar10, workers: many}\n"
+                   "model:\n  arch: resnet19\n"
+                   "optimizer: {lr: -1, momentum: 0.9}\n"
+                   "trian: {epochs: 3}\n"
+                   "train: {epochs: 0, batch_size: 128}\n"
+                   "schedule: {name: cosine, name: multistep}\n"),
+              "exp.yaml:2:35: data.workers: expected an integer, found 'many'\n"
+              "exp.yaml:4:9: model.arch: 'resnet19' is not one of resnet18, resnet34, resnet50, resnet101, "
+              "resnet152, resnet20, resnet32, resnet44, resnet56, resnet110; did you mean resnet18?\n"
+              "exp.yaml:5:17: optimizer.lr: -1 is out of range; must be > 0\n"
+              "exp.yaml:6:1: trian: unknown key; did you mean train?\n"
+              "exp.yaml:7:17: train.epochs: 0 is out of range; must be between 1 and 1000000\n"
+              "exp.yaml:8:26: duplicate key 'name' (first at line 8); keep one of them");
+    /* file order even where a << merge is applied before the mapping's own keys */
+    CHECK_STR(fail_all(MIN "defaults: &d {lr: zero}\noptimizer: {momentum: 2, <<: *d}\n"),
+              "exp.yaml:3:1: defaults: unknown key; valid keys at the top level are: name, seed, device, data, "
+              "model, optimizer, schedule, train, amp, parallel, logging, checkpoint, output\n"
+              "exp.yaml:3:19: optimizer.lr: expected a number, found 'zero'\n"
+              "exp.yaml:4:23: optimizer.momentum: 2 is out of range; must be between 0 and 1");
+    /* 30 unknown keys: the first ones that fit, then how many more */
+    char text[4096] = MIN;
+    for (int i = 0; i < 30; i++) snprintf(text + strlen(text), sizeof text - strlen(text), "zzz%02d: 1\n", i);
+    const char *m = fail_all(text);
+    CHECK(!strncmp(m, "exp.yaml:3:1: zzz00: unknown key;", 33));
+    CHECK_CONTAINS(m, "more errors; fix these and run again");
+    int lines = 1;
+    for (const char *q = m; *q; q++) lines += *q == '\n';
+    CHECK(lines >= 3 && lines <= 21);
+    /* a parse error stops libyaml: one message */
+    m = fail(MIN "train: {epochs: 0}\noptimizer: [unclosed\n");
+    CHECK(strchr(m, '\n') == NULL);
+    /* cross-key checks run only on a file without key errors, and stay one */
+    CHECK_STR(fail(MIN "train: {epochs: 2}\nschedule: {warmup_epochs: 5}\n"),
+              "exp.yaml:4:27: schedule.warmup_epochs 5 is longer than train.epochs 2; use at most 2");
+}
+
 int main(void) {
     if (test_tmpdir(dir, sizeof dir)) return 1;
     TEST_RUN(test_unknown_keys);
     TEST_RUN(test_wrong_types);
+    TEST_RUN(test_cuda_fusion_names);
     TEST_RUN(test_ranges);
     TEST_RUN(test_required_and_cross_checks);
     TEST_RUN(test_yaml_level);
@@ -569,6 +635,7 @@ int main(void) {
     TEST_RUN(test_paths_and_names);
     TEST_RUN(test_base_errors);
     TEST_RUN(test_set_errors);
+    TEST_RUN(test_all_errors_at_once);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     test_run_cmd(cmd, NULL, 0);

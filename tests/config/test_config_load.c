@@ -610,6 +610,61 @@ static void test_matrix_errors(void) {
               "--set amp.dtype=fp8: amp.dtype: 'fp8' is not one of fp16, bf16");
 }
 
+/* repeats: N runs every entry N times (compare.h lays the seeds out); --set repeats=N
+ * wins and never reaches the entries; bad values and places name the fix. */
+static void test_matrix_repeats(void) {
+    err_t e;
+    test_write_file(at("rep.yaml"), "base: mbase.yaml\nseed: 7\nrepeats: 3\nmatrix:\n  - {name: a}\n"
+                                    "  - {name: b, seed: 40}\n");
+    experiment_matrix_t *m = config_load_matrix(at("rep.yaml"), NULL, 0, &e);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK_INT(m->repeats, 3);
+        CHECK_INT(m->n, 2);
+        CHECK_INT(m->runs[0].seed, 7);
+        CHECK_INT(m->runs[1].seed, 40);
+        free(m);
+    }
+    const char *sets[] = {"repeats=5", "optimizer.lr=0.2"};
+    m = config_load_matrix(at("rep.yaml"), sets, 2, &e);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK_INT(m->repeats, 5);
+        CHECK_NEAR(m->runs[1].optimizer.lr, 0.2, 0, 0);
+        free(m);
+    }
+    m = config_load_matrix(at("cmp.yaml"), NULL, 0, &e);   /* no repeats: one run per entry */
+    CHECK(m != NULL);
+    if (m) CHECK_INT(m->repeats, 1);
+    free(m);
+    CHECK_STR(matrix_fail("base: mbase.yaml\nrepeats: 0\nmatrix: [{name: a}]\n", NULL, 0),
+              "bad.yaml:2:10: repeats: expected a whole number from 1 to 100 (the runs of each entry, with "
+              "seeds seed, seed+1, ...), found '0'");
+    CHECK_STR(matrix_fail("base: mbase.yaml\nrepeats: [2]\nmatrix: [{name: a}]\n", NULL, 0),
+              "bad.yaml:2:10: repeats: expected a whole number from 1 to 100 (the runs of each entry, with "
+              "seeds seed, seed+1, ...), found a list");
+    const char *bad[] = {"repeats=two"};
+    CHECK_STR(matrix_fail("base: mbase.yaml\nmatrix: [{name: a}]\n", bad, 1),
+              "--set repeats=two: repeats: expected a whole number from 1 to 100 (the runs of each entry, with "
+              "seeds seed, seed+1, ...)");
+    const char *many[] = {"repeats=100"};
+    CHECK_CONTAINS(matrix_fail("base: mbase.yaml\nmatrix: [{name: a}, {name: b}, {name: c}]\n", many, 1),
+                   "bad.yaml: 3 entries x repeats 100 = 300 runs; a comparison holds at most 256: lower repeats "
+                   "or split the matrix");
+    /* only at the top of the matrix file */
+    err_t e2;
+    experiment_t x;
+    test_write_file(at("one.yaml"), "base: mbase.yaml\nrepeats: 2\n");
+    CHECK_INT(config_load(at("one.yaml"), NULL, 0, &x, &e2), -1);
+    CHECK_CONTAINS(e2.msg, "one.yaml:2:1: repeats: repeats the entries of a matrix: list over seeds, so it "
+                           "belongs at the top of the matrix file given to `runner compare`; for one run set "
+                           "seed: instead");
+    test_write_file(at("repbase.yaml"), "data: {dataset: cifar100}\nrepeats: 2\n");
+    CHECK_CONTAINS(matrix_fail("base: repbase.yaml\nmatrix: [{name: a}]\n", NULL, 0),
+                   "repbase.yaml:2:1: repeats: repeats the entries of a matrix: list over seeds, so it belongs "
+                   "at the top of the matrix file given to `runner compare`, not in a base file");
+}
+
 /* Writes x as YAML into dir/name and loads it back. */
 static experiment_t *round_trip(const experiment_t *x, const char *name) {
     FILE *f = fopen(at(name), "w");
@@ -731,6 +786,32 @@ static void test_hash(void) {
 }
 
 /* docs/experiment-files.md and resolved.yaml name every key of the schema table. */
+/* train.cuda_fusion: names matched case-insensitively and stored as spelled in the
+ * schema, empty by default, written to resolved.yaml and read back. */
+static void test_cuda_fusion_key(void) {
+    experiment_t *x = load("exp.yaml", MIN, NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 0);
+    free(x);
+    x = load("fuse.yaml", MIN "train: {cuda_fusion: [conv_stats, GRAPH_CONV, vec16]}\n", NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 3);
+    CHECK_STR(x->train.cuda_fusion[0], "conv_stats");
+    CHECK_STR(x->train.cuda_fusion[1], "graph_conv");
+    CHECK_STR(x->train.cuda_fusion[2], "vec16");
+    experiment_t *y = round_trip(x, "resolved_fuse.yaml");
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
+    x = load("one.yaml", MIN "train: {cuda_fusion: dgrad_accum}\n", NULL, 0);   /* a scalar is a list of one */
+    CHECK_INT(x->train.n_cuda_fusion, 1);
+    CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum");
+    free(x);
+    const char *sets[] = {"train.cuda_fusion=[all]"};
+    x = load("exp.yaml", MIN, sets, 1);
+    CHECK_INT(x->train.n_cuda_fusion, 1);
+    CHECK_STR(x->train.cuda_fusion[0], "all");
+    free(x);
+}
+
 static void test_every_key_documented_and_written(void) {
     char path[1100];
     snprintf(path, sizeof path, "%s/docs/experiment-files.md", test_source_dir());
@@ -810,8 +891,10 @@ int main(void) {
     TEST_RUN(test_set_overrides);
     TEST_RUN(test_matrix);
     TEST_RUN(test_matrix_errors);
+    TEST_RUN(test_matrix_repeats);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_hash);
+    TEST_RUN(test_cuda_fusion_key);
     TEST_RUN(test_every_key_documented_and_written);
     TEST_RUN(test_shipped_experiments);
     char cmd[600];

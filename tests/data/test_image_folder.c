@@ -6,7 +6,8 @@
  *   with train's classes; a val folder train lacks, an empty train class and a split
  *   without class folders are refused.
  * - The index cache: reused when nothing changed, rebuilt after a file is added or the
- *   cache is corrupted, skipped when it cannot be written.
+ *   cache is corrupted, skipped when it cannot be written; a file rewritten in place is
+ *   checked again (a fixed bad file is no longer bad, a broken good one is).
  * - Bad files (text named .jpg, empty, truncated, unreadable): data.bad_images error stops
  *   with one message naming the file; skip leaves them out or replaces them (the replaced
  *   sample keeps its own label), counted; both deterministic.
@@ -151,6 +152,46 @@ static void test_cache(void) {
     d = open_folder(root, DATA_SPLIT_TRAIN, false, 3, &e);
     CHECK(d && dataset_notes(d)->index_reused);
     dataset_free(d);
+    /* issue 23: a bad file fixed in place, as the message says, leaves its folder's mtime
+     * alone; the cache sees the file's own size/mtime change: reused, that file checked
+     * again, no longer bad (the old code kept the error). Broken in place: bad again. */
+    char fixed[2400];
+    snprintf(fixed, sizeof fixed, "%s/fixed", tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/train/c0 %s/train/c1 && cp %s/big.jpg %s/train/c0/ok.jpg && "
+             "cp %s/big.jpg %s/train/c1/ok.jpg && cp %s/big.jpg %s/train/c1/ok2.jpg && "
+             "echo 'not a picture' > %s/train/c0/text.jpg", fixed, fixed, fx, fixed, fx, fixed, fx, fixed, fixed);
+    CHECK_INT(system(cmd), 0);
+    CHECK(open_folder(fixed, DATA_SPLIT_TRAIN, false, 3, &e) == NULL);
+    CHECK_CONTAINS(e.msg, "train/c0/text.jpg: not an image");
+    struct stat before, after;
+    snprintf(cmd, sizeof cmd, "%s/train/c0", fixed);
+    CHECK_INT(stat(cmd, &before), 0);
+    snprintf(cmd, sizeof cmd, "sleep 0.01; cat %s/big.jpg > %s/train/c0/text.jpg", fx, fixed);
+    CHECK_INT(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/train/c0", fixed);
+    CHECK_INT(stat(cmd, &after), 0);
+    CHECK(before.st_mtim.tv_sec == after.st_mtim.tv_sec && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec);
+    err_clear(&e);
+    d = open_folder(fixed, DATA_SPLIT_TRAIN, false, 3, &e);
+    if (!d) fprintf(stderr, "%s\n", e.msg);
+    CHECK(d != NULL);
+    CHECK(d && dataset_notes(d)->index_reused);
+    CHECK_INT(d ? dataset_notes(d)->index_rechecked : -1, 1);
+    CHECK_INT(d ? dataset_size(d) : -1, 4);
+    CHECK_INT(d ? dataset_notes(d)->skipped : -1, 0);
+    dataset_free(d);
+    d = open_folder(fixed, DATA_SPLIT_TRAIN, false, 3, &e);   /* rewritten: nothing to check again */
+    CHECK(d && dataset_notes(d)->index_reused);
+    CHECK_INT(d ? dataset_notes(d)->index_rechecked : -1, 0);
+    dataset_free(d);
+    snprintf(cmd, sizeof cmd, "sleep 0.01; : > %s/train/c1/ok.jpg", fixed);
+    CHECK_INT(system(cmd), 0);
+    CHECK(open_folder(fixed, DATA_SPLIT_TRAIN, false, 3, &e) == NULL);
+    CHECK_CONTAINS(e.msg, "train/c1/ok.jpg: not an image (the file is empty)");
+    d = open_folder(fixed, DATA_SPLIT_TRAIN, true, 3, &e);
+    CHECK(d && dataset_notes(d)->index_reused);
+    CHECK_INT(d ? dataset_notes(d)->skipped : -1, 1);
+    dataset_free(d);
     /* an unwritable cache location: no cache, still works */
     char saved[2300];
     snprintf(saved, sizeof saved, "%s", cache);
@@ -287,6 +328,17 @@ static void test_bad_files(void) {
         size_t img = (size_t)16 * 16 * 3;
         CHECK(!memcmp((float *)b->images + 3 * img, b->images, img * sizeof(float)));
         CHECK_INT(loader_bad_images(l), 1);
+        /* named once, with the reason alone (the run lists it in skipped_images.jsonl) */
+        int64_t *idx = NULL;
+        char **why = NULL;
+        CHECK_INT(loader_take_bad(l, &idx, &why), ep == 0 ? 1 : 0);
+        if (ep == 0 && idx && why) {
+            CHECK_INT(idx[0], 3);
+            CHECK_STR(why[0], "truncated JPEG: the file (2000 bytes) ends without its end marker");
+            free(why[0]);
+        }
+        free(idx);
+        free(why);
     }
     loader_free(l);
     dataset_free(d);

@@ -120,6 +120,16 @@ static inline int fault_checkpoints_loadable(const char *run_dir) {
     return bad ? -1 : n;
 }
 
+/* Number of entries of dir, hidden ones aside (0 when it cannot be read). */
+static inline int fault_dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) n += de->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
 /* Number of files in run_dir/checkpoints whose name contains s. */
 static inline int fault_count_files(const char *run_dir, const char *s) {
     char dir[4200];

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # cuda_env.sh: sourced by the GPU scripts (tests/gpu/run_gpu_tests, bench/gpu_vs_torch).
 # runner_cuda_env fills RUNNER_CUDA_CMAKE_FLAGS with -D flags that point CMake at cuDNN
 # and NCCL when /usr/local/cuda lacks them (GPU images often ship them only as the

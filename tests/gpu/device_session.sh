@@ -1,178 +1,388 @@
 #!/usr/bin/env bash
-# device_session.sh: everything a session with a lent GPU has to run, in stages that each
-# fit one 10-minute device call. Logs and runs go to out-gpu/ (git-ignored); at the end
-# the logs (no checkpoints) are packed into $OUT/gpu-logs.tgz, result JSONs copied to
-# $OUT, and a short table printed last.
+# device_session.sh: the whole GPU check of issue 22 in ONE device call of under 9 minutes:
+# build, the gpu test suite, compute-sanitizer, the model-only benchmarks against
+# PyTorch eager (with the op-kind profile; the runner's default, whole-step graphs, and
+# normal launches), the flagship's end-to-end epochs, torch.compile's rows for all four
+# configurations, issue 25's fusion options (stage `fusion`: exactness under
+# RUNNER_CUDA_FUSION=all and bench rows per option list; skipped when the build has no
+# --fusion), and the Fashion-MNIST accuracy check against PyTorch with what time is left.
+# Stages run in that order (by value), each time-boxed with `timeout`, and a stage that
+# fails or runs out of time is reported while the next still runs; whatever was measured
+# is assembled into the result files at the end.
 #
-#   bash tests/gpu/device_session.sh build test            # first call (~6 min)
-#   bash tests/gpu/device_session.sh sanitize epoch tb     # second call
-#   bash tests/gpu/device_session.sh bench-amp             # one call each: torch.compile
-#   bash tests/gpu/device_session.sh bench-fp32            #   compiles in every process
-#   bash tests/gpu/device_session.sh allreduce
+# On this machine, once per session (the libraries and Fashion-MNIST travel in .deps/):
+#     echo /.deps/ >> .git/info/exclude; FASHION=1 bash tests/gpu/pack-gpu-deps.sh
+# then the device call (carry [".deps"], timeout_s 570):
+#     bash .deps/device_session.sh          (or: bash tests/gpu/device_session.sh)
+# and copy the results from the reply's files_at into bench/results/ (see docs/benchmarks.md).
 #
-# Stages:
-#   build      unpack .deps (tests/gpu/pack-gpu-deps.sh made it here; carry .deps) when
-#              present, configure build-gpu (Release, CUDA sm_90, tests on), build everything
-#   test       ctest -L gpu (then the unit label, as a check of the build on that machine)
-#   sanitize   compute-sanitizer memcheck over the op-level GPU tests
-#   epoch      seconds per epoch of experiments/resnet50_cifar100.yaml on one GPU, on
-#              CIFAR-100-shaped synthetic data (the real files cannot travel), fp32/TF32,
-#              AMP bf16 and fp16, each with train.cuda_graphs off and on
-#   tb         TensorBoard's own EventAccumulator reads a run's event file
-#   bench-amp  bench/gpu_vs_torch for fp16 and bf16    bench-fp32  for fp32 and tf32
-#   allreduce  bench/allreduce_suite.sh (NCCL all-reduce, bucket timeline, scaling model)
-# A stage that fails is reported and the next one still runs; the exit code is the
-# number of failed stages. Calls should follow each other closely: the machine stays warm
-# (keeping build-gpu) for 30 s after a call; a later call on a fresh machine rebuilds
-# first (about 3 minutes on its 16 cores).
+# Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
+# STAGES picks stages (default "build test sanitize bench e2e compile fusion fashion";
+# also "tb" and "allreduce", for a later call). The commit recorded is .deps/commit.txt's
+# (written by pack-gpu-deps.sh when packing: the device copy of the tree may carry a stale
+# .git), else git describe's; the build compiles it into env.json (-DRUNNER_COMMIT).
+# Everything goes to $OUT (else out-gpu/session), at most 8 files:
+#   session.log                    this script's output (the summary table last)
+#   gpu_tests.json                 {device, driver, cuda, cudnn, nccl, commit, date, passed,
+#                                  failed, skipped, sanitizer_errors, ...} (gpu_tests_json.py)
+#   gpu_resnet50_cifar.json        runner vs PyTorch rows (bench/gpu_vs_torch.py --assemble),
+#                                  the 224-px ImageNet-shaped row included
+#   gpu_e2e.json                   end-to-end epochs (bench/gpu_e2e_json.py) and the checks
+#   fashion_mnist_gpu_vs_torch.json  accuracy vs PyTorch (bench/fashion_mnist_gpu_vs_torch.py)
+#   bench.jsonl                    every raw benchmark line (runner lines carry the profile)
+#   logs.tgz                       every log, the ctest and sanitizer logs, run directories
+#                                  without checkpoints
+#
+# SESSION_DRYRUN=cpu: the same control flow on a machine without a GPU, small: the build
+# folder given by RUNNER_BUILD_DIR is used as it is, benchmarks and epochs run on the CPU
+# backend with resnet20 and a few steps (the bench's graphs on the cpu recorder,
+# RUNNER_CPU_GRAPHS=1), PyTorch is not measured, Fashion-MNIST runs 1 epoch of 1 seed on a
+# subset (tests/gpu/test_device_session.sh runs it). SESSION_COMMIT_FILE replaces
+# .deps/commit.txt.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-build=${RUNNER_BUILD_DIR:-$root/build-gpu}
-out=$root/out-gpu
-mkdir -p "$out"
-export RUNNER_BUILD_DIR=$build PYTHONUNBUFFERED=1
+T0=$(date +%s)
+BUDGET=${BUDGET:-540}
+el() { echo $(($(date +%s) - T0)); }
+left() { echo $((BUDGET - $(el))); }
+R=$(cd "$(dirname "$0")/../.." && pwd)
+[ -f "$R/tests/gpu/device_session.sh" ] || R=$(pwd)   # run as .deps/device_session.sh
+cd "$R" || exit 1
+DRY=${SESSION_DRYRUN:-}
+O=${OUT:-$R/out-gpu/session}
+L=$(mktemp -d /tmp/gpu-session.XXXXXX)
+mkdir -p "$O" "$L/runs"
+exec > >(tee "$O/session.log") 2>&1
+stages=" ${STAGES:-build test sanitize bench e2e compile fusion fashion} "
 declare -a summary=()
-failed=0
+note() { summary+=("$(printf '%-10s %s' "$1" "$2")"); echo "== $1: $2, at $(el) s"; }
+PY=${PYTHON:-python3}
+COMMIT_FILE=${SESSION_COMMIT_FILE:-$R/.deps/commit.txt}
+if [ -s "$COMMIT_FILE" ]; then
+    COMMIT=$(head -n 1 "$COMMIT_FILE")
+else
+    COMMIT=$(git -C "$R" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+fi
+DATE=$(date +%F)
+export PYTHONUNBUFFERED=1
 
-note() { summary+=("$1"); echo "== $1" >&2; }
+# ---- the device ----
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "device: ${GPU_NAME:-none} (driver ${DRIVER:-?}), commit $COMMIT, budget $BUDGET s, stages:$stages"
 
-env_setup() {
-    if [ -f .deps/unpack-deps.sh ] && [ ! -f /opt/deps/.unpacked ]; then
-        bash .deps/unpack-deps.sh >"$out/deps.log" 2>&1 && touch /opt/deps/.unpacked
-    fi
-    # shellcheck disable=SC1091
-    [ -f .deps/env.sh ] && . .deps/env.sh
-    . "$root/tests/gpu/cuda_env.sh"
-    runner_cuda_env
+# ---- libraries: Debian .debs into /opt/deps, used only by the runner's processes ----
+RLD=""
+if [ -d "$R/.deps/debs" ] && [ -z "$DRY" ]; then
+    mkdir -p /opt/deps
+    for f in "$R"/.deps/debs/*.deb; do dpkg -x "$f" /opt/deps; done
+    dl=/opt/deps/usr/lib/x86_64-linux-gnu
+    export CMAKE_PREFIX_PATH=/opt/deps/usr CMAKE_LIBRARY_PATH=$dl:$dl/openblas-pthread \
+        CMAKE_INCLUDE_PATH=/opt/deps/usr/include:/opt/deps/usr/include/x86_64-linux-gnu:/opt/deps/usr/include/x86_64-linux-gnu/openblas-pthread
+    RLD="$dl:$dl/openblas-pthread"
+fi
+# cuDNN / NCCL: /usr/local/cuda, else the Python wheels (tests/gpu/cuda_env.sh)
+. "$R/tests/gpu/cuda_env.sh"
+LD_LIBRARY_PATH_BEFORE=${LD_LIBRARY_PATH:-}
+runner_cuda_env 2>/dev/null
+RLD="$RLD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64"
+export LD_LIBRARY_PATH=$LD_LIBRARY_PATH_BEFORE   # Debian's libraries must not reach PyTorch
+RENV="LD_LIBRARY_PATH=$RLD"
+rr() { env "$RENV" "$@"; }
+# box SECONDS CMD...: CMD under timeout, at most SECONDS and never past the budget
+box() {
+    local s=$1 l
+    shift
+    l=$(left)
+    [ "$s" -gt "$((l - 5))" ] && s=$((l - 5))
+    [ "$s" -ge 5 ] || { echo "   (no time left for: $*)"; return 124; }
+    timeout -k 5 "$s" "$@"
 }
 
+B=${RUNNER_BUILD_DIR:-$R/build-gpu}
+FM=$R/.deps/fashion-mnist
+[ -n "$DRY" ] && FM=${SESSION_DRYRUN_FASHION:-/tmp/fm_tiny}
+if [ -n "$DRY" ]; then
+    DEV=cpu; ARCH=resnet20; BENCH_STEPS="--warmup 1 --steps 2 --profile-steps 1"; E2E_SYN='{train_size: 256, val_size: 128, image: [3, 32, 32], classes: 10}'
+    BENCH_CFGS="bf16:8"; IMNET=""; FM_EPOCHS=1; FM_SEEDS="0"; BACKEND_OPT="--backend cpu"
+    BENCH_ENV="RUNNER_CPU_GRAPHS=1"; FUSION_STEPS="--warmup 1 --steps 2"; FUSION_CFGS="bf16:8"
+else
+    DEV=cuda; ARCH=resnet50; BENCH_STEPS="--warmup 15 --steps 40 --profile-steps 3"; E2E_SYN='{train_size: 50000, val_size: 10000, image: [3, 32, 32], classes: 100}'
+    BENCH_CFGS="bf16:128 fp16:128 bf16:256 fp16:256"; IMNET="bf16:256:224"; FM_EPOCHS=""; FM_SEEDS="0 1 2"; BACKEND_OPT=""
+    BENCH_ENV="RUNNER_CPU_GRAPHS=0"; FUSION_STEPS="--warmup 8 --steps 20"; FUSION_CFGS="bf16:128 bf16:256 fp16:128 fp16:256"
+fi
+# issue 25's option lists the fusion stage benchmarks, per configuration in this order
+FUSION_LISTS="none graph_conv graph_conv,dgrad_accum"
+BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
+: >"$BJ"; : >"$RJ"; : >"$TJ"
+
 stage_build() {
-    nvidia-smi -L || echo "nvidia-smi: no GPU listed"
+    if [ -n "$DRY" ]; then [ -x "$B/runner" ] && [ -x "$B/bench/bench_gpu_bench" ]; return; fi
     # shellcheck disable=SC2086
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
-          $RUNNER_CUDA_CMAKE_FLAGS >"$out/configure.log" 2>&1 || { tail -n 30 "$out/configure.log"; return 1; }
-    grep -q "runner: CUDA backend ON" "$out/configure.log" || { echo "CMake built without CUDA"; return 1; }
-    cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; return 1; }
-    echo "build warnings: $(grep -ci "warning" "$out/build.log" || true)"
+    rr cmake -G Ninja -S "$R" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DRUNNER_COMMIT="$COMMIT" $RUNNER_CUDA_CMAKE_FLAGS >"$L/configure.log" 2>&1 || { tail -20 "$L/configure.log"; return 1; }
+    grep -q "runner: CUDA backend ON" "$L/configure.log" || { echo "CMake built without CUDA"; return 1; }
+    # the runner, the benchmark and every test `ctest -L gpu` runs (the targets that exist)
+    local known want t targets="runner bench_gpu_bench"
+    known=$(cmake --build "$B" --target help 2>/dev/null | sed -E 's/^(\.\.\. )?([A-Za-z0-9_]+)(:.*| .*)?$/\2/')
+    want=$(cd "$B" && ctest -N -L gpu | sed -nE 's/.*Test +#[0-9]+: +([A-Za-z0-9_]+).*/\1/p')
+    for t in $want; do grep -qx "$t" <<<"$known" && targets="$targets $t"; done
+    # shellcheck disable=SC2086
+    box 200 env "$RENV" cmake --build "$B" -j"$(nproc)" --target $targets >"$L/build.log" 2>&1 ||
+        { grep -iE "error|FAILED" "$L/build.log" | head -20; return 1; }
+    echo "build warnings: $(grep -c "warning:" "$L/build.log")"
 }
 
 stage_test() {
-    (cd "$build" && ctest -L gpu --output-on-failure --timeout 300) >"$out/gpu-tests.log" 2>&1
+    (cd "$B" && box 170 env "$RENV" RUNNER_TEST_PYTHON="$(command -v "$PY")" RUNNER_FASHION_MNIST="$FM" \
+        ctest -L gpu -j3 --output-on-failure --timeout 150) >"$L/ctest.log" 2>&1
     local rc=$?
-    grep -E "tests passed|Skipped|Failed|\*\*\*" "$out/gpu-tests.log" | tail -30
-    (cd "$build" && ctest -L unit -j8 --timeout 300) >"$out/unit-tests.log" 2>&1 || rc=1
-    tail -n 3 "$out/unit-tests.log"
+    grep -E "tests passed|\*\*\*|Test +#" "$L/ctest.log" | tail -25
     return $rc
 }
 
 stage_sanitize() {
     command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not on PATH"; return 1; }
-    local rc=0
-    for t in test_gpu_ops test_gpu_norm test_gpu_augment test_gpu_conv; do
-        timeout 240 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-            "$build/tests/gpu/$t" >"$out/sanitize-$t.log" 2>&1
-        local r=$?
-        echo "$t: memcheck exit $r ($(grep -c "Invalid\|ERROR SUMMARY: [1-9]" "$out/sanitize-$t.log") error lines)"
-        [ $r -eq 0 ] || rc=1
+    local rc=0 t only
+    for t in test_gpu_ops test_gpu_norm test_gpu_conv; do
+        # test_gpu_conv: the half-precision cases, the accumulation, graphs and conv_engine
+        # (cudnnFind runs every algorithm under memcheck: fp32 and TF32 would not fit the box)
+        only=""
+        [ "$t" = test_gpu_conv ] && only="test_conv_fp16,test_conv_bf16,test_bwd_filter_accumulates,test_clear_caches_stales_graphs,test_conv_engine_reported"
+        (cd "$B/tests/gpu" && box 60 env "$RENV" RUNNER_TEST_ONLY="$only" compute-sanitizer --tool memcheck \
+            --leak-check no --error-exitcode 9 "./$t") >"$L/sanitize_$t.log" 2>&1 || rc=1
+        echo "$t: $(grep -E 'ERROR SUMMARY' "$L/sanitize_$t.log" | tail -1)"
     done
     return $rc
 }
 
-stage_epoch() {
-    local syn='data.synthetic={train_size: 50000, val_size: 10000, image: [3, 32, 32], classes: 100}'
-    local rc=0
-    : >"$out/epoch.tsv"
-    for prec in tf32 bf16 fp16; do
-        for graphs in false true; do
-            local amp="--set amp.enabled=false"
-            [ "$prec" = tf32 ] || amp="--set amp.enabled=true --set amp.dtype=$prec"
-            local name="epoch_${prec}_graphs_${graphs}"
-            # shellcheck disable=SC2086
-            "$build/runner" experiments/resnet50_cifar100.yaml --set name="$name" --set device=cuda \
-                --set data.dataset=synthetic --set "$syn" --set parallel.mode=single \
-                --set parallel.world_size=1 --set train.epochs=1 --set train.deterministic=false \
-                --set train.cuda_graphs=$graphs --set logging.print_every=50 --set checkpoint.resume=never \
-                --set output.root="$out/runs" $amp >"$out/$name.log" 2>&1 || { rc=1; tail -n 5 "$out/$name.log"; }
-            local s
-            s=$(ls "$out"/runs/"$name"/*/summary.json 2>/dev/null | head -1)
-            [ -n "$s" ] && python3 - "$s" "$prec" "$graphs" >>"$out/epoch.tsv" <<'PY'
+# the device, driver and library versions, then gpu_tests.json from the logs
+write_gpu_tests() {
+    rr "$B/bench/bench_gpu_bench" --versions >"$L/versions.json" 2>/dev/null
+    [ -n "$DRIVER" ] && $PY - "$L/versions.json" "$DRIVER" "$GPU_NAME" <<'PY'
 import json, sys
-s = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]}\tgraphs={sys.argv[3]}\t{s.get('seconds_per_epoch')}\t{s.get('images_per_second')}\t"
-      f"{s.get('peak_memory_bytes')}\t{s.get('status')}")
+p = sys.argv[1]
+try:
+    v = json.load(open(p))
+except (OSError, ValueError):
+    v = {}
+v["driver"], v["device"] = sys.argv[2], v.get("device") if v.get("device") not in (None, "unknown") else sys.argv[3]
+json.dump(v, open(p, "w"))
 PY
+    local san=()
+    for f in "$L"/sanitize_*.log; do [ -f "$f" ] && san+=("$f"); done
+    $PY "$R/tests/gpu/gpu_tests_json.py" --ctest "$L/ctest.log" --versions "$L/versions.json" --commit "$COMMIT" \
+        --date "$DATE" --out "$O/gpu_tests.json" ${san[@]+--sanitizer "${san[@]}"}
+}
+
+# runner rows: normal + graphs + profile per configuration; the ImageNet-shaped one
+stage_bench() {
+    local cfg rc=0
+    for cfg in $BENCH_CFGS; do
+        # shellcheck disable=SC2086
+        box 45 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" \
+            --batch "${cfg##*:}" $BENCH_STEPS --profile 1 >>"$RJ" 2>"$L/bench_${cfg/:/_}.err" || { rc=1; tail -3 "$L/bench_${cfg/:/_}.err"; }
+        grep -A40 "^op kind" "$L/bench_${cfg/:/_}.err" | head -40 >"$L/profile_${cfg/:/_}.txt"
+    done
+    if [ -n "$IMNET" ]; then
+        box 70 env "$RENV" "$B/bench/bench_gpu_bench" --arch resnet50 --classes 1000 --precision bf16 --batch 256 \
+            --image-size 224 --warmup 8 --steps 20 --profile 1 --profile-steps 1 >>"$RJ" 2>"$L/bench_imagenet.err" ||
+            { rc=1; tail -3 "$L/bench_imagenet.err"; }
+    fi
+    cat "$RJ" >>"$BJ"
+    # PyTorch eager, every configuration in one process
+    if [ -z "$DRY" ]; then
+        local confs=""
+        for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:eager"; done
+        box 150 "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs bf16:256:eager:224:1000" --warmup 15 --steps 40 \
+            >>"$TJ" 2>"$L/torch_eager.err" || { rc=1; tail -3 "$L/torch_eager.err"; }
+        cat "$TJ" >>"$BJ"
+    fi
+    for f in "$L"/profile_*.txt; do [ -s "$f" ] && { echo "-- $(basename "$f" .txt)"; cat "$f"; }; done
+    return $rc
+}
+
+# the flagship, one epoch per configuration (label: extra --set arguments)
+e2e_run() {
+    local name=$1 amp=$2
+    shift 2
+    # shellcheck disable=SC2086
+    box 60 env "$RENV" "$B/runner" experiments/resnet50_cifar100.yaml --set name="$name" --set device=$DEV \
+        --set model.arch=$ARCH --set data.dataset=synthetic --set "data.synthetic=$E2E_SYN" --set train.epochs=1 \
+        --set checkpoint.resume=never --set output.root="$L/runs" --set logging.print_every=100 $amp "$@" \
+        >"$L/$name.log" 2>&1
+    local rc=$?
+    echo "$name: exit $rc $(grep -E '^epoch 1 done' "$L/$name.log" | sed 's/.*val_top5 [0-9.]* *//')"
+    return $rc
+}
+
+stage_e2e() {
+    local bf16="--set amp.enabled=true --set amp.dtype=bf16" fp16="--set amp.enabled=true --set amp.dtype=fp16"
+    local single="--set parallel.mode=single --set parallel.world_size=1" rc=0
+    local ddp="--set parallel.mode=ddp --set parallel.world_size=1 --set parallel.backend=nccl"
+    [ -n "$DRY" ] && ddp="--set parallel.mode=ddp --set parallel.world_size=1 --set parallel.backend=shm"
+    # shellcheck disable=SC2086
+    {
+        e2e_run e2e_bf16_default "$bf16" $single || rc=1
+        # what the default resolved to (auto since the H100 run of 2026-11-26): the other value is the comparison
+        local dflt="" res
+        for res in "$L"/runs/e2e_bf16_default/*/resolved.yaml; do
+            [ -f "$res" ] && dflt=$(sed -nE 's/^\s+cuda_graphs:\s*([a-z]+).*/\1/p' "$res" | head -1)
+        done
+        echo "train.cuda_graphs defaults to ${dflt:-?}"
+        if [ "$dflt" = false ]; then
+            e2e_run e2e_bf16_graphs_auto "$bf16" $single --set train.cuda_graphs=auto || rc=1
+        else
+            e2e_run e2e_bf16_graphs_false "$bf16" $single --set train.cuda_graphs=false || rc=1
+        fi
+        e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
+        e2e_run e2e_fp16_default "$fp16" $single || rc=1
+    }
+    return $rc
+}
+
+stage_fashion() {
+    [ -f "$FM/train-images-idx3-ubyte.gz" ] || { echo "no Fashion-MNIST in $FM (FASHION=1 pack-gpu-deps.sh)"; return 1; }
+    local l epochs=${FM_EPOCHS}
+    l=$(left)
+    # the H100 run (2026-11-26): runner 0.5-0.6 s and PyTorch ~1 s per epoch, ~5 s per
+    # runner start, ~15 s for PyTorch's: 12 epochs of 3 seeds took 83 s. The epochs that
+    # fit the time left, the same for both; under 45 s it is for a call of its own
+    if [ -z "$epochs" ]; then
+        if [ "$l" -ge 100 ]; then epochs=12; elif [ "$l" -ge 75 ]; then epochs=8; elif [ "$l" -ge 60 ]; then epochs=5
+        elif [ "$l" -ge 45 ]; then epochs=3; else echo "only $l s left: run STAGES=fashion in a call of its own"; return 124; fi
+    fi
+    local extra=""
+    [ -n "$DRY" ] && extra="--precision fp32 --threads 2 --python ${TORCH_PYTHON:-/usr/bin/python3}"
+    # shellcheck disable=SC2086
+    box $((l - 15)) "$PY" "$R/bench/fashion_mnist_gpu_vs_torch.py" --runner "$B/runner" --root "$FM" \
+        --epochs "$epochs" --seeds $FM_SEEDS --device $DEV --work "$L/fm" --out "$O/fashion_mnist_gpu_vs_torch.json" \
+        --commit "$COMMIT" --deadline $((l - 25)) --runner-env "LD_LIBRARY_PATH=$RLD" $extra 2>&1 | tail -12
+}
+
+# torch.compile rows for all four configurations, in an order that lets Inductor's caches
+# help (bf16 then fp16 of one batch size: the H100 run compiled bf16 b128 in 45 s, then
+# fp16 b128 in 2.4 s); warm-up 5 steps (compilation is in the first), 30 timed. Boxed to
+# leave FUSION_RESERVE seconds (default 100) for the stages after it.
+stage_compile() {
+    [ -n "$DRY" ] && { echo "no PyTorch in a dry run"; return 0; }
+    local confs="" cfg
+    for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:compile"; done
+    box $(($(left) - ${FUSION_RESERVE:-100})) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 5 \
+        --steps 30 >"$L/torch_compile.jsonl" 2>"$L/torch_compile.err"
+    local rc=$?
+    cat "$L/torch_compile.jsonl" >>"$TJ"
+    cat "$L/torch_compile.jsonl" >>"$BJ"
+    echo "torch.compile rows: $(grep -c torch_img_per_s "$L/torch_compile.jsonl")"
+    return $rc
+}
+
+# ---- stage fusion (issue 25): the fusion options' exactness and speed ----
+# Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
+# (train, resume, paths, graphs) with every fusion option on (RUNNER_CUDA_FUSION=all, the
+# runner's test hook), then bench rows per option list of FUSION_LISTS for each
+# configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
+# "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
+# bench/gpu_fusion.py, into gpu_resnet50_cifar.json as "runner-fusion" rows (the whole
+# bench/gpu_fusion matrix is ~5 minutes: a call of its own). Each part is skipped, saying so,
+# when the build lacks it: `bench_gpu_bench --fusion` (probed: its argument check names
+# --fusion as unknown) and the runner's RUNNER_CUDA_FUSION (probed: a bad list fails
+# `runner plan`).
+# Leaves FASHION_RESERVE seconds (default 50) for the stage after it.
+stage_fusion() {
+    local rc=0 reserve=${FASHION_RESERVE:-50} cfg list
+    if RUNNER_CUDA_FUSION=no_such_option rr "$B/runner" plan experiments/ci_smoke.yaml --set device=$DEV \
+        >"$L/fusion_probe.log" 2>&1; then
+        echo "fusion: this build's runner has no RUNNER_CUDA_FUSION: exactness tests skipped"
+    elif [ -n "$DRY" ]; then
+        echo "fusion: dry run: the exactness tests need a GPU"
+    else
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=all ctest \
+            -R 'test_gpu_cli_(train|resume|paths|graphs)' --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
+        grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
+    fi
+    # (--batch 0 makes any build stop at its argument check, before touching a device)
+    local probe
+    probe=$(rr "$B/bench/bench_gpu_bench" --fusion none --batch 0 2>&1)
+    if [[ $probe == *"unknown option --fusion"* ]]; then
+        echo "fusion: this build's bench_gpu_bench has no --fusion: bench rows skipped"
+        return $rc
+    fi
+    : >"$L/fusion.jsonl"
+    for cfg in $FUSION_CFGS; do
+        for list in $FUSION_LISTS; do
+            [ "$(left)" -gt $((reserve + 30)) ] || { echo "fusion: no time left for $cfg $list"; continue; }
+            # shellcheck disable=SC2086
+            box 40 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" \
+                --batch "${cfg##*:}" --fusion "$list" $FUSION_STEPS >>"$L/fusion.jsonl" 2>"$L/fusion_${cfg/:/_}_$list.err" ||
+                { rc=1; tail -2 "$L/fusion_${cfg/:/_}_$list.err"; }
         done
     done
-    echo -e "precision\tgraphs\ts/epoch\timg/s(median step)\tpeak bytes\tstatus"
-    cat "$out/epoch.tsv"
+    cat "$L/fusion.jsonl" >>"$BJ"
+    "$PY" - "$L/fusion.jsonl" <<'PY'
+import json, sys
+print(f"{'prec':5} {'batch':>5} {'fusion':28} {'img/s':>8} {'step ms':>8} {'graphs ms':>9} {'mfu':>6}")
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"
+    print(f"{r.get('precision', ''):5} {r.get('batch', 0):5} {str(r.get('fusion', '?')):28} "
+          f"{f(r.get('runner_img_per_s'), '.0f'):>8} {f(r.get('step_ms'), '.2f'):>8} "
+          f"{f(r.get('graphs_step_ms'), '.2f'):>9} {f(r.get('mfu'), '.3f'):>6}")
+PY
     return $rc
 }
 
+# optional stages (not in the default list; a later call): TensorBoard's own reader on a GPU
+# run's event file, and bench/allreduce_suite.sh (NCCL rows, the DDP bucket timeline)
 stage_tb() {
-    "$build/runner" experiments/ci_smoke.yaml --set device=cuda --set logging.tensorboard=true \
-        --set name=tb_check --set output.root="$out/runs" --set checkpoint.resume=never >"$out/tb-run.log" 2>&1 ||
-        { tail -n 5 "$out/tb-run.log"; return 1; }
-    python3 - "$out"/runs/tb_check/*/tensorboard <<'PY'
+    box 90 env "$RENV" "$B/runner" experiments/ci_smoke.yaml --set device=$DEV --set logging.tensorboard=true \
+        --set name=tb_check --set output.root="$L/tb" --set checkpoint.resume=never >"$L/tb-run.log" 2>&1 ||
+        { tail -n 5 "$L/tb-run.log"; return 1; }
+    "$PY" - "$L"/tb/tb_check/*/tensorboard <<'PY'
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 acc = EventAccumulator(sys.argv[1])
 acc.Reload()
 tags = acc.Tags()["scalars"]
 print("tensorboard EventAccumulator read", len(tags), "scalar tags:", ", ".join(sorted(tags)[:8]))
-for t in ("train/loss", "epoch/val_top1"):
-    if t in tags:
-        ev = acc.Scalars(t)
-        print(f"  {t}: {len(ev)} points, last step {ev[-1].step} value {ev[-1].value:.4f}")
 assert tags, "no scalars"
 PY
 }
+stage_allreduce() { box $(($(left) - 20)) env "$RENV" bash bench/allreduce_suite.sh "$B" >"$L/allreduce.log" 2>&1; tail -n 30 "$L/allreduce.log"; }
 
-# One half of the benchmark matrix. It is stopped at BENCH_LIMIT seconds (default 520, so
-# the logs still come back within a 600-second device call); the configurations measured
-# by then are assembled into the results JSON all the same (their raw lines are kept).
-bench_half() {
-    local name=$1 precisions=$2 rc=0
-    PRECISIONS="$precisions" timeout "${BENCH_LIMIT:-520}" bench/gpu_vs_torch >"$out/$name.log" 2>&1 || rc=$?
-    tail -n 20 "$out/$name.log"
-    cp bench/results/gpu_resnet50_cifar.runner.jsonl "$out/$name.runner.jsonl" 2>/dev/null
-    cp bench/results/gpu_resnet50_cifar.torch.jsonl "$out/$name.torch.jsonl" 2>/dev/null
-    if [ $rc -ne 0 ] && [ -s "$out/$name.runner.jsonl" ]; then
-        echo "gpu_vs_torch ended with $rc; assembling what it measured"
-        python3 bench/gpu_vs_torch.py --assemble "$out/$name.runner.jsonl" "$out/$name.torch.jsonl" \
-            --out bench/results/gpu_resnet50_cifar.json \
-            --commit "$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
-    fi
-    return $rc
-}
-stage_bench_amp() { bench_half bench-amp "fp16 bf16"; }
-stage_bench_fp32() { bench_half bench-fp32 "fp32 tf32"; }
-stage_allreduce() { bash bench/allreduce_suite.sh "$build" 2>&1 | tee "$out/allreduce.log" | tail -n 30; }
-
-env_setup
-[ $# -gt 0 ] || set -- build test
-# A machine given back between calls (it stays warm only 30 s) comes back bare: any stage
-# builds first when the runner is missing.
-case " $* " in
-    *" build "*) ;;
-    *) if [ ! -x "$build/runner" ]; then
-           t0=$(date +%s)
-           if stage_build; then note "build (missing, made first): ok ($(( $(date +%s) - t0 )) s)"
-           else note "build (missing, made first): FAILED"; failed=$((failed + 1)); fi
-       fi ;;
-esac
-for st in "$@"; do
-    fn="stage_${st//-/_}"
-    if ! declare -F "$fn" >/dev/null; then note "$st: unknown stage"; failed=$((failed + 1)); continue; fi
+for st in build test sanitize bench e2e compile fusion fashion tb allreduce; do
+    [[ $stages == *" $st "* ]] || continue
     t0=$(date +%s)
-    if "$fn"; then note "$st: ok ($(( $(date +%s) - t0 )) s)"; else note "$st: FAILED ($(( $(date +%s) - t0 )) s)"; failed=$((failed + 1)); fi
+    echo "== $st ($(el) s, $(left) s left)"
+    if [ "$(left)" -lt 15 ]; then note "$st" "SKIPPED (no time left)"; continue; fi
+    "stage_$st"
+    rc=$?
+    if [ $rc -eq 0 ]; then note "$st" "ok ($(($(date +%s) - t0)) s)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then note "$st" "TIMED OUT ($(($(date +%s) - t0)) s)"
+    else note "$st" "FAILED, exit $rc ($(($(date +%s) - t0)) s)"; fi
+    [ "$st" = build ] && [ $rc -ne 0 ] && [ ! -x "$B/runner" ] && { echo "no build: nothing else can run"; break; }
 done
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-if [ -n "${OUT:-}" ]; then
-    mkdir -p "$OUT"
-    tar czf "$OUT/gpu-logs.tgz" -C "$out" --exclude='*.ckpt' --exclude='*.wandb' . 2>/dev/null
-    for f in bench/results/gpu_resnet50_cifar.json bench/results/allreduce.json "$out/epoch.tsv"; do
-        [ -f "$f" ] && cp "$f" "$OUT/"
-    done
-fi
-exit $failed
+
+# ---- results ----
+echo "== results ($(el) s)"
+[ -f "$L/ctest.log" ] && write_gpu_tests
+# (bench_gpu_bench's lines say whether the default records the step: default_graphs)
+[ -s "$RJ" ] && $PY "$R/bench/gpu_vs_torch.py" --assemble "$RJ" "$TJ" --out "$O/gpu_resnet50_cifar.json" \
+    --commit "$COMMIT"
+# the fusion stage's rows beside them (torch_mode "runner-fusion"; bench/gpu_fusion.py)
+[ -s "$L/fusion.jsonl" ] && [ -f "$R/bench/gpu_fusion.py" ] && $PY "$R/bench/gpu_fusion.py" "$L/fusion.jsonl" \
+    --out "$O/gpu_resnet50_cifar.json" --host-out "$L/gpu_conv_host_us.json" --commit "$COMMIT"
+compgen -G "$L/runs/*/*/summary.json" >/dev/null &&
+    $PY "$R/bench/gpu_e2e_json.py" --runs "$L/runs" --out "$O/gpu_e2e.json" --device "${GPU_NAME:-$DEV}" --commit "$COMMIT"
+[ -f "$O/fashion_mnist_gpu_vs_torch.json" ] && $PY - "$O/fashion_mnist_gpu_vs_torch.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("fashion-mnist:", {k: r.get(k) for k in ("epochs", "runner_mean", "torch_mean", "torch_min", "torch_max", "verdict")})
+PY
+tar czf "$O/logs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$L" . 2>/dev/null
+files=("$O"/*)
+echo "== summary ($(el) s of $BUDGET; files in $O: ${files[*]##*/})"
+printf '%s\n' "${summary[@]}"
+sleep 1   # let tee finish session.log

@@ -1,10 +1,12 @@
 /* test_gpu_cli_paths.c: the ways a GPU run can take change nothing but speed.
- *  1. train.cuda_graphs (each full micro-batch replayed as a recorded CUDA graph) on vs
- *     off: bit-identical.
+ *  1. train.cuda_graphs true (each step recorded whole as a CUDA graph per shape and
+ *     replayed; test_gpu_cli_graphs covers auto, DDP and resume) vs false: bit-identical.
  *  2. data.on_device false (the CPU loader, pinned buffers, the copy stream and a cast on
- *     the device) vs the default (the split on the GPU, the augmentation kernel):
- *     bit-identical, since crop and flip give the same pixels on both paths
- *     (test_gpu_augment) and fp16 rounding happens once on either.
+ *     the device; with train.cuda_graphs' default, auto, each micro-batch's device work
+ *     recorded and replayed) vs the base run (the split on the GPU, the augmentation
+ *     kernel, graphs false): bit-identical, since crop and flip give the same pixels on
+ *     both paths (test_gpu_augment), fp16 rounding happens once on either and a replay
+ *     computes what the launches it holds compute.
  *  3. the same two comparisons with issue 17's data recipe on (RandAugment, random erasing
  *     of mode rand, mixup + cutmix in elem mode): the GPU kernels (auto-augment ops,
  *     erasing, cuda_mixup_batch, the soft-target loss, recorded in the graph) against the
@@ -15,11 +17,10 @@
  * gpu_cli_util.h) checks that both keys are ignored there.
  *
  * The experiment: resnet20, synthetic 3x32x32 images of 4 classes, 200 train samples at
- * global batch 32 (6 full micro-batches and a short one of 8 per epoch, so each epoch
- * records or replays the full shape and runs the short one normally), 64 validation
- * samples (evaluation between epochs uses other shapes and may grow the cuDNN workspace,
- * after which the recording is stale and must be made again), 3 epochs, fp16 AMP (the
- * loss scale is read on the device inside the recording), SGD with momentum,
+ * global batch 32 (6 full micro-batches and a short one of 8 per epoch: two step shapes,
+ * the short one recorded in the second epoch), 64 validation samples (evaluation batches
+ * are recorded too), 3 epochs, fp16 AMP (the loss scale is read and updated on the device
+ * inside the recording), SGD with momentum,
  * train.deterministic true, one steps.csv row per step. Compared, each pair of runs:
  *  - last.ckpt params, buffers, optim.momentum_buffer: bit for bit;
  *  - meta optim_steps, loss_scale, growth_tracker and the BN counters (bn_counters, which
@@ -49,23 +50,7 @@ static const char *exp_yaml =
     "logging: {print_every: 1}\n"
     "checkpoint: {every_epochs: 1, keep_last: 1, resume: never}\n";
 
-/* The bn_counters array of DIR's last.ckpt meta as text ("" when missing). */
-static void bn_counters(const char *dir, char *buf, size_t len) {
-    size_t n = 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
-    char *meta = ckpt_section_copy(path, "meta", &n);
-    buf[0] = '\0';
-    if (!meta) return;
-    meta = realloc(meta, n + 1);
-    meta[n] = '\0';
-    const char *p = strstr(meta, "\"bn_counters\"");
-    const char *q = p ? strchr(p, ']') : NULL;
-    if (p && q) snprintf(buf, len, "%.*s", (int)(q - p + 1), p);
-    free(meta);
-}
-
-static char base_dir[4096];   /* the default run: graphs off, data on the device */
+static char base_dir[4096];   /* the base run: graphs false, data on the device */
 static char recipe_dir[4096]; /* the same with the recipe on */
 
 static const char *recipe_sets =
@@ -105,8 +90,8 @@ static void same_as(char *dir, const char *base_root, const char *base_sets, con
         CHECK(a == b);
     }
     char ca[2048], cb[2048];
-    bn_counters(on, ca, sizeof ca);
-    bn_counters(off, cb, sizeof cb);
+    gc_bn_counters(on, ca, sizeof ca);
+    gc_bn_counters(off, cb, sizeof cb);
     CHECK(ca[0] != '\0');
     CHECK_STR(ca, cb);
     const char *sc[] = {"loss", "top1", "loss_scale"};

@@ -97,6 +97,24 @@ static void check_summary(const char *dir, const char *device, const char *mode,
     CHECK_INT(cli_json_number(dir, "summary.json", "world_size"), world);
     CHECK_INT(cli_json_number(dir, "summary.json", "steps"), STEPS);
     CHECK_INT(cli_json_number(dir, "summary.json", "exit_code"), 0);
+    /* env.json names the convolution algorithms that ran (the conv_engine op) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/env.json", dir);
+    char *env = test_read_file(path, NULL);
+    CHECK(env != NULL);
+    /* RUNNER_CUDA_FUSION with graph_conv (all has it): the graph API's plans report */
+    const char *fusion = getenv("RUNNER_CUDA_FUSION");
+    bool graph_conv = fusion && (strstr(fusion, "graph_conv") || strstr(fusion, "all"));
+    if (env && !strcmp(device, "cuda") && strcmp(mode, "dp") && graph_conv) {
+        CHECK_CONTAINS(env, "\"fwd\": \"cudnn-graph eng");
+    } else if (env && !strcmp(device, "cuda") && strcmp(mode, "dp")) {
+        CHECK_CONTAINS(env, "\"fwd\": \"cudnn fwd ");
+        CHECK_CONTAINS(env, "\"bwd_filter\": \"cudnn bwd_filter ");
+        CHECK_CONTAINS(env, "deterministic, heuristic order");
+    } else if (env) {
+        CHECK_CONTAINS(env, "\"conv_engines\"");
+    }
+    free(env);
 }
 
 /* The GPU run's curves against the CPU run's, within the tolerances of case 1. */

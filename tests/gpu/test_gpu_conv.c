@@ -1,7 +1,9 @@
 /* test_gpu_conv.c: cuDNN convolutions of the CUDA backend against the CPU backend on the
  * same inputs: forward, backward data and backward filter (which must accumulate), for
  * ResNet-like shapes (3x3 s1, 1x1 s2, 3x3 s2 odd size, the 3-channel stem) in fp32
- * (FMA and TF32), fp16 and bf16; and that deterministic mode repeats bit for bit.
+ * (FMA and TF32), fp16 and bf16; that deterministic mode repeats bit for bit; and that a
+ * graph recorded before cuda_backend_clear_caches is stale after it (it would replay
+ * into the freed workspace); and that conv_engine reports the chosen algorithms.
  * Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
@@ -120,6 +122,78 @@ static void test_deterministic_repeat(void) {
     pair_free(&p);
 }
 
+/* cuda_backend_clear_caches frees the shared workspace a recorded convolution uses: the
+ * recording must then be reported stale (1) rather than replayed into freed memory, and
+ * a new recording replays to the same bits as the direct call. */
+static void test_clear_caches_stales_graphs(void) {
+    pair_t p = pair_make(true, false);
+    backend_t *g = p.gpu;
+    conv_shape_t s = shape(8, 16, 16, 64, 64, 3, 1, 1);
+    int64_t nx = 8 * 16 * 16 * 64, nw = 64 * 9 * 64;
+    float *hx = hrand(nx, 11, -1, 1), *hw = hrand(nw, 12, -0.5f, 0.5f);
+    twin_t x = twin_new(&p, nx, DT_F16, hx), w = twin_new(&p, nw, DT_F16, hw);
+    twin_t y1 = twin_new(&p, nx, DT_F16, NULL), y2 = twin_new(&p, nx, DT_F16, NULL);
+    OK(g, g->ops->conv2d_fwd(g, &s, DT_F16, x.g, w.g, y1.g));   /* plans; the workspace fits */
+    void *graph = NULL;
+    OK(g, g->ops->graph_capture_begin(g));
+    OK(g, g->ops->conv2d_fwd(g, &s, DT_F16, x.g, w.g, y2.g));
+    OK(g, g->ops->graph_capture_end(g, &graph));
+    CHECK(graph != NULL);
+    CHECK_INT(g->ops->graph_launch(g, graph), 0);
+    cuda_backend_clear_caches(g);
+    CHECK_INT(g->ops->graph_launch(g, graph), 1);   /* stale: nothing launched */
+    g->ops->graph_free(g, graph);
+    OK(g, g->ops->conv2d_fwd(g, &s, DT_F16, x.g, w.g, y1.g));   /* plans again */
+    OK(g, g->ops->zero(g, y2.g, (size_t)nx * 2));
+    OK(g, g->ops->graph_capture_begin(g));
+    OK(g, g->ops->conv2d_fwd(g, &s, DT_F16, x.g, w.g, y2.g));
+    OK(g, g->ops->graph_capture_end(g, &graph));
+    CHECK_INT(g->ops->graph_launch(g, graph), 0);
+    g->ops->graph_free(g, graph);
+    float *c1, *g1, *c2, *g2;
+    twin_get(&p, &y1, &c1, &g1);
+    twin_get(&p, &y2, &c2, &g2);
+    CHECK(memcmp(g1, g2, (size_t)nx * sizeof(float)) == 0);
+    free(c1); free(g1); free(c2); free(g2); free(hx); free(hw);
+    twin_free(&p, &x); twin_free(&p, &w); twin_free(&p, &y1); twin_free(&p, &y2);
+    pair_free(&p);
+}
+
+/* conv_engine names the algorithm of each direction once a call planned it: by the
+ * heuristic's order with deterministic, by GPU + host cost (with the measured host time)
+ * without; before any call it says so and returns -1. */
+static void test_conv_engine_reported(void) {
+    for (int det = 1; det >= 0; det--) {
+        pair_t p = pair_make(det, false);
+        backend_t *g = p.gpu;
+        conv_shape_t s = shape(8, 16, 16, 32, 64, 3, 2, 1);
+        int64_t nx = 8 * 16 * 16 * 32, nw = 64 * 9 * 32, ny = 8 * 8 * 8 * 64;
+        float *hx = hrand(nx, 21, -1, 1), *hw = hrand(nw, 22, -0.5f, 0.5f), *hdy = hrand(ny, 23, -1, 1);
+        twin_t x = twin_new(&p, nx, DT_BF16, hx), w = twin_new(&p, nw, DT_BF16, hw), dy = twin_new(&p, ny, DT_BF16, hdy);
+        twin_t y = twin_new(&p, ny, DT_BF16, NULL), dx = twin_new(&p, nx, DT_BF16, NULL);
+        twin_t dw = twin_new(&p, nw, DT_F32, NULL);
+        char buf[512];
+        CHECK_INT(g->ops->conv_engine(g, &s, 0, buf, sizeof buf), -1);
+        CHECK_CONTAINS(buf, "not planned yet");
+        OK(g, g->ops->conv2d_fwd(g, &s, DT_BF16, x.g, w.g, y.g));
+        OK(g, g->ops->conv2d_bwd_data(g, &s, DT_BF16, dy.g, w.g, dx.g));
+        OK(g, g->ops->conv2d_bwd_filter(g, &s, DT_BF16, x.g, dy.g, (float *)dw.g));
+        static const char *const prefix[3] = {"cudnn fwd ", "cudnn bwd_data ", "cudnn bwd_filter "};
+        for (int d = 0; d < 3; d++) {
+            CHECK_INT(g->ops->conv_engine(g, &s, d, buf, sizeof buf), 0);
+            fprintf(stderr, "  %s: %s\n", det ? "deterministic" : "by cost", buf);
+            CHECK(!strncmp(buf, prefix[d], strlen(prefix[d])));
+            CHECK_CONTAINS(buf, " ws ");
+            CHECK_CONTAINS(buf, det ? "deterministic, heuristic order" : "by gpu+host cost");
+            if (!det) CHECK_CONTAINS(buf, " us;");
+        }
+        twin_t *all[] = {&x, &w, &dy, &y, &dx, &dw};
+        for (int i = 0; i < 6; i++) twin_free(&p, all[i]);
+        free(hx); free(hw); free(hdy);
+        pair_free(&p);
+    }
+}
+
 int main(void) {
     gpu_or_skip();
     TEST_RUN(test_conv_fp32);
@@ -128,5 +202,7 @@ int main(void) {
     TEST_RUN(test_conv_bf16);
     TEST_RUN(test_bwd_filter_accumulates);
     TEST_RUN(test_deterministic_repeat);
+    TEST_RUN(test_clear_caches_stales_graphs);
+    TEST_RUN(test_conv_engine_reported);
     return test_main_end();
 }

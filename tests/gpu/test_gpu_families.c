@@ -56,42 +56,26 @@ static void test_grouped_conv(void) {
         dtype_t dt = g_dts[di];
         for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
             const conv_shape_t *s = &shapes[si];
-            int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c / s->groups;
-            int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
-            float *hx = hrand(nx, 1, -1, 1), *hw = hrand(nw, 2, -0.5f, 0.5f), *hdy = hrand(ny, 3, -1, 1);
-            float *hdw = hrand(nw, 4, -0.25f, 0.25f);
-            twin_t x = twin_new(&p, nx, dt, hx), w = twin_new(&p, nw, dt, hw), dy = twin_new(&p, ny, dt, hdy);
-            twin_t y = twin_new(&p, ny, dt, NULL), dx = twin_new(&p, nx, dt, NULL), dw = twin_new(&p, nw, DT_F32, hdw);
-            backend_t *bes[2] = {p.cpu, p.gpu};
-            for (int i = 0; i < 2; i++) {
-                backend_t *be = bes[i];
-#define S(t) (i ? (t).g : (t).c)
-                OK(be, be->ops->conv2d_fwd(be, s, dt, S(x), S(w), S(y)));
-                OK(be, be->ops->conv2d_bwd_data(be, s, dt, S(dy), S(w), S(dx)));
-                OK(be, be->ops->conv2d_bwd_filter(be, s, dt, S(x), S(dy), (float *)S(dw)));
-#undef S
-            }
+            conv_twins_t t = conv_twins_run(&p, s, dt);
+            int64_t nw = t.nw, ny = t.ny;
             char what[128];
             snprintf(what, sizeof what, "%s %dx%d %d->%d groups %d stride %d", dtype_names[dt], s->h, s->w, s->c, s->k,
                      s->groups, s->stride);
-            double tol = dt_tol(dt);
-            CHECK_INT(twin_cmp(what, &p, &y, tol), 0);
-            CHECK_INT(twin_cmp(what, &p, &dx, tol), 0);
-            CHECK_INT(twin_cmp(what, &p, &dw, tol), 0);
+            CHECK_INT(conv_twins_cmp(&p, &t, what, dt_tol(dt)), 0);
             /* deterministic: the same calls again give the same bits */
-            twin_t y2 = twin_new(&p, ny, dt, NULL), dw2 = twin_new(&p, nw, DT_F32, hdw);
-            OK(p.gpu, p.gpu->ops->conv2d_fwd(p.gpu, s, dt, x.g, w.g, y2.g));
-            OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, s, dt, x.g, dy.g, (float *)dw2.g));
+            twin_t y2 = twin_new(&p, ny, dt, NULL), dw2 = twin_new(&p, nw, DT_F32, t.hdw);
+            OK(p.gpu, p.gpu->ops->conv2d_fwd(p.gpu, s, dt, t.x.g, t.w.g, y2.g));
+            OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, s, dt, t.x.g, t.dy.g, (float *)dw2.g));
             size_t esz = dt == DT_F32 ? 4 : 2;
             void *a = malloc((size_t)ny * esz), *b = malloc((size_t)ny * esz);
-            OK(p.gpu, p.gpu->ops->download(p.gpu, a, y.g, (size_t)ny * esz));
+            OK(p.gpu, p.gpu->ops->download(p.gpu, a, t.y.g, (size_t)ny * esz));
             OK(p.gpu, p.gpu->ops->download(p.gpu, b, y2.g, (size_t)ny * esz));
             CHECK(memcmp(a, b, (size_t)ny * esz) == 0);
             free(a);
             free(b);
             a = malloc((size_t)nw * 4);
             b = malloc((size_t)nw * 4);
-            OK(p.gpu, p.gpu->ops->download(p.gpu, a, dw.g, (size_t)nw * 4));
+            OK(p.gpu, p.gpu->ops->download(p.gpu, a, t.dw.g, (size_t)nw * 4));
             OK(p.gpu, p.gpu->ops->download(p.gpu, b, dw2.g, (size_t)nw * 4));
             CHECK(memcmp(a, b, (size_t)nw * 4) == 0);
             free(a);
@@ -100,9 +84,9 @@ static void test_grouped_conv(void) {
                 char eng[128];
                 if (p.gpu->ops->conv_engine(p.gpu, s, 0, eng, sizeof eng) == 0) fprintf(stderr, "  %s: %s\n", what, eng);
             }
-            twin_t *all[] = {&x, &w, &dy, &y, &dx, &dw, &y2, &dw2};
-            for (int k = 0; k < 8; k++) twin_free(&p, all[k]);
-            free(hx); free(hw); free(hdy); free(hdw);
+            twin_free(&p, &y2);
+            twin_free(&p, &dw2);
+            conv_twins_free(&p, &t);
         }
     }
     pair_free(&p);

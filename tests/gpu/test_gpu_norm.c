@@ -2,7 +2,9 @@
  * (non-zero mean, to catch cancellation), apply with and without residual and relu,
  * running-stat update, and both backward phases (relu mask, dz, accumulation into dgamma
  * and dbeta), for channel counts that take the 4-wide, 2-wide and scalar kernel paths,
- * in fp32, fp16 and bf16. Skipped (77) without a GPU.
+ * in fp32, fp16 and bf16; and again with the vec16 fusion option (16-byte accesses on
+ * every channel count that is a multiple of 8: 8 lanes per row at 64 half channels, 3 at
+ * 24, 5 at 40). Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
 
@@ -16,8 +18,10 @@ static twin_t twin_from_cpu(pair_t *p, const twin_t *src) {
     return t;
 }
 
+static unsigned g_fusion;   /* the CUDA backend's fusion options (test_bn_vec16) */
+
 static void check_bn(int64_t m, int c, dtype_t dt) {
-    pair_t p = pair_make(true, false);
+    pair_t p = pair_make_fused(true, false, g_fusion);
     double tol = dt_tol(dt);
     char what[128];
     float *hx = hrand(m * c, 11, -2.0f, 2.0f), *hz = hrand(m * c, 12, -1.0f, 1.0f);
@@ -105,8 +109,23 @@ static void test_bn_bf16(void) {
     check_bn(1000, 256, DT_BF16);
 }
 
+static void test_bn_vec16(void) {
+    g_fusion = BACKEND_FUSE_VEC16;
+    for (int d = 0; d < 3; d++) {
+        dtype_t dt = d == 0 ? DT_F32 : d == 1 ? DT_F16 : DT_BF16;
+        check_bn(4096, 64, dt);
+        check_bn(2048, 128, dt);
+        check_bn(150, 24, dt);
+        check_bn(333, 40, dt);
+        check_bn(1000, 256, dt);
+        check_bn(77, 8, dt);
+    }
+    g_fusion = 0;
+}
+
 int main(void) {
     gpu_or_skip();
+    TEST_RUN(test_bn_vec16);
     TEST_RUN(test_bn_fp32);
     TEST_RUN(test_bn_fp16);
     TEST_RUN(test_bn_bf16);

@@ -206,19 +206,54 @@ static void test_softmax_xent(void) {
  * against the dominant label and dlogits (times the step control's loss scale) against the
  * CPU backend. */
 static step_ctl_t *ctl_new(backend_t *be, int64_t steps, int32_t found_inf, float scale);
+/* Top-1 and top-5 hits the contract (model/backend.h softmax_xent_soft) gives: each row's
+ * dominant label argmax_j t_ij (ties: the lower index) ranked among the row's logits as
+ * stored (rounded to dt; ties: the lower index), counted on the host. */
+static void soft_hits_expected(const float *logits, const float *targets, int n, int classes, dtype_t dt,
+                               int32_t hits[2]) {
+    hits[0] = hits[1] = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (int64_t)i * classes, *t = targets + (int64_t)i * classes;
+        int y = 0, rank = 0;
+        for (int j = 1; j < classes; j++)
+            if (t[j] > t[y]) y = j;
+        float zy = round_dt(z[y], dt);
+        for (int j = 0; j < classes; j++) {
+            float zj = round_dt(z[j], dt);
+            rank += zj > zy || (zj == zy && j < y);
+        }
+        hits[0] += rank < 1;
+        hits[1] += rank < 5;
+    }
+}
+
+/* Soft targets as mixup makes them (two smoothed one-hot labels a, b mixed by lam). The
+ * expected hits come from the host (soft_hits_expected), not from either backend, so a
+ * rule both got wrong still fails. Rows 0..3 and the last row get the logit 9 at their
+ * dominant label and must hit; rows 4..7 get it at the other label and must not: row 0 is an exact tie
+ * (lam 0.5, dominant = the lower of a and b), and the rows with lam < 0.5 have b
+ * dominant, so counting against a, or ties to the higher index, changes the count. */
 static void check_xent_soft(dtype_t dt, int classes) {
     pair_t p = pair_make(true, false);
     int n = 33;
     float *hl = hrand((int64_t)n * classes, 61, -4, 4), *ht = hbuf((int64_t)n * classes);
     rng_t r = rng_make(9, RNG_STREAM_MISC, 4, 0);
     float off = 0.1f / classes, on = 1.0f - 0.1f + off;
+    int planted_hit = 0;
     for (int i = 0; i < n; i++) {
         int a = (int)rng_below(&r, (uint32_t)classes), b = (int)rng_below(&r, (uint32_t)classes);
-        float lam = i == 0 ? 0.5f : rng_uniform(&r);
+        if (i < 8 && b == a) b = (a + 1) % classes;   /* the planted rows need two labels */
+        float lam = i == 0 ? 0.5f : (i == 1 || i == 4) ? 0.3f : rng_uniform(&r);
         for (int j = 0; j < classes; j++)
             ht[(int64_t)i * classes + j] = (j == a ? on : off) * lam + (j == b ? on : off) * (1.0f - lam);
-        if (i < 4) hl[(int64_t)i * classes + a] = 9.0f;
+        int dom = ht[(int64_t)i * classes + b] > ht[(int64_t)i * classes + a] ||
+                  (ht[(int64_t)i * classes + b] == ht[(int64_t)i * classes + a] && b < a) ? b : a;
+        if (i < 4 || i == n - 1) hl[(int64_t)i * classes + dom] = 9.0f;
+        else if (i < 8) hl[(int64_t)i * classes + (dom == a ? b : a)] = 9.0f;
+        planted_hit += i < 4 || i == n - 1;
     }
+    int32_t want[2];
+    soft_hits_expected(hl, ht, n, classes, dt, want);
     twin_t lg = twin_new(&p, (int64_t)n * classes, dt, hl), tg = twin_new(&p, (int64_t)n * classes, DT_F32, ht);
     twin_t dl = twin_new(&p, (int64_t)n * classes, dt, NULL), loss = twin_new(&p, 1, DT_F32, NULL);
     backend_t *bes[2] = {p.cpu, p.gpu};
@@ -235,10 +270,14 @@ static void check_xent_soft(dtype_t dt, int classes) {
         be->ops->release(be, cor);
         be->ops->release(be, ctl);
     }
+    fprintf(stderr, "  %s %d classes: top-1 hits cpu %d gpu %d expected %d, top-5 cpu %d gpu %d expected %d\n",
+            dtype_names[dt], classes, got[0][0], got[1][0], want[0], got[0][1], got[1][1], want[1]);
+    CHECK(want[0] >= planted_hit);   /* the fixture exercises hits */
     CHECK_NEAR(lsum[1], lsum[0], 1e-4, 1e-4);
-    CHECK_INT(got[1][0], got[0][0]);
-    CHECK_INT(got[1][1], got[0][1]);
-    CHECK(got[1][0] >= 3);
+    CHECK_INT(got[1][0], want[0]);
+    CHECK_INT(got[1][1], want[1]);
+    CHECK_INT(got[0][0], want[0]);
+    CHECK_INT(got[0][1], want[1]);
     CHECK_INT(twin_cmp("softmax_xent_soft dlogits", &p, &dl, dt_tol(dt)), 0);
     twin_free(&p, &lg); twin_free(&p, &tg); twin_free(&p, &dl); twin_free(&p, &loss);
     free(hl);

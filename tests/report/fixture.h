@@ -20,6 +20,22 @@
     "step,epoch,lr,loss,top1,images_per_second,step_seconds,compute_seconds,comm_exposed_seconds," \
     "data_wait_seconds,loss_scale\n"
 
+/* comparison.csv's header (report.h): the run's columns, then its member's. */
+#define REPORT_CSV_HEADER \
+    "name,mode,world_size,precision,batch_size,device,images_per_second,seconds_per_epoch,speedup," \
+    "comm_exposed_pct,peak_memory_bytes,final_val_top1,best_val_top1,final_train_loss,status,exit_code," \
+    "run_dir,note,member,seed,steady_steps,warmup_steps,steady_seconds,images_per_second_se," \
+    "images_per_second_from,member_runs,member_images_per_second_mean,member_images_per_second_std," \
+    "member_images_per_second_min,member_images_per_second_max,member_seconds_per_epoch,member_speedup," \
+    "member_speedup_low,member_speedup_high,member_final_val_top1_mean,member_final_val_top1_std," \
+    "member_final_val_top1_min,member_final_val_top1_max,member_best_val_top1_mean,member_best_val_top1_std," \
+    "member_best_val_top1_min,member_best_val_top1_max,member_fastest,member_accuracy_differs\n"
+/* The note of a run directory without timing.csv whose images/s comes from steps.csv. */
+#define OLD_RUN_NOTE "\"no timing.csv (a run from an older runner): images/s is the median of its steps.csv " \
+    "rows and s/epoch its median epoch time, not rates from every step\""
+#define OLD_SUMMARY_NOTE "\"no timing.csv (a run from an older runner): images/s is its summary.json number " \
+    "and s/epoch its median epoch time, not rates from every step\""
+
 /* Writes dir/name with text; makes dir first. Returns 0 on success. */
 static inline int fx_write(const char *dir, const char *name, const char *text) {
     char path[4200];
@@ -93,6 +109,39 @@ static inline void fx_run_dp_amp(const char *dir) {
     fx_write(dir, "metrics.csv", METRICS_HEADER
              "1,100,0.1,2.1,0.3,1.9,0.42,0.8,8,300,4000000\n"
              "2,200,0.1,1.4,0.5,1.4,0.50,0.85,9,300,4000000\n");
+}
+
+/* A run directory as the runner writes it now, with one epoch of 10 + steady steps of
+ * batch images: resolved.yaml (config, then "seed: <seed>", and a comment naming the
+ * directory, which the grouping ignores), summary.json, metrics.csv (epoch_seconds, val
+ * top-1 top1), steps.csv with a single row (the run had fewer steps than print_every) whose
+ * images_per_second is row_ips, and timing.csv with every step: 10 warm-up steps of 1 s
+ * each, then steady steps of sec seconds. Its steady rate is batch / sec exactly, and its
+ * epoch trains (10 + steady) * batch images. */
+static inline void fx_timed_run(const char *dir, const char *name, int seed, const char *config, int batch,
+                                int steady, double sec, double row_ips, double epoch_seconds, double top1) {
+    char buf[16384];
+    int steps = 10 + steady;
+    snprintf(buf, sizeof buf, "# resolved.yaml\n# loaded from: %s/experiment.yaml\nname: \"%s\"\nseed: %d"
+             "                                 # keys every random draw\n%s", dir, name, seed, config);
+    fx_write(dir, "resolved.yaml", buf);
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"%s\", \"status\": \"completed\", \"exit_code\": 0, \"epochs\": 1, \"steps\": %d,\n"
+             " \"train_loss\": 1.0, \"val_top1\": %.17g, \"best_val_top1\": %.17g, \"images_per_second\": %.17g,\n"
+             " \"seconds_per_epoch\": %.17g, \"steady_steps\": %d, \"warmup_steps\": 10, \"images_per_epoch\": %d,\n"
+             " \"mode\": \"dp\", \"world_size\": 2, \"precision\": \"fp32\", \"batch_size\": %d, \"device\": \"cpu\"}\n",
+             name, steps, top1, top1, batch / sec, epoch_seconds, steady, steps * batch, batch);
+    fx_write(dir, "summary.json", buf);
+    snprintf(buf, sizeof buf, METRICS_HEADER "1,%d,0.1,1.0,0.5,1.0,%.17g,0.9,%.17g,%.17g,1000\n", steps, top1,
+             epoch_seconds, steps * batch / epoch_seconds);
+    fx_write(dir, "metrics.csv", buf);
+    snprintf(buf, sizeof buf, STEPS_HEADER "%d,1,0.1,1.0,0.5,%.17g,%.17g,%.17g,,0,\n", steps, row_ips,
+             batch / row_ips, batch / row_ips);
+    fx_write(dir, "steps.csv", buf);
+    size_t l = (size_t)snprintf(buf, sizeof buf, "step,steps,epoch,since_start,images,seconds\n");
+    for (int i = 0; i < steps && l < sizeof buf - 64; i++)
+        l += (size_t)snprintf(buf + l, sizeof buf - l, "%d,1,1,%d,%d,%.10g\n", i + 1, i, batch, i < 10 ? 1.0 : sec);
+    fx_write(dir, "timing.csv", buf);
 }
 
 #endif

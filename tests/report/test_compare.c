@@ -127,15 +127,15 @@ static void test_all_succeed(void) {
     CHECK_CONTAINS(json, "\"message\": null");
     free(json);
     char *csv = slurp(parent, "comparison.csv"), line[4096];
-    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,100,4,1,0,1000000,0.5,0.5,1.5,completed,0,%s/single,\n",
-             parent);
+    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,100,4,1,0,1000000,0.5,0.5,1.5,completed,0,%s/single,"
+             OLD_SUMMARY_NOTE ",single,0,,,,,summary.json,1,100,", parent);
     CHECK_CONTAINS(csv, line);
     CHECK_CONTAINS(csv, "\ndp,dp,2,fp32,128,cpu,200,4,2,0,");
     CHECK_CONTAINS(csv, "\nddp,ddp,2,bf16,128,cpu,300,4,3,0,");
     free(csv);
     char *html = slurp(parent, "report.html");
     CHECK_CONTAINS(html, "<h1>cmp_ok</h1>");
-    CHECK_CONTAINS(html, "3 runs, 3 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 3 completed");
     free(html);
     /* the comparison is finished: the same command starts a new one */
     char again[2048];
@@ -179,12 +179,12 @@ static void test_one_fails(void) {
     CHECK_CONTAINS(csv, "\nddp,ddp,2,bf16,128,cpu,300,4,3,0,");
     free(csv);
     char *md = slurp(parent, "comparison.md");
-    CHECK_CONTAINS(md, "| dp | dp | 2 | fp32 | 128 | auto |");
+    CHECK_CONTAINS(md, "| dp | 1 | dp | 2 | fp32 | 128 | auto |");
     CHECK_CONTAINS(md, "| failed (exit 2) |");
     free(md);
     char *html = slurp(parent, "report.html");
     CHECK_CONTAINS(html, "<tr class=\"failed\">");
-    CHECK_CONTAINS(html, "3 runs, 2 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 2 completed");
     free(html);
 
     /* `runner report PARENT` reads the comparison directory as its members */
@@ -196,8 +196,8 @@ static void test_one_fails(void) {
     md = slurp(out, "comparison.md");
     CHECK_CONTAINS(md, "# cmp_fail\n");
     /* without the experiment, a member that wrote nothing has only its name and status */
-    CHECK_CONTAINS(md, "| dp |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
-    CHECK_CONTAINS(md, "| ddp | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
+    CHECK_CONTAINS(md, "| dp | 1 |  |  |  |  |  |  |  |  |  |  |  |  |  |  | failed (exit 2) |");
+    CHECK_CONTAINS(md, "| ddp | 2 | ddp | 2 | bf16 | 128 | cpu | 300.0 |");
     free(md);
     free(s);
     free(m);
@@ -262,7 +262,7 @@ static void test_interrupt_resume(void) {
     CHECK_INT(s->members[1].status, MEMBER_COMPLETED);
     CHECK_STR(s->members[1].message, "");
     html = slurp(parent, "report.html");
-    CHECK_CONTAINS(html, "3 runs, 3 completed.");
+    CHECK_CONTAINS(html, "3 members, 3 runs, 3 completed");
     free(html);
     free(s);
     free(m);
@@ -374,8 +374,99 @@ static void test_find_newest_and_bad_state(void) {
     free(m);
 }
 
+/* What the fake timed run saw: member directories relative to their comparison, in order. */
+typedef struct timed {
+    int calls;
+    char called[8][64];
+    const char *stop_at;        /* this member exits 130 once */
+} timed_t;
+
+/* A fake run writing a run directory of the current layout (fixture.h fx_timed_run):
+ * 64 images a step, 100 * (seed + 1) images/s, val top-1 0.5 + 0.01 * seed. */
+static int fake_timed_run(void *ctx, const experiment_t *x, const char *dir, err_t *e) {
+    timed_t *t = ctx;
+    const char *last = strrchr(dir, '/'), *name = last + 1;
+    if (!strncmp(name, "seed", 4))    /* a repeat: <entry>/seed<S> */
+        for (name = last; name > dir && name[-1] != '/'; name--) {}
+    if (t->calls < 8) snprintf(t->called[t->calls], sizeof t->called[0], "%s", name);
+    t->calls++;
+    if (t->stop_at && !strcmp(name, t->stop_at)) {
+        t->stop_at = NULL;
+        return err_set(e, ERR_INTERRUPT, "interrupted"), 130;
+    }
+    char config[128];
+    snprintf(config, sizeof config, "parallel:\n  mode: %s\n", x->parallel.mode == PAR_DP ? "dp" : "single");
+    fx_timed_run(dir, x->name, (int)x->seed, config, 64, 30, 0.64 / (double)(x->seed + 1), 1, 10,
+                 0.5 + 0.01 * (double)x->seed);
+    return 0;
+}
+
+/* repeats: 2 over a 2-entry matrix: 4 members run round by round, each in
+ * <entry>/seed<S>, resumable; the report has 2 members of 2 seeds each. */
+static void test_repeats(void) {
+    experiment_matrix_t *m = make_matrix("cmp_rep");
+    m->n = 2;                         /* single (seed 0), dp (seed 1) */
+    m->repeats = 2;
+    CHECK_INT(compare_member_count(m), 4);
+    timed_t t = {.stop_at = "single/seed1"};
+    err_t e;
+    err_clear(&e);
+    char parent[2048], again[2048];
+    char *log = NULL;
+    size_t len = 0;
+    FILE *lf = open_memstream(&log, &len);
+    CHECK_INT(compare_main(m, fake_timed_run, &t, lf, parent, sizeof parent, &e), -1);
+    CHECK_INT(e.code, ERR_INTERRUPT);
+    CHECK_INT(t.calls, 3);
+    /* resumed: single/seed1 again, then dp/seed2 */
+    err_clear(&e);
+    CHECK_INT(compare_main(m, fake_timed_run, &t, lf, again, sizeof again, &e), 0);
+    fclose(lf);
+    CHECK_STR(again, parent);
+    CHECK_INT(t.calls, 5);
+    const char *order[] = {"single/seed0", "dp/seed1", "single/seed1", "single/seed1", "dp/seed2"};
+    for (int i = 0; i < 5; i++) CHECK_STR(t.called[i], order[i]);
+    CHECK_CONTAINS(log, "compare: 4 runs (2 entries x 2 seeds) in ");
+    /* single 100, 200 images/s; dp 200, 300: one degree of freedom each, within noise */
+    CHECK_CONTAINS(log, "compare: No clear fastest: dp (250 images/s) is ahead, but single is within noise of it "
+                        "(dp is 1.67x single, 95% interval ");
+    CHECK_CONTAINS(log, "\ncompare: Accuracy is the same within the seed spread: no member's final val top-1 "
+                        "differs from single's 50.50% \xc2\xb1 0.71 over 2 seeds");
+    free(log);
+    compare_state_t *s = calloc(1, sizeof *s);
+    CHECK_INT(compare_state_load(parent, s, &e), 0);
+    CHECK_INT(s->n, 4);
+    CHECK_STR(s->members[2].name, "single/seed1");
+    CHECK_STR(s->members[2].entry, "single");
+    CHECK(s->members[2].has_seed && s->members[2].seed == 1);
+    CHECK_INT(s->members[2].attempts, 2);
+    CHECK_STR(s->status, "completed");
+    char *json = slurp(parent, "compare.json");
+    CHECK_CONTAINS(json, "\"name\": \"dp/seed2\",\n      \"entry\": \"dp\",\n      \"seed\": 2,");
+    CHECK_CONTAINS(json, "\"run_dir\": \"dp/seed2\"");
+    free(json);
+    char path[2200];
+    snprintf(path, sizeof path, "%s/dp/seed2/timing.csv", parent);
+    CHECK_INT(access(path, R_OK), 0);
+    char *md = slurp(parent, "comparison.md"), *csv = slurp(parent, "comparison.csv");
+    CHECK_CONTAINS(md, "| single | 2 | 150.0 \xc2\xb1 70.7 | 100.0\xe2\x80\x93" "200.0 | 30 |");
+    CHECK_CONTAINS(md, "| dp | 2 | 250.0 \xc2\xb1 70.7 | 200.0\xe2\x80\x93" "300.0 | 30 |");
+    CHECK_CONTAINS(md, "| dp/seed2 | 2 | dp |");
+    CHECK_CONTAINS(csv, ",dp,2,30,10,");
+    free(md);
+    free(csv);
+    /* other repeats make other members: this comparison is not theirs */
+    m->repeats = 3;
+    err_clear(&e);
+    CHECK_INT(compare_run(m, parent, fake_timed_run, &t, NULL, &e), -1);
+    CHECK_CONTAINS(e.msg, "compare.json: lists other members than the matrix cmp_rep (entries or repeats changed?)");
+    free(s);
+    free(m);
+}
+
 int main(void) {
     if (test_tmpdir(root, sizeof root)) return 1;
+    TEST_RUN(test_repeats);
     TEST_RUN(test_all_succeed);
     TEST_RUN(test_one_fails);
     TEST_RUN(test_failure_messages);

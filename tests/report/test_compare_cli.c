@@ -4,8 +4,10 @@
  * recorded while the others still run (exit 1). SIGINT sent to the compare process alone
  * stops the running member, records the comparison as interrupted, exits 130, and the
  * same command resumes it. Missing data is found once, before any member starts (exit 2,
- * one message, no comparison directory). Label e2e: needs the runner executable and a
- * working CPU training path. */
+ * one message, no comparison directory). With repeats: 2 every entry runs over two seeds
+ * and the report's images/s is the steady-state rate of every step (timing.csv), which
+ * cannot contradict s/epoch. Label e2e: needs the runner executable and a working CPU
+ * training path. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -133,6 +135,18 @@ static void test_compare_sigint_to_compare_process(void) {
         if (!started) usleep(100000);
     }
     CHECK(started);
+    /* the same command meanwhile: refused with exit 2, naming the running compare's pid
+     * and host as a busy run directory does (before, it named neither) */
+    char again[4400], host[256] = "", want[512];
+    snprintf(again, sizeof again, "cd '%s' && '%s' compare '%s' 2>&1", root, test_runner_exe(), matrix);
+    CHECK_INT(test_run_cmd(again, out, sizeof out), 2);
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want, "another runner compare is running this comparison (pid %d on host %s, since ",
+             (int)pid, host);
+    CHECK_CONTAINS(out, want);
+    snprintf(want, sizeof want, "or stop it (kill -INT %d on host %s: the running member saves a checkpoint first)",
+             (int)pid, host);
+    CHECK_CONTAINS(out, want);
     kill(pid, SIGINT);
     int st = 0;
     waitpid(pid, &st, 0);
@@ -143,7 +157,7 @@ static void test_compare_sigint_to_compare_process(void) {
     free(text);
     char *state = slurp(parent, "compare.json");
     CHECK_CONTAINS(state, "\"status\": \"interrupted\"");
-    CHECK_CONTAINS(state, "\"name\": \"short\",\n      \"status\": \"pending\"");
+    CHECK_CONTAINS(state, "\"name\": \"short\",\n      \"entry\": \"short\",\n      \"seed\": 0,\n      \"status\": \"pending\"");
     free(state);
     snprintf(path, sizeof path, "%s/long/summary.json", parent);
     char *summary = test_read_file(path, NULL);
@@ -162,6 +176,116 @@ static void test_compare_sigint_to_compare_process(void) {
     state = slurp(parent, "compare.json");
     CHECK_CONTAINS(state, "\"status\": \"completed\"");
     free(state);
+    /* every one of the 40 steps is timed once, across the interruption: timing.csv lost the
+     * rows after the checkpoint, summary.json's sums came back from it */
+    snprintf(path, sizeof path, "%s/long", parent);
+    char *timing = slurp(path, "timing.csv");
+    long steps_timed = 0;
+    for (char *line = timing ? strchr(timing, '\n') : NULL; line && line[1]; line = strchr(line + 1, '\n')) {
+        long step, steps;
+        if (sscanf(line + 1, "%ld,%ld", &step, &steps) == 2) steps_timed += steps;
+    }
+    free(timing);
+    CHECK_INT(steps_timed, 40);
+    summary = slurp(path, "summary.json");
+    const char *sd = summary ? strstr(summary, "\"steady_steps\": ") : NULL;
+    const char *wu = summary ? strstr(summary, "\"warmup_steps\": ") : NULL;
+    CHECK(sd && wu);
+    if (sd && wu) CHECK_INT(atoi(sd + 16) + atoi(wu + 16), 40);
+    free(summary);
+}
+
+/* The steady-state rate of a run directory's timing.csv, computed here from the file
+ * (images over seconds of the windows that start at step 10 or later of their epoch). */
+static double timing_rate(const char *run_dir, int *steady) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/timing.csv", run_dir);
+    char *text = test_read_file(path, NULL);
+    double images = 0, seconds = 0;
+    *steady = 0;
+    for (char *line = text ? strchr(text, '\n') : NULL; line && line[1]; line = strchr(line + 1, '\n')) {
+        long step, steps, epoch, since, img;
+        double sec;
+        if (sscanf(line + 1, "%ld,%ld,%ld,%ld,%ld,%lf", &step, &steps, &epoch, &since, &img, &sec) != 6) continue;
+        if (since < 10) continue;
+        images += (double)img;
+        seconds += sec;
+        *steady += (int)steps;
+    }
+    free(text);
+    return images / seconds;
+}
+
+/* repeats: 2 on 3 entries, 30 steps each (one epoch of 240 images in batches of 8) with
+ * print_every 50, so steps.csv has one row a run: the case where images/s came from that
+ * row and contradicted s/epoch. Every row's images/s is the rate of its timing.csv and
+ * times s/epoch gives the epoch's 240 images; "short" stops at 25 steps (15 steady), so the
+ * verdict says the comparison is too short instead of ranking. */
+static void test_compare_repeats(void) {
+    char matrix[2048], cmd[4400], parent[4200];
+    write_matrix(matrix, sizeof matrix, "tiny_rep",
+                 "  - {name: a, train.max_steps: null}\n"
+                 "  - {name: b, train.max_steps: null, amp.enabled: true, amp.dtype: bf16}\n"
+                 "  - {name: short, train.max_steps: 25}\n");
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' compare '%s' --set repeats=2 --set data.synthetic.train_size=240 "
+             "--set train.batch_size=8 --set logging.print_every=50", root, test_runner_exe(), matrix);
+    int rc = test_run_cmd(cmd, out, sizeof out);
+    if (rc != 0) fprintf(stderr, "%s\n", out);
+    CHECK_INT(rc, 0);
+    CHECK_CONTAINS(out, "compare: 6 runs (3 entries x 2 seeds) in ");
+    CHECK_CONTAINS(out, "compare: [4/6] a/seed1 -> ");
+    CHECK_CONTAINS(out, "\ncompare: Too short to rank throughput: short had 15 steady-state steps in a run; at least "
+                        "20 are needed (the first 10 steps of each epoch are warm-up and do not count). Run more "
+                        "steps (train.max_steps or train.epochs).\ncompare: Accuracy ");
+    CHECK_INT(find_parent("tiny_rep", parent, sizeof parent), 0);
+    char *csv = slurp(parent, "comparison.csv"), *md = slurp(parent, "comparison.md");
+    CHECK(csv && !strncmp(csv, REPORT_CSV_HEADER, strlen(REPORT_CSV_HEADER)));
+    CHECK_CONTAINS(md, "**Too short to rank throughput: short had 15 steady-state steps");
+    CHECK_CONTAINS(md, "\n| a | 2 | ");
+    int rows = 0;
+    for (char *line = csv ? strchr(csv, '\n') : NULL; line && line[1]; line = strchr(line + 1, '\n')) {
+        char buf[8192], *field[64];
+        snprintf(buf, sizeof buf, "%.*s", (int)strcspn(line + 1, "\n"), line + 1);
+        CHECK(!strchr(buf, '"'));   /* no note, no quoted field: split at commas */
+        int n = 0;
+        for (char *p = buf; n < 64; n++) {
+            field[n] = p;
+            char *c = strchr(p, ',');
+            if (!c) { n++; break; }
+            *c = '\0';
+            p = c + 1;
+        }
+        CHECK_INT(n, 44);
+        if (n != 44) break;
+        rows++;
+        bool is_short = !strcmp(field[18], "short");
+        char name[300];
+        snprintf(name, sizeof name, "%s/seed%s", field[18], field[19]);
+        CHECK_STR(field[0], name);
+        CHECK_STR(field[20], is_short ? "15" : "20");
+        CHECK_STR(field[21], "10");
+        CHECK_STR(field[24], "timing.csv");
+        double ips = atof(field[6]), spe = atof(field[7]);
+        int steady = 0;
+        double want = timing_rate(field[16], &steady);
+        CHECK_INT(steady, is_short ? 15 : 20);
+        CHECK_NEAR(ips, want, 0, 1e-9);
+        CHECK_NEAR(ips * spe, 240, 0, 2e-9);   /* both printed with 10 digits */
+        /* the trainer's own steady-state rate in summary.json agrees (timing.csv keeps 10 digits) */
+        char *summary = slurp(field[16], "summary.json");
+        const char *k = summary ? strstr(summary, "\"images_per_second\": ") : NULL;
+        CHECK(k != NULL);
+        if (k) CHECK_NEAR(atof(k + 21), want, 0, 1e-7);
+        CHECK_CONTAINS(summary, is_short ? "\"steady_steps\": 15," : "\"steady_steps\": 20,");
+        CHECK_CONTAINS(summary, "\"images_per_epoch\": 240,");
+        free(summary);
+        char path[4400];
+        snprintf(path, sizeof path, "%s/steps.csv", field[16]);
+        CHECK_INT(test_count_lines(path), 2);   /* one printed row: the last step */
+    }
+    CHECK_INT(rows, 6);
+    free(csv);
+    free(md);
 }
 
 /* Offline / missing data: one message before anything starts, exit 2, nothing created.
@@ -195,6 +319,7 @@ static void test_compare_missing_data_once(void) {
 int main(void) {
     if (test_tmpdir(root, sizeof root)) return 1;
     TEST_RUN(test_compare_ok);
+    TEST_RUN(test_compare_repeats);
     TEST_RUN(test_compare_one_fails);
     TEST_RUN(test_compare_sigint_to_compare_process);
     TEST_RUN(test_compare_missing_data_once);

@@ -101,28 +101,35 @@ static void test_files(void) {
     CHECK(csv && md && html);
     if (!csv || !md || !html) { free(csv); free(md); free(html); return; }
     char line[4096];
-    CHECK_CONTAINS(csv, "name,mode,world_size,precision,batch_size,device,images_per_second,seconds_per_epoch,"
-                        "speedup,comm_exposed_pct,peak_memory_bytes,final_val_top1,best_val_top1,"
-                        "final_train_loss,status,exit_code,run_dir,note\n");
-    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,200,11,1,0,2000000,0.52,0.56,1.2,completed,0,%s,\n",
+    CHECK(!strncmp(csv, REPORT_CSV_HEADER, strlen(REPORT_CSV_HEADER)));
+    /* run directories from an older runner: no timing.csv, so the rates are the old ones,
+     * marked, each run its own member (no resolved.yaml), not ranked */
+    snprintf(line, sizeof line, "\nsingle,single,1,fp32,128,cpu,200,11,1,0,2000000,0.52,0.56,1.2,completed,0,%s,"
+             OLD_RUN_NOTE ",single,,,,,,steps.csv,1,200,,200,200,11,1,,,0.52,,0.52,0.52,0.56,,0.56,0.56,,0\n",
              dir_single);
     CHECK_CONTAINS(csv, line);
-    snprintf(line, sizeof line, "\nddp,ddp,2,fp32,128,cpu,410,5.5,2.05,20,3000000,0.58,0.58,1.25,completed,0,%s,\n",
+    snprintf(line, sizeof line, "\nddp,ddp,2,fp32,128,cpu,410,5.5,2.05,20,3000000,0.58,0.58,1.25,completed,0,%s,"
+             OLD_RUN_NOTE ",ddp,,,,,,steps.csv,1,410,,410,410,5.5,2.05,,,0.58,,0.58,0.58,0.58,,0.58,0.58,,\n",
              dir_ddp);
     CHECK_CONTAINS(csv, line);
-    snprintf(line, sizeof line, "\ndp_amp,dp,2,fp16,128,cpu,300,8.5,1.5,12.5,4000000,0.5,0.5,1.4,completed,0,%s,\n",
-             dir_dp_amp);
+    snprintf(line, sizeof line, "\ndp_amp,dp,2,fp16,128,cpu,300,8.5,1.5,12.5,4000000,0.5,0.5,1.4,completed,0,%s,"
+             OLD_SUMMARY_NOTE ",dp_amp,,,,,,summary.json,1,300,,300,300,8.5,1.5,,,", dir_dp_amp);
     CHECK_CONTAINS(csv, line);
     int lines = 0;
     for (const char *p = csv; *p; p++) lines += *p == '\n';
     CHECK_INT(lines, 4);
 
-    CHECK_CONTAINS(md, "| run | mode | world | precision | batch | device | images/s | s/epoch | speed-up |");
-    CHECK_CONTAINS(md, "| single | single | 1 | fp32 | 128 | cpu | 200.0 | 11.00 | 1.00x | 0.0% | 1.9 MiB | "
+    CHECK_CONTAINS(md, "| run | seed | mode | world | precision | batch | device | images/s | steady steps | "
+                       "s/epoch | speed-up |");
+    CHECK_CONTAINS(md, "| single |  | single | 1 | fp32 | 128 | cpu | 200.0 |  | 11.00 | 1.00x | 0.0% | 1.9 MiB | "
                        "52.00% | 56.00% | 1.2000 | completed |");
-    CHECK_CONTAINS(md, "| ddp | ddp | 2 | fp32 | 128 | cpu | 410.0 | 5.50 | 2.05x | 20.0% | 2.9 MiB | "
+    CHECK_CONTAINS(md, "| ddp |  | ddp | 2 | fp32 | 128 | cpu | 410.0 |  | 5.50 | 2.05x | 20.0% | 2.9 MiB | "
                        "58.00% | 58.00% | 1.2500 | completed |");
-    CHECK_CONTAINS(md, "| dp_amp | dp | 2 | fp16 | 128 | cpu | 300.0 | 8.50 | 1.50x | 12.5% | 3.8 MiB |");
+    CHECK_CONTAINS(md, "| dp_amp |  | dp | 2 | fp16 | 128 | cpu | 300.0 |  | 8.50 | 1.50x | 12.5% | 3.8 MiB |");
+    CHECK_CONTAINS(md, "\n**Throughput not ranked: single, ddp and dp_amp have no timing.csv (run directories "
+                       "from an older runner), so their rate was not measured from every step.**\n");
+    CHECK_CONTAINS(md, "| member | runs | images/s | images/s range | steady steps (min) | s/epoch | speed-up (95%) |");
+    CHECK_CONTAINS(md, "| ddp | 1 | 410.0 |  |  | 5.50 | 2.05x | 58.00% |  | 58.00% |");   /* no steady steps: an old run */
 
     CHECK_CONTAINS(md, "\n![Train loss vs epoch](plots/train_loss_vs_epoch.svg)\n");
     CHECK_CONTAINS(md, "\n![Throughput (images/s, steady state)](plots/throughput.svg)\n");
@@ -302,7 +309,7 @@ static void test_report_runs(void) {
 
 static void test_plot(void) {
     double x[] = {1, 2, 3, 4}, y[] = {1.0, 2.0, NAN, 4.0}, none[] = {NAN, NAN, NAN, NAN};
-    plot_series_t s[2] = {{"a<b", x, y, 4}, {"empty", x, none, 4}};
+    plot_series_t s[2] = {{"a<b", x, y, 4, 0}, {"empty", x, none, 4, 1}};
     plot_opts_t o = {.title = "T & U", .xlabel = "epoch", .ylabel = "loss"};
     char *text = NULL;
     size_t len = 0;

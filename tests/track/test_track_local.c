@@ -159,7 +159,7 @@ static void test_progress_tty_and_eta(void) {
     CHECK_STR(eta, "?");
 }
 
-/* Writes a CSV by hand, resumes at step 6: rows after 6 and the torn last line go. */
+/* Writes the CSVs by hand, resumes at step 6: rows after 6 and the torn last line go. */
 static void test_csv_resume(void) {
     clear_wandb_env();
     char dir[512], path[700], buf[512];
@@ -169,6 +169,9 @@ static void test_csv_resume(void) {
                     "8,2,0.1,1,,,,,,,,\n10,2,0.1,1,,,,,,,,\n12,2,0.1");
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     test_write_file(path, METRICS_HDR "\n1,5,0.1,1,1,,,,1,1,,,,\n2,10,0.1,1,1,,,,1,1,,,,\n");
+    snprintf(path, sizeof path, "%s/timing.csv", dir);   /* windows of 4, 2, then 4 steps */
+    test_write_file(path, "step,steps,epoch,since_start,images,seconds\n4,4,1,0,512,1.5\n6,2,1,4,256,0.25\n"
+                    "10,4,2,0,512,1.25\n");
     track_opts_t o;
     track_opts_init(&o);
     o.run_dir = dir;
@@ -182,9 +185,17 @@ static void test_csv_resume(void) {
     if (!t) return;
     track_step_t r = step_row(8, 2);
     CHECK_INT(track_step(t, &r, &e), 0);
+    track_window_t w = {.step = 8, .steps = 2, .epoch = 2, .since_start = 0, .images = 256, .seconds = 0.375};
+    CHECK_INT(track_window(t, &w, &e), 0);
     CHECK_INT(track_close(t, 0, &e), 0);
-    snprintf(path, sizeof path, "%s/steps.csv", dir);
+    /* timing.csv: the window ending at step 10 (after the checkpoint) went, the new one follows */
+    snprintf(path, sizeof path, "%s/timing.csv", dir);
     char *csv = test_read_file(path, NULL);
+    CHECK_STR(csv, "step,steps,epoch,since_start,images,seconds\n4,4,1,0,512,1.5\n6,2,1,4,256,0.25\n"
+                   "8,2,2,0,256,0.375\n");
+    free(csv);
+    snprintf(path, sizeof path, "%s/steps.csv", dir);
+    csv = test_read_file(path, NULL);
     CHECK_INT(count_lines(csv), 5);
     CHECK_STR(line_at(csv, 3, buf, sizeof buf), "6,1,0.1,1,,,,,,,,");
     CHECK_STR(line_at(csv, 4, buf, sizeof buf), "8,2,0.1,0.25,0.08,1008,0.5,0.4,0.05,0.01,,8.5");

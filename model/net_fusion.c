@@ -1,0 +1,104 @@
+/* net_fusion.c: which nodes the fused convolution ops apply to, and the byte model of
+ * the non-convolution kernels of a training step (contract in net_fusion.h).
+ */
+#include "model/net_fusion.h"
+
+#include <stdlib.h>
+
+#include "model/net_impl.h"
+
+const char *const net_traffic_names[NT_COUNT] = {"bn_fwd", "bn_bwd", "residual_add", "wgrad_accum",
+                                                 "optim", "weight_cast", "zero_grads", "unscale"};
+
+int net_consumers(const net_t *n, int a) {
+    int c = 0;
+    for (int j = 0; j < n->n_nodes; j++)
+        for (int k = 0; k < 2; k++)
+            if (n->nodes[j].in[k] == a) c++;
+    return c;
+}
+
+/* A dense convolution (groups 0 or 1): the graph API's fused kinds build dense ones only. */
+static bool dense_conv(const node_t *d) { return d->kind == NODE_CONV && d->groups <= 1; }
+
+int net_fused_stats_bn(const net_t *n, int i) {
+    if (i < 0 || i + 1 >= n->n_nodes || !dense_conv(&n->nodes[i]) || n->nodes[i].has_bias) return -1;
+    const node_t *b = &n->nodes[i + 1];
+    return net_is_bn(b->kind) && b->in[0] == i ? i + 1 : -1;
+}
+
+int net_fused_dbn_bn(const net_t *n, int i) {
+    if (i < 1 || i >= n->n_nodes || !dense_conv(&n->nodes[i])) return -1;
+    int a = n->nodes[i].in[0];
+    if (a != i - 1 || !net_is_bn(n->nodes[a].kind) || net_bn_act(n->nodes[a].kind) == ACT_RELU6 ||
+        net_consumers(n, a) != 1)
+        return -1;
+    return a;
+}
+
+int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
+                net_traffic_t *t, err_t *e) {
+    int nn = n->n_nodes;
+    *t = (net_traffic_t){0};
+    int *h = calloc((size_t)nn + 1, sizeof(int)), *w = calloc((size_t)nn + 1, sizeof(int));
+    int *c = calloc((size_t)nn + 1, sizeof(int));
+    if (!h || !w || !c) {
+        free(h); free(w); free(c);
+        return err_set(e, ERR_RUNTIME, "net_traffic: out of memory");
+    }
+    if (net_plan_shapes(n, in_h, in_w, h, w, c, e) < 0) {
+        free(h); free(w); free(c);
+        return -1;
+    }
+    double a = dt == DT_F32 ? 4.0 : 2.0;
+    bool stats = fusion & BACKEND_FUSE_CONV_STATS, dbn = fusion & BACKEND_FUSE_DGRAD_DBN;
+    bool accum = fusion & BACKEND_FUSE_DGRAD_ACCUM;
+    /* a node's input gradient is summed (not written) by every consumer after the first
+     * to run backward, i.e. all but the one latest in forward order */
+    int *seen = calloc((size_t)nn + 1, sizeof(int));
+    if (!seen) {
+        free(h); free(w); free(c);
+        return err_set(e, ERR_RUNTIME, "net_traffic: out of memory");
+    }
+    double conv_w = 0;
+    for (int i = nn - 1; i >= 0; i--) {
+        const node_t *d = &n->nodes[i];
+        double E = (double)batch * h[i] * w[i] * c[i];
+        if (d->kind == NODE_CONV) conv_w += (double)d->w_numel;
+        if (net_is_bn(d->kind)) {
+            bool relu = net_bn_act(d->kind) != ACT_NONE, add = d->kind == NODE_BN_ADD_RELU;
+            /* forward: statistics (read x), apply (read x [+ z], write y) */
+            bool fs = stats && d->in[0] >= 0 && net_fused_stats_bn(n, d->in[0]) == i;
+            t->fused_stats += fs;
+            t->bytes[NT_BN_FWD] += a * E * ((fs ? 0 : 1) + 2 + (add ? 1 : 0));
+            /* backward: reduce (x, dy [, y]), apply (x, dy [, y], write dx [, dz]) */
+            double reduce = a * E * (2 + (relu ? 1 : 0));
+            bool fd = dbn && i + 1 < nn && net_fused_dbn_bn(n, i + 1) == i;
+            t->fused_dbn += fd;
+            if (fd) t->conv_epilogue += reduce - a * E;   /* the conv reads x [and y], not dy again */
+            t->bytes[NT_BN_BWD] += (fd ? 0 : reduce) + a * E * (3 + (relu ? 1 : 0) + (add ? 1 : 0));
+        }
+        for (int k = 0; k < 2; k++) {
+            int in = d->in[k];
+            if (in < 0) continue;
+            if (seen[in]++ == 0) continue;   /* the first to write it */
+            double Ein = (double)batch * h[in] * w[in] * c[in];
+            if (accum && d->kind == NODE_CONV && k == 0) {   /* the conv adds into the slot */
+                t->fused_accum++;
+                t->conv_epilogue += a * Ein;
+            } else {
+                t->bytes[NT_RESIDUAL_ADD] += 3.0 * a * Ein;   /* slot + scratch -> slot */
+            }
+        }
+    }
+    double p = (double)n->n_params;
+    /* conv weight gradients: staged in the act dtype, added into fp32 (read both, write) */
+    t->bytes[NT_WGRAD_ACCUM] = conv_w * (a + 4.0 + 4.0);
+    t->bytes[NT_OPTIM] = p * 4.0 * (adamw ? 7.0 : 5.0);   /* SGD: p, g, buf read; p, buf written */
+    t->bytes[NT_WEIGHT_CAST] = dt == DT_F32 ? 0.0 : p * (4.0 + a);
+    t->bytes[NT_ZERO_GRADS] = p * 4.0;
+    t->bytes[NT_UNSCALE] = dt == DT_F16 ? p * 8.0 : 0.0;
+    for (int k = 0; k < NT_COUNT; k++) t->total += t->bytes[k];
+    free(h); free(w); free(c); free(seen);
+    return 0;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_device_session.sh: tests/gpu/device_session.sh without a GPU (SESSION_DRYRUN=cpu): a
+# fake nvidia-smi names an "NVIDIA H200", the benchmarks and epochs run small on the CPU
+# backend, Fashion-MNIST 1 epoch of 1 seed on a 128/128-image subset (PyTorch too, when
+# /usr/bin/python3 has it), and the result files must come out complete: at most 8 files
+# in $OUT, gpu_tests.json with the fake device and driver, the commit of the commit file
+# (SESSION_COMMIT_FILE, as .deps/commit.txt) and every gpu test counted, gpu_e2e.json
+# with the four configurations (the default, which is train.cuda_graphs auto, graphs
+# false, DDP world 1, fp16) and the checks, gpu_resnet50_cifar.json with the runner's row
+# (the default's rate: the whole step replayed on the cpu recorder; host time, profile),
+# the fusion stage skipped cleanly (this build has no --fusion), the Fashion-MNIST JSON
+# with the runner's seed. Also bash -n and (where installed) shellcheck on the session
+# scripts.
+# Usage: test_device_session.sh BUILD_DIR     (a CPU-capable build with runner and
+# bench_gpu_bench; ctest: test_device_session, label e2e; about 3 minutes on 2 cores)
+set -u
+build=$(cd "${1:?build dir}" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { if eval "$1"; then echo "ok   $2"; else echo "FAIL $2 ($1)"; fails=$((fails + 1)); fi; }
+
+for s in device_session.sh pack-gpu-deps.sh; do
+    check "bash -n '$root/tests/gpu/$s'" "bash -n $s"
+    if command -v shellcheck >/dev/null; then
+        check "shellcheck -S warning '$root/tests/gpu/$s' >'$tmp/sc.log' 2>&1 || { cat '$tmp/sc.log'; false; }" "shellcheck $s"
+    fi
+done
+
+mkdir -p "$tmp/bin" "$tmp/fm" "$tmp/out"
+cat >"$tmp/bin/nvidia-smi" <<'EOF'
+#!/bin/sh
+case "$*" in
+    *name*) echo "NVIDIA H200" ;;
+    *driver_version*) echo "580.159.04" ;;
+    *) echo "GPU 0: NVIDIA H200 (fake)" ;;
+esac
+EOF
+chmod +x "$tmp/bin/nvidia-smi"
+# a Fashion-MNIST subset in the idx .gz format pack-deps.sh writes
+python3 - "$tmp/fm" <<'PY'
+import gzip, struct, sys
+src, dst = "/usr/share/datasets/fashion-mnist/", sys.argv[1] + "/"
+for split, n in (("train", 128), ("t10k", 128)):
+    for kind, hdr in (("images-idx3-ubyte.gz", 16), ("labels-idx1-ubyte.gz", 8)):
+        raw = gzip.open(src + f"{split}-{kind}").read()
+        head = bytearray(raw[:hdr]); struct.pack_into(">I", head, 4, n)
+        per = (len(raw) - hdr) // struct.unpack(">I", raw[4:8])[0]
+        with gzip.open(dst + f"{split}-{kind}", "wb") as f:
+            f.write(bytes(head) + raw[hdr:hdr + n * per])
+PY
+
+echo "0123456789ab-packed" >"$tmp/commit.txt"
+PATH="$tmp/bin:$PATH" SESSION_DRYRUN=cpu SESSION_DRYRUN_FASHION="$tmp/fm" RUNNER_BUILD_DIR="$build" \
+    SESSION_COMMIT_FILE="$tmp/commit.txt" OUT="$tmp/out" BUDGET=900 bash "$root/tests/gpu/device_session.sh" \
+    >"$tmp/session.out" 2>&1
+rc=$?
+check "[ $rc -eq 0 ]" "device_session.sh exit 0"
+o=$tmp/out
+n=$(find "$o" -type f | wc -l)
+check "[ $n -le 8 ]" "at most 8 files in \$OUT ($n)"
+for f in session.log gpu_tests.json gpu_resnet50_cifar.json gpu_e2e.json fashion_mnist_gpu_vs_torch.json bench.jsonl logs.tgz; do
+    check "[ -s '$o/$f' ]" "$f written"
+done
+py() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; }
+check "py '$o/gpu_tests.json' 'r[\"device\"] == \"NVIDIA H200\" and r[\"driver\"] == \"580.159.04\" and r[\"failed\"] == 0 and r[\"passed\"] + r[\"skipped\"] >= 17 and r[\"ctest_complete\"]'" \
+    "gpu_tests.json: fake device and driver, every gpu test counted, none failed"
+check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\", \"commit\", \"date\", \"sanitizer_errors\"))'" \
+    "gpu_tests.json: versions, commit, date, sanitizer_errors"
+check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
+check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_fp16_default\"] and \"checks\" in r[-1]'" \
+    "gpu_e2e.json: four configurations completed (default, graphs false, DDP world 1, fp16), the checks"
+check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
+    "gpu_e2e.json: the default is auto, compared with false"
+check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"ddp1_vs_single\"] is not None and r[-1][\"checks\"][\"flagship_seconds_per_epoch\"] > 0'" \
+    "gpu_e2e.json: flagship seconds and the DDP/single ratio"
+check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"runner_img_per_s\"] > 0 and r[0][\"host_ms\"] > 0 and r[0][\"batch\"] == 8 and \"step_ms\" in r[0] and \"graphs_step_ms\" in r[0] and \"mfu\" in r[0]'" \
+    "gpu_resnet50_cifar.json: the runner row with rate, step_ms, graphs_step_ms, host_ms, mfu"
+check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0][\"graphs_scope\"] == \"step\" and r[0][\"runner_img_per_s\"] == r[0][\"runner_graphs_img_per_s\"] and r[0][\"commit\"] == \"0123456789ab-packed\"'" \
+    "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
+check "grep -q 'fusion: this build.s bench_gpu_bench has no --fusion: bench rows skipped' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
+    "the fusion stage skips cleanly without --fusion"
+check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
+    "bench.jsonl: the profile and the conv engines"
+check "py '$o/fashion_mnist_gpu_vs_torch.json' 'len(r[\"runner\"]) == 1 and r[\"runner\"][0][\"status\"] == \"completed\" and r[\"epochs\"] == 1'" \
+    "fashion_mnist_gpu_vs_torch.json: the runner's seed"
+check "tar tzf '$o/logs.tgz' | grep -q ctest.log && ! tar tzf '$o/logs.tgz' | grep -q '\\.ckpt'" \
+    "logs.tgz: the ctest log, no checkpoints"
+check "tail -n 9 '$o/session.log' | grep -q '^e2e .*ok'" "the summary table last"
+if [ $fails -ne 0 ]; then echo "--- session output:"; tail -n 80 "$tmp/session.out"; fi
+echo "$fails failed"
+[ $fails -eq 0 ]
