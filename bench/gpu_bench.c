@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
     backend_t *be = backend_create(&bo, &e);
     if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
     int hw = o.image_size;
-    net_t *n = resnet_build_stem(o.arch, strcmp(o.stem, "imagenet") ? RESNET_STEM_CIFAR : RESNET_STEM_IMAGENET, 3,
+    net_t *n = resnet_build_stem(o.arch, strcmp(o.stem, "imagenet") ? ARCH_STEM_CIFAR : ARCH_STEM_IMAGENET, 3,
                                  o.classes, false, &e);
     optim_t *opt = NULL;
     train_bench_t *tb = NULL, *tg = NULL;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/arch/resnet.h"
+#include "model/arch/arch.h"
 #include "runner/plan.h"
 #include "runner/rundir.h"
 #include "util/json.h"
@@ -41,6 +41,12 @@ static bool same_num(const json_t *j, const char *key, double want) {
     return json_get_number(j, key, NAN) == want;
 }
 
+/* A key that runs planned before it existed lack (arch_width, arch_groups: ResNets only then,
+ * which have them fixed by the name) */
+static bool same_num_or_absent(const json_t *j, const char *key, double want) {
+    return !json_get(j, key) || same_num(j, key, want);
+}
+
 /* True when the run in dir was planned for the setup p describes (plan.json, env.json). */
 static bool same_setup(const char *dir, const plan_t *p, const char *cpu) {
     json_t *j = run_json(dir, "plan.json");
@@ -49,7 +55,9 @@ static bool same_setup(const char *dir, const plan_t *p, const char *cpu) {
     bool same = same_str(j, "device", p->device) && same_str(j, "gpu_name", p->gpu_name) &&
                 same_str(j, "mode", p->mode) && same_num(j, "world_size", p->world_size) &&
                 same_str(j, "precision", p->precision) && same_str(j, "dataset", p->dataset) &&
-                same_str(j, "arch", p->arch) && same_str(j, "stem", resnet_stem_name(p->stem)) &&
+                same_str(j, "arch", p->arch) && same_str(j, "stem", arch_stem_name(p->stem)) &&
+                same_num_or_absent(j, "arch_width", p->arch_width) &&
+                same_num_or_absent(j, "arch_groups", p->arch_groups) &&
                 same_num(j, "global_batch", p->global_batch) && same_num(j, "grad_accum", p->grad_accum) &&
                 in && in->type == JSON_ARRAY && in->count == 3 && in->items[0]->number == p->channels &&
                 in->items[1]->number == p->height && in->items[2]->number == p->width;
