@@ -595,7 +595,9 @@ static void test_all_errors_at_once(void) {
                    "schedule: {name: cosine, name: multistep}\n"),
               "exp.yaml:2:35: data.workers: expected an integer, found 'many'\n"
               "exp.yaml:4:9: model.arch: 'resnet19' is not one of resnet18, resnet34, resnet50, resnet101, "
-              "resnet152, resnet20, resnet32, resnet44, resnet56, resnet110; did you mean resnet18?\n"
+              "resnet152, resnet20, resnet32, resnet44, resnet56, resnet110, wide_resnet50_2, wide_resnet101_2, "
+              "resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, wrn16_8, wrn28_10, preact_resnet18, "
+              "resnext29_8x64d, vgg11_bn, vgg13_bn, vgg16_bn, vgg19_bn, mobilenet_v2; did you mean resnet18?\n"
               "exp.yaml:5:17: optimizer.lr: -1 is out of range; must be > 0\n"
               "exp.yaml:6:1: trian: unknown key; did you mean train?\n"
               "exp.yaml:7:17: train.epochs: 0 is out of range; must be between 1 and 1000000\n"

@@ -69,7 +69,7 @@ check "py '$o/gpu_tests.json' 'r[\"device\"] == \"NVIDIA H200\" and r[\"driver\"
 check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\", \"commit\", \"date\", \"sanitizer_errors\"))'" \
     "gpu_tests.json: versions, commit, date, sanitizer_errors"
 check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
-check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_fp16_default\"] and \"checks\" in r[-1]'" \
+check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_all\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_fp16_default\"] and \"checks\" in r[-1]'" \
     "gpu_e2e.json: four configurations completed (default, graphs false, DDP world 1, fp16), the checks"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
     "gpu_e2e.json: the default is auto, compared with false"
