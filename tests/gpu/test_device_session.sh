@@ -5,10 +5,10 @@
 # /usr/bin/python3 has it), and the result files must come out complete: at most 8 files
 # in $OUT, gpu_tests.json with the fake device and driver, the commit of the commit file
 # (SESSION_COMMIT_FILE, as .deps/commit.txt) and every gpu test counted, gpu_e2e.json
-# with the four configurations (the default, which is train.cuda_graphs auto, graphs
-# false, DDP world 1, fp16) and the checks, gpu_resnet50_cifar.json with the runner's row
+# with the five configurations (the default, which is train.cuda_graphs auto, graphs
+# false, DDP world 1, fp16, the default with train.cuda_fusion [all]) and the checks, gpu_resnet50_cifar.json with the runner's row
 # (the default's rate: the whole step replayed on the cpu recorder; host time, profile),
-# the fusion stage skipped cleanly (this build has no --fusion), the Fashion-MNIST JSON
+# the fusion stage's bench rows (one per option list; its GPU tests skipped), the Fashion-MNIST JSON
 # with the runner's seed. Also bash -n and (where installed) shellcheck on the session
 # scripts.
 # Usage: test_device_session.sh BUILD_DIR     (a CPU-capable build with runner and
@@ -70,7 +70,7 @@ check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\
     "gpu_tests.json: versions, commit, date, sanitizer_errors"
 check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
 check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_all\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_fp16_default\"] and \"checks\" in r[-1]'" \
-    "gpu_e2e.json: four configurations completed (default, graphs false, DDP world 1, fp16), the checks"
+    "gpu_e2e.json: five configurations completed (default, graphs false, DDP world 1, fp16, fusion all), the checks"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
     "gpu_e2e.json: the default is auto, compared with false"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"ddp1_vs_single\"] is not None and r[-1][\"checks\"][\"flagship_seconds_per_epoch\"] > 0'" \
@@ -79,8 +79,10 @@ check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"runner_img_per_s\"] > 0 and r[0][
     "gpu_resnet50_cifar.json: the runner row with rate, step_ms, graphs_step_ms, host_ms, mfu"
 check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0][\"graphs_scope\"] == \"step\" and r[0][\"runner_img_per_s\"] == r[0][\"runner_graphs_img_per_s\"] and r[0][\"commit\"] == \"0123456789ab-packed\"'" \
     "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
-check "grep -q 'fusion: this build.s bench_gpu_bench has no --fusion: bench rows skipped' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
-    "the fusion stage skips cleanly without --fusion"
+check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
+    "the fusion stage: the exactness tests skipped without a GPU, the stage ok"
+check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-3:] == [\"none\", \"graph_conv\", \"graph_conv,dgrad_accum\"] else 1)' '$o/bench.jsonl'" \
+    "the fusion stage: one bench row per option list (none, graph_conv, graph_conv,dgrad_accum)"
 check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
     "bench.jsonl: the profile and the conv engines"
 check "py '$o/fashion_mnist_gpu_vs_torch.json' 'len(r[\"runner\"]) == 1 and r[\"runner\"][0][\"status\"] == \"completed\" and r[\"epochs\"] == 1'" \
