@@ -5,7 +5,11 @@ Measure mode (default): trains torchvision's resnet50(num_classes=100) on one fi
 batch and prints one JSON line with images/s over --steps steady-state steps (wall clock
 between two torch.cuda.synchronize() calls, after --warmup steps). With --image-size 32
 (default) the model gets the CIFAR stem (conv1 3x3 stride 1 padding 1, maxpool Identity);
-above 64 px it is torchvision's ImageNet model as is (7x7 stem + max-pool). channels_last,
+above 64 px it is torchvision's ImageNet model as is (7x7 stem + max-pool). --arch (or a
+configuration's sixth field) other than torchvision's ResNets builds the runner's reference
+definition of that architecture (scripts/torchvision_model.build_arch: wrn16_8,
+preact_resnet18, resnext29_8x64d, vgg16_bn, mobilenet_v2, ...; the CIFAR variant at
+<= 64 px). channels_last,
 cudnn.benchmark, SGD (lr 0.1, momentum 0.9, weight decay 5e-4).
 
   precision fp32: TF32 off for cuDNN and matmul     tf32: TF32 on for both
@@ -13,13 +17,13 @@ cudnn.benchmark, SGD (lr 0.1, momentum 0.9, weight decay 5e-4).
   mode eager | compile (torch.compile of the model; warm-up includes compilation)
 
 --configs "bf16:128:eager fp16:256:compile bf16:256:eager:224:1000 ..." measures several
-configurations (precision:batch:mode[:image_size[:classes]]) in this one process, one line each
+configurations (precision:batch:mode[:image_size[:classes[:arch]]]) in this one process, one line each
 (a process start and CUDA initialisation saved per configuration; torch._dynamo is reset
 between compiled ones). A configuration that fails prints a line with "error".
 
 Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C
 [--default-graphs on|off]): joins bench_gpu_bench's lines and torch's into one row per
-(precision, batch, image_size):
+(precision, batch, image_size, arch), resnet50's first:
   {device, precision, batch, image_size, arch, commit,
    runner_img_per_s      the rate of the runner's default configuration: the graph
                          replay's where train.cuda_graphs' default records the step in
@@ -34,8 +38,8 @@ Assemble mode (--assemble RUNNER_JSONL TORCH_JSONL --out FILE --commit C
    torch_eager_step_ms, torch_version,
    speedup (runner_img_per_s / torch_best_img_per_s), speedup_eager,
    target, meets_target}
-(target: 2.0 at batch 128 and 1.4 at batch 256 for fp16/bf16 at 32 px, issue 22; null
-elsewhere), keeping rows of FILE for configurations this run did not measure, and prints
+(target: 2.0 at batch 128 and 1.4 at batch 256 for resnet50 in fp16/bf16 at 32 px, issue
+22; null elsewhere), keeping rows of FILE for configurations this run did not measure, and prints
 a table. Not here: the runner side (bench/gpu_bench.c) or building it (bench/gpu_vs_torch).
 """
 import argparse
@@ -44,9 +48,19 @@ import sys
 import time
 
 
+TORCHVISION_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+
+
 def build_model(arch, classes, image_size):
     import torch.nn as nn
     import torchvision
+    if arch not in TORCHVISION_RESNETS:
+        # the other families (issue 24): the runner's reference definitions, the variant
+        # chosen by the input size as model.stem: auto does
+        import os
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+        from torchvision_model import build_arch
+        return build_arch(arch, classes, 3, "cifar" if image_size <= 64 else "imagenet")
     model = getattr(torchvision.models, arch)(num_classes=classes)
     if image_size <= 64:   # the runner's model.stem: auto
         model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -110,10 +124,12 @@ def measure(args):
         prec, batch, mode = parts[0], int(parts[1]), parts[2]
         size = int(parts[3]) if len(parts) > 3 else 32
         classes = int(parts[4]) if len(parts) > 4 else args.classes
+        arch = parts[5] if len(parts) > 5 else args.arch
         try:
-            row = measure_one(args.arch, classes, prec, batch, mode, size, args.warmup, args.steps)
+            row = measure_one(arch, classes, prec, batch, mode, size, args.warmup, args.steps)
         except Exception as e:   # keep going: one configuration's failure is one line
-            row = {"precision": prec, "batch": batch, "image_size": size, "torch_mode": mode, "error": repr(e)[:300]}
+            row = {"precision": prec, "batch": batch, "image_size": size, "arch": arch, "torch_mode": mode,
+                   "error": repr(e)[:300]}
         print(json.dumps(row), flush=True)
         if mode == "compile":
             torch._dynamo.reset()
@@ -140,16 +156,22 @@ TARGETS = {128: 2.0, 256: 1.4}   # issue 22: runner vs PyTorch's faster mode, AM
 
 
 def key_of(r):
-    return (r.get("precision"), r.get("batch"), r.get("image_size", 32))
+    return (r.get("precision"), r.get("batch"), r.get("image_size", 32), r.get("arch") or "resnet50")
+
+
+def sort_key(k):
+    """resnet50's rows first (issue 22's table), then the other architectures by name."""
+    prec, batch, size, arch = k
+    return (arch != "resnet50", arch, str(prec), batch or 0, size or 0)
 
 
 def assemble(args):
     runner = {key_of(r): r for r in read_jsonl(args.assemble[0]) if "runner_img_per_s" in r}
     torch_rows = [t for t in read_jsonl(args.assemble[1]) if t.get("torch_img_per_s")]
-    keys = sorted({key_of(t) for t in torch_rows} | set(runner), key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0))
+    keys = sorted({key_of(t) for t in torch_rows} | set(runner), key=sort_key)
     out = []
     for k in keys:
-        prec, batch, size = k
+        prec, batch, size, arch = k
         r = runner.get(k, {})
         modes = {t["torch_mode"]: t for t in torch_rows if key_of(t) == k}
         graphs_default = r["default_graphs"] if "default_graphs" in r else args.default_graphs == "on"
@@ -158,11 +180,11 @@ def assemble(args):
         best_mode = max(modes, key=lambda m: modes[m]["torch_img_per_s"]) if modes else None
         best = modes[best_mode]["torch_img_per_s"] if best_mode else None
         eager = modes.get("eager", {}).get("torch_img_per_s")
-        target = TARGETS.get(batch) if prec in ("fp16", "bf16") and size == 32 else None
+        target = TARGETS.get(batch) if prec in ("fp16", "bf16") and size == 32 and arch == "resnet50" else None
         speedup = round(default / best, 3) if default and best else None
         out.append({
             "device": r.get("device") or next((t.get("device") for t in modes.values()), None),
-            "precision": prec, "batch": batch, "image_size": size, "arch": r.get("arch", "resnet50"),
+            "precision": prec, "batch": batch, "image_size": size, "arch": arch,
             "commit": args.commit, "runner_img_per_s": default, "default_graphs": graphs_default and bool(graphs),
             "graphs_scope": r.get("graphs_scope", "fwd_bwd") if r else None,
             "step_ms": r.get("step_ms"), "graphs_step_ms": r.get("graphs_step_ms"), "host_ms": r.get("host_ms"),
@@ -182,17 +204,17 @@ def assemble(args):
         old = []
     done = {key_of(r) for r in out}
     out = [r for r in old if isinstance(r, dict) and key_of(r) not in done and "image_size" in r] + out
-    out.sort(key=lambda r: (str(r.get("precision")), r.get("batch") or 0, r.get("image_size") or 0))
+    out.sort(key=lambda r: sort_key(key_of(r)))
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
 
     def fmt(v, spec=".0f"):
         return format(v, spec) if isinstance(v, (int, float)) else "-"
-    print(f"{'prec':5} {'batch':>5} {'px':>4} {'runner':>7} {'normal':>7} {'graphs':>7} {'step ms':>7} {'host ms':>7} "
+    print(f"{'arch':16} {'prec':5} {'batch':>5} {'px':>4} {'runner':>7} {'normal':>7} {'graphs':>7} {'step ms':>7} {'host ms':>7} "
           f"{'g ms':>6} {'mfu':>5} {'eager':>7} {'compile':>7} {'x best':>6} {'target':>6}")
     for r in out:
-        print(f"{r['precision']:5} {r['batch']:5} {r['image_size']:4} {fmt(r['runner_img_per_s']):>7} "
+        print(f"{r.get('arch') or 'resnet50':16} {r['precision']:5} {r['batch']:5} {r['image_size']:4} {fmt(r['runner_img_per_s']):>7} "
               f"{fmt(r['runner_normal_img_per_s']):>7} {fmt(r['runner_graphs_img_per_s']):>7} "
               f"{fmt(r['step_ms'], '.2f'):>7} {fmt(r['host_ms'], '.2f'):>7} {fmt(r['graphs_step_ms'], '.2f'):>6} "
               f"{fmt(r['mfu'], '.3f'):>5} {fmt(r['torch_eager_img_per_s']):>7} {fmt(r['torch_compile_img_per_s']):>7} "
@@ -210,7 +232,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
     ap.add_argument("--image-size", type=int, default=32)
-    ap.add_argument("--configs", help="precision:batch:mode[:image_size[:classes]] ... in one process")
+    ap.add_argument("--configs", help="precision:batch:mode[:image_size[:classes[:arch]]] ... in one process")
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--assemble", nargs=2, metavar=("RUNNER_JSONL", "TORCH_JSONL"))

@@ -18,7 +18,8 @@
 #
 # Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
 # STAGES picks stages (default "build test sanitize bench e2e compile fusion fashion";
-# also "tb" and "allreduce", for a later call). The commit recorded is .deps/commit.txt's
+# also "families" (issue 24: the other architectures vs PyTorch, ~3 min), "tb" and
+# "allreduce", for a later call). The commit recorded is .deps/commit.txt's
 # (written by pack-gpu-deps.sh when packing: the device copy of the tree may carry a stale
 # .git), else git describe's; the build compiles it into env.json (-DRUNNER_COMMIT).
 # Everything goes to $OUT (else out-gpu/session), at most 8 files:
@@ -105,11 +106,15 @@ if [ -n "$DRY" ]; then
     DEV=cpu; ARCH=resnet20; BENCH_STEPS="--warmup 1 --steps 2 --profile-steps 1"; E2E_SYN='{train_size: 256, val_size: 128, image: [3, 32, 32], classes: 10}'
     BENCH_CFGS="bf16:8"; IMNET=""; FM_EPOCHS=1; FM_SEEDS="0"; BACKEND_OPT="--backend cpu"
     BENCH_ENV="RUNNER_CPU_GRAPHS=1"; FUSION_STEPS="--warmup 1 --steps 2"; FUSION_CFGS="bf16:8"
+    FAMILY_BATCH=4; FAMILY_STEPS="--warmup 1 --steps 1"
 else
     DEV=cuda; ARCH=resnet50; BENCH_STEPS="--warmup 15 --steps 40 --profile-steps 3"; E2E_SYN='{train_size: 50000, val_size: 10000, image: [3, 32, 32], classes: 100}'
     BENCH_CFGS="bf16:128 fp16:128 bf16:256 fp16:256"; IMNET="bf16:256:224"; FM_EPOCHS=""; FM_SEEDS="0 1 2"; BACKEND_OPT=""
     BENCH_ENV="RUNNER_CPU_GRAPHS=0"; FUSION_STEPS="--warmup 8 --steps 20"; FUSION_CFGS="bf16:128 bf16:256 fp16:128 fp16:256"
+    FAMILY_BATCH=128; FAMILY_STEPS="--warmup 10 --steps 30"
 fi
+# issue 24's families (stage families)
+FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mobilenet_v2}
 # issue 25's option lists the fusion stage benchmarks, per configuration in this order
 FUSION_LISTS="none graph_conv graph_conv,dgrad_accum"
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
@@ -337,6 +342,30 @@ PY
     return $rc
 }
 
+# optional stage families (issue 24; not in the default list: a call of its own, ~3 min):
+# the other architectures' CIFAR variants at bf16, batch 128, 10 classes, the runner's
+# default step (bench_gpu_bench) beside PyTorch eager on the same reference definitions
+# (gpu_vs_torch.py's sixth config field; scripts/torchvision_model.build_arch); the rows
+# join gpu_resnet50_cifar.json under their arch.
+stage_families() {
+    local a rc=0 confs=""
+    for a in $FAMILY_ARCHS; do
+        # shellcheck disable=SC2086
+        box 60 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$a" --classes 10 \
+            --precision bf16 --batch "$FAMILY_BATCH" $FAMILY_STEPS >>"$RJ" 2>"$L/family_$a.err" ||
+            { rc=1; tail -3 "$L/family_$a.err"; }
+        confs="$confs bf16:$FAMILY_BATCH:eager:32:10:$a"
+    done
+    cat "$RJ" >>"$BJ"
+    if [ -z "$DRY" ]; then
+        box $(($(left) - 20)) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 10 --steps 30 \
+            >>"$TJ" 2>"$L/torch_families.err" || { rc=1; tail -3 "$L/torch_families.err"; }
+        cat "$TJ" >>"$BJ"
+    fi
+    echo "families: $(grep -c runner_img_per_s "$RJ") runner rows, $(grep -c torch_img_per_s "$TJ") PyTorch rows"
+    return $rc
+}
+
 # optional stages (not in the default list; a later call): TensorBoard's own reader on a GPU
 # run's event file, and bench/allreduce_suite.sh (NCCL rows, the DDP bucket timeline)
 stage_tb() {
@@ -355,7 +384,7 @@ PY
 }
 stage_allreduce() { box $(($(left) - 20)) env "$RENV" bash bench/allreduce_suite.sh "$B" >"$L/allreduce.log" 2>&1; tail -n 30 "$L/allreduce.log"; }
 
-for st in build test sanitize bench e2e compile fusion fashion tb allreduce; do
+for st in build test sanitize bench e2e compile fusion fashion families tb allreduce; do
     [[ $stages == *" $st "* ]] || continue
     t0=$(date +%s)
     echo "== $st ($(el) s, $(left) s left)"
