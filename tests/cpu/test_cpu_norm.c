@@ -280,9 +280,10 @@ static void test_bn_thread_independent(void) {
     float *g = falloc(m * c);   /* the backward sums too (x stands in for y: relu mask) */
     fill_uniform(g, m * c, 61, -1, 1);
     float s1[16], q1[16], s2[16], q2[16], dg[16] = {0}, db[16] = {0};
-    CHECK_INT(one->ops->bn_bwd_reduce(one, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s1, q1, dg, db), 0);
-    CHECK_INT(g_be->ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s2, q2, dg, db),
-              0);
+    CHECK_INT(one->ops->bn_bwd_reduce(one, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s1, q1, dg,
+                                      db), 0);
+    CHECK_INT(g_be->ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s2, q2, dg,
+                                       db), 0);
     CHECK(memcmp(s1, s2, sizeof s1) == 0);
     CHECK(memcmp(q1, q2, sizeof q1) == 0);
     free(g);

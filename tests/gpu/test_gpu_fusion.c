@@ -202,7 +202,8 @@ static int check_dgrad_dbn(const conv_shape_t *s, dtype_t dt, act_kind_t act, bo
     backend_t *c = p.cpu, *g = p.gpu;
     OK(c, c->ops->conv2d_bwd_data(c, s, dt, dy.c, w.c, dx.c));
     OK(c, c->ops->bn_bwd_reduce(c, m, s->c, dt, bx.c, relu ? ry.c : NULL, act, dx.c, (float *)mean.c,
-                                (float *)var.c, NULL, NULL, eps, (float *)sdy.c, (float *)sdx.c, (float *)dg.c, (float *)db.c));
+                                (float *)var.c, NULL, NULL, eps, (float *)sdy.c, (float *)sdx.c, (float *)dg.c,
+                                (float *)db.c));
     OK(g, g->ops->conv2d_bwd_data_bn(g, s, dt, dy.g, w.g, dx.g, bx.g, relu ? ry.g : NULL, act, (float *)mean.g,
                                      (float *)var.g, eps, (float *)sdy.g, (float *)sdx.g, (float *)dg.g,
                                      (float *)db.g));
