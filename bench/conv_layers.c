@@ -130,10 +130,10 @@ static int bench_layer(backend_t *be, int li, int reps, double *conv_ms, double 
         if (!rc) rc = ops->bn_stats(be, m, s.k, DT_F32, y, mean, var);
         if (!rc) rc = ops->bn_apply(be, m, s.k, DT_F32, y, mean, var, gamma, beta, 1e-5f, NULL,
                                     act, z);
-        if (!rc) rc = ops->bn_bwd_reduce(be, m, s.k, DT_F32, y, z, act, dy, mean, var, 1e-5f,
-                                         sdy, sdx, dg, db);
-        if (!rc) rc = ops->bn_bwd_apply(be, m, s.k, DT_F32, y, z, act, dy, mean, var, gamma, 1e-5f,
-                                        sdy, sdx, m, dz, NULL);
+        if (!rc) rc = ops->bn_bwd_reduce(be, m, s.k, DT_F32, y, z, act, dy, mean, var, gamma,
+                                         beta, 1e-5f, sdy, sdx, dg, db);
+        if (!rc) rc = ops->bn_bwd_apply(be, m, s.k, DT_F32, y, z, act, dy, mean, var, gamma,
+                                        beta, 1e-5f, sdy, sdx, m, dz, NULL);
         double t2 = now_ms();
         if (rc) {
             fprintf(stderr, "bench_conv_layers: %s\n", be->err.msg);

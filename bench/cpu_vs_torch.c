@@ -138,16 +138,18 @@ static int w_bn_running(backend_t *be, int c, const float *mean, const float *va
     TIMED(P_BN_RUNNING, PROF(be)->orig->bn_update_running(be, c, mean, var, count, mom, rm, rv));
 }
 static int w_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                           act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
-                           float *sdy, float *sdyx, float *dg, float *db) {
+                           act_kind_t act, const void *dy, const float *mean, const float *var, const float *g,
+                           const float *b, float eps, float *sdy, float *sdyx, float *dg, float *db) {
     TIMED(P_BN_BWD_REDUCE,
-          PROF(be)->orig->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sdy, sdyx, dg, db));
+          PROF(be)->orig->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, g, b, eps, sdy, sdyx, dg, db));
 }
 static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
                           act_kind_t act, const void *dy, const float *mean, const float *var, const float *g,
-                          float eps, const float *sdy, const float *sdyx, int64_t count, void *dx, void *dz) {
+                          const float *b, float eps, const float *sdy, const float *sdyx, int64_t count, void *dx,
+                          void *dz) {
     TIMED(P_BN_BWD_APPLY,
-          PROF(be)->orig->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, g, eps, sdy, sdyx, count, dx, dz));
+          PROF(be)->orig->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, g, b, eps, sdy, sdyx, count, dx,
+                                       dz));
 }
 static int w_add(backend_t *be, int64_t n, dtype_t dt, const void *a, const void *b, void *y) {
     TIMED(P_ADD, PROF(be)->orig->add(be, n, dt, a, b, y));

@@ -415,9 +415,13 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
     case NODE_BN_ADD_RELU: {
         const void *y = d->kind == NODE_BN ? NULL : d->y;
         act_kind_t act = net_bn_act(d->kind);
+        /* y = act(bn(x)) with these parameters and no residual: the mask may come from x */
+        const float *gamma = n->params + d->w_off;
+        const float *beta = y && d->kind != NODE_BN_ADD_RELU ? n->params + d->b_off : NULL;
         if (*reduced != i)
-            OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, NET_BN_EPS,
-                                      n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off),
+            OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta,
+                                      NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off,
+                                      n->grads + d->b_off),
                "bn backward (reduce)");
         *reduced = -1;
         if (hooks && hooks->bn_sync_grads &&
@@ -426,9 +430,8 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
         if (dx || dz) {
             /* bn_bwd_apply always writes dx; without a real target use scratch */
             void *dxt = dx ? dx : n->scratch[0];
-            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var,
-                                     n->params + d->w_off, NET_BN_EPS, n->sum_dy, n->sum_dy_xhat,
-                                     d->count, dxt, dz),
+            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta,
+                                     NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, d->count, dxt, dz),
                "bn backward (apply)");
         }
         break;

@@ -10,6 +10,8 @@
  *   bn_bwd_reduce       read 2*m*c*e (x, dy) [+ m*c*e (y, the relu mask)] + 2c*4 (mean,
  *                       var) + 2c*4 (dgamma, dbeta); write 4c*4
  *   bn_bwd_apply        read 2*m*c*e [+ m*c*e (y)] + 5c*4; write m*c*e (dx) [+ m*c*e (dz)]
+ *     either with the mask recomputed (bn_remask; cuda_backend_last_fused 1 after the
+ *     call): not y but + 2c*4 (gamma, beta; the apply has gamma already: + c*4)
  *   relu_fwd            2n*e;  relu_bwd, add: 3n*e
  *   avgpool_fwd/bwd     n*hw*c*e + n*c*e;  maxpool_fwd n*h*w*c*e + n*p*q*c*e;
  *   maxpool_bwd         2 * n*h*w*c*e (x read, dx written) + n*p*q*c*e (dy)
@@ -228,20 +230,27 @@ static int w_bn_update_running(backend_t *be, int c, const float *mean, const fl
     PROF_CALL(bn_update_running, bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var),
               24.0 * c, 0);
 }
+/* Whether the BN backward op just called recomputed its mask instead of reading y. */
+static bool remasked(backend_t *be) { return be->kind == BACKEND_CUDA && cuda_backend_last_fused(be); }
+
 static int w_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                           act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
-                           float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+                           act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
+                           const float *beta, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                           float *dbeta) {
     PROF_CALL(bn_bwd_reduce,
-              bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta),
-              es(dt) * m * c * (y ? 3 : 2) + 32.0 * c, 0);
+              bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, dgamma,
+                            dbeta),
+              remasked(be) ? es(dt) * m * c * 2 + 40.0 * c : es(dt) * m * c * (y ? 3 : 2) + 32.0 * c, 0);
 }
 static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
                           act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
-                          float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx,
-                          void *dz) {
+                          const float *beta, float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count,
+                          void *dx, void *dz) {
     PROF_CALL(bn_bwd_apply,
-              bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx, dz),
-              es(dt) * m * c * (3 + (y ? 1 : 0) + (dz ? 1 : 0)) + 20.0 * c, 0);
+              bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, count, dx,
+                           dz),
+              remasked(be) ? es(dt) * m * c * (3 + (dz ? 1 : 0)) + 24.0 * c
+                           : es(dt) * m * c * (3 + (y ? 1 : 0) + (dz ? 1 : 0)) + 20.0 * c, 0);
 }
 static int w_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     PROF_CALL(relu_fwd, relu_fwd(be, n, dt, x, y), 2.0 * es(dt) * n, 0);

@@ -161,19 +161,20 @@ static int w_bn_run(backend_t *be, int c, const float *mean, const float *var, i
     return plain(be)->bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var);
 }
 static int w_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
-                     const void *dy, const float *mean, const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
-                     float *dgamma, float *dbeta) {
-    REC(.kind = K_BN_BRED, .i = {m, c}, .dt = dt, .p = {x, y, dy, mean, var, sum_dy, sum_dy_xhat, dgamma, dbeta},
-        .f = {eps}, .act = act);
-    return plain(be)->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
+                     const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                     float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    REC(.kind = K_BN_BRED, .i = {m, c}, .dt = dt,
+        .p = {x, y, dy, mean, var, gamma, beta, sum_dy, sum_dy_xhat, dgamma, dbeta}, .f = {eps}, .act = act);
+    return plain(be)->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat,
+                                    dgamma, dbeta);
 }
 static int w_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
-                     const void *dy, const float *mean, const float *var, const float *gamma, float eps,
-                     const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+                     const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                     float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
     REC(.kind = K_BN_BAPP, .i = {m, c, count}, .dt = dt,
-        .p = {x, y, dy, mean, var, gamma, sum_dy, sum_dy_xhat, dx, dz}, .f = {eps}, .act = act);
-    return plain(be)->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count,
-                                   dx, dz);
+        .p = {x, y, dy, mean, var, gamma, beta, sum_dy, sum_dy_xhat, dx, dz}, .f = {eps}, .act = act);
+    return plain(be)->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat,
+                                   count, dx, dz);
 }
 static int w_relu_f(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     REC(.kind = K_RELU_F, .i = {n}, .dt = dt, .p = {x, y});
@@ -330,10 +331,10 @@ static int run_call(backend_t *be, const cpu_call_t *c) {
     case K_BN_RUN: return o->bn_update_running(be, (int)c->i[0], q[0], q[1], c->i[1], c->f[0], V(q[2]), V(q[3]));
     case K_BN_BRED:
         return o->bn_bwd_reduce(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], (act_kind_t)c->act, q[2], q[3], q[4],
-                                c->f[0], V(q[5]), V(q[6]), V(q[7]), V(q[8]));
+                                q[5], q[6], c->f[0], V(q[7]), V(q[8]), V(q[9]), V(q[10]));
     case K_BN_BAPP:
         return o->bn_bwd_apply(be, c->i[0], (int)c->i[1], c->dt, q[0], q[1], (act_kind_t)c->act, q[2], q[3], q[4],
-                               q[5], c->f[0], q[6], q[7], c->i[2], V(q[8]), V(q[9]));
+                               q[5], q[6], c->f[0], q[7], q[8], c->i[2], V(q[9]), V(q[10]));
     case K_RELU_F: return o->relu_fwd(be, c->i[0], c->dt, q[0], V(q[1]));
     case K_RELU_B: return o->relu_bwd(be, c->i[0], c->dt, q[0], q[1], V(q[2]));
     case K_RELU6_F: return o->relu6_fwd(be, c->i[0], c->dt, q[0], V(q[1]));

@@ -307,9 +307,10 @@ BN_CLONES static void reduce_block(void *argp, int chunk) {
 
 int cpu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
                       const void *y, act_kind_t act, const void *dy, const float *mean,
-                      const float *var, float eps, float *sum_dy, float *sum_dy_xhat,
-                      float *dgamma, float *dbeta) {
+                      const float *var, const float *gamma, const float *beta, float eps,
+                      float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
     cpu_backend_t *cb = cpu_of(be);
+    (void)gamma, (void)beta;   /* the mask always comes from y here */
     if (m < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_reduce: no rows");
     int nb = cpu_nchunks(m, BN_ROWS);
     double *part = partials(cb, nb, c);
@@ -412,9 +413,11 @@ static bool overlaps(const void *a, const void *b, size_t n) {
 
 int cpu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
                      const void *y, act_kind_t act, const void *dy, const float *mean,
-                     const float *var, const float *gamma, float eps, const float *sum_dy,
-                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+                     const float *var, const float *gamma, const float *beta, float eps,
+                     const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx,
+                     void *dz) {
     cpu_backend_t *cb = cpu_of(be);
+    (void)beta;   /* the mask always comes from y here */
     if (count < 1) return err_set(&be->err, ERR_RUNTIME, "cpu bn_bwd_apply: count < 1");
     float *ws = cpu_scratch(cb, 3 * (size_t)c);
     if (!ws) return -1;

@@ -99,7 +99,8 @@ int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char
 /* Issue 25, for the op profiler: whether the last call of a fused op
  * (conv2d_fwd_bn_stats, conv2d_bwd_data_bn, conv2d_bwd_data_accum) ran fused: 1, or 0
  * when it ran its unfused fallback (no graph engine, deterministic mode, an activation
- * the graph does not build). */
+ * the graph does not build); after bn_bwd_reduce or bn_bwd_apply, whether it recomputed
+ * the activation's mask instead of reading y (bn_remask). */
 int cuda_backend_last_fused(backend_t *be);
 /* For a unit test without a GPU: builds and finalizes every descriptor of the operations
  * of graph kind (0 .. cuda_conv_graph_kinds() - 1, named by cuda_conv_graph_kind_name:

@@ -236,7 +236,8 @@ static int dbn_path(cuda_be_t *cb, const void *args, bool fused) {
     if (!fused) {
         if (cu_conv2d_bwd_data(&cb->base, s, a->dt, a->dy, a->w, a->dx)) return -1;
         return cu_bn_bwd_reduce(&cb->base, (int64_t)s->n * s->h * s->w, s->c, a->dt, a->bn_x, a->relu_y, a->act,
-                                a->dx, a->mean, a->var, a->eps, a->sum_dy, a->sum_dy_xhat, a->dgamma, a->dbeta);
+                                a->dx, a->mean, a->var, NULL, NULL, a->eps, a->sum_dy, a->sum_dy_xhat, a->dgamma,
+                                a->dbeta);   /* the mask from relu_y (no gamma, beta here) */
     }
     void *t[8];
     int kind = dbn_ptrs(cb, a, t);

@@ -11,7 +11,13 @@
  * in double, in a fixed order, so results are deterministic run to run.
  *
  * The fused activation (act_kind_t) is relu or relu6; the backward masks dy by its
- * derivative seen from the output y (act_keeps), as the CPU backend.
+ * derivative seen from the output y (act_keeps), as the CPU backend. With the bn_remask
+ * fusion option, for a BN without a residual input (the op's beta given), the backward
+ * kernels recompute that mask from x instead of reading y: bn_out is the one function
+ * that computes the forward's output in bn_apply_k and in the recompute, with explicit
+ * IEEE intrinsics (nothing left for the compiler to contract differently per kernel),
+ * and the recompute rounds it to T as the forward stored it, so the mask and every
+ * result are the same bits as with y (tests/gpu/test_gpu_fusion.c).
  * Numerics: statistics in fp32 per thread over values shifted by the channel's first
  * row (no catastrophic cancellation of sum(x^2) - sum(x)^2 when |mean| >> std), combined
  * in double; biased variance. apply/backward compute in fp32 and round the outputs once.
@@ -146,6 +152,31 @@ __device__ __forceinline__ bool act_keeps(int act, float v) {
     return act == ACT_RELU6 ? !(v <= 0.0f || v >= 6.0f) : v > 0.0f;
 }
 
+/* A channel's scale gamma / sqrt(var + eps), each step rounded to nearest: what nvcc
+ * makes of `gamma / sqrtf(var + eps)` without fast math (IEEE division and square root),
+ * spelled out so that bn_apply_k and the backward's mask recompute cannot differ. */
+__device__ __forceinline__ float bn_scale(float gamma, float var, float eps) {
+    return __fdiv_rn(gamma, __fsqrt_rn(__fadd_rn(var, eps)));
+}
+
+/* The forward's fp32 output before rounding to T: act((v - mu) * sc + bt [+ w]), the
+ * multiply-add fused (as nvcc contracts it by default) and the residual added after;
+ * relu / relu6 let NaN pass, as torch and the cpu backend. */
+__device__ __forceinline__ float bn_out(int act, float v, float mu, float sc, float bt, bool add, float w) {
+    float o = __fmaf_rn(__fsub_rn(v, mu), sc, bt);
+    if (add) o = __fadd_rn(o, w);
+    if (act != ACT_NONE) o = o < 0.0f ? 0.0f : o;
+    if (act == ACT_RELU6) o = o > 6.0f ? 6.0f : o;
+    return o;
+}
+
+/* act_keeps of the y that bn_apply_k (no residual) stored for input v: bn_out rounded to
+ * T and back, so a tiny positive output that rounds to 0 in fp16 is masked as stored. */
+template <typename T>
+__device__ __forceinline__ bool remask_keeps(int act, float v, float mu, float sc, float bt) {
+    return act_keeps(act, to_f32(from_f32<T>(bn_out(act, v, mu, sc, bt, false, 0.0f))));
+}
+
 /* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, const float *mean,
@@ -158,7 +189,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
 #pragma unroll
     for (int k = 0; k < V; k++) {
         mu[k] = mean[ch0 + k];
-        sc[k] = gamma[ch0 + k] / sqrtf(var[ch0 + k] + eps);
+        sc[k] = bn_scale(gamma[ch0 + k], var[ch0 + k], eps);
         bt[k] = beta[ch0 + k];
     }
     for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m; r += (int64_t)gridDim.y * blockDim.y) {
@@ -166,13 +197,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
         load_v<T, V>(x + r * c + ch0, v);
         if (z) load_v<T, V>(z + r * c + ch0, w);
 #pragma unroll
-        for (int k = 0; k < V; k++) {
-            float o = (v[k] - mu[k]) * sc[k] + bt[k];
-            if (z) o += w[k];
-            if (act != ACT_NONE) o = o < 0.0f ? 0.0f : o;   /* NaN passes, as in torch and the cpu backend */
-            if (act == ACT_RELU6) o = o > 6.0f ? 6.0f : o;
-            v[k] = o;
-        }
+        for (int k = 0; k < V; k++) v[k] = bn_out(act, v[k], mu[k], sc[k], bt[k], z != NULL, z ? w[k] : 0.0f);
         store_v<T, V>(y + r * c + ch0, v);
     }
 }
@@ -185,27 +210,46 @@ __global__ void bn_running_k(int c, const float *mean, const float *var, float u
     run_var[ch] = momentum * (var[ch] * unbias) + (1.0f - momentum) * run_var[ch];
 }
 
-/* Partial sums of g and g * (x - mean), g = dy masked by y > 0 when y is given. */
+/* The per-channel scale and shift of the mask recompute (bn_remask): sc, bt of
+ * bn_apply_k when beta is given, else zeros (unused). */
+template <int V>
+__device__ __forceinline__ void remask_params(int ch0, const float *var, const float *gamma, const float *beta,
+                                              float eps, float (&sc)[V], float (&bt)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sc[k] = beta ? bn_scale(gamma[ch0 + k], var[ch0 + k], eps) : 0.0f;
+        bt[k] = beta ? beta[ch0 + k] : 0.0f;
+    }
+}
+
+/* Partial sums of g and g * (x - mean), g = dy masked by the activation: recomputed from
+ * x when beta is given (bn_remask; y is not read), else seen from y when y is given. */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
                                                         int act, const T *dy, const float *mean,
-                                                        float *part) {
+                                                        const float *var, const float *gamma,
+                                                        const float *beta, float eps, float *part) {
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
-    float s[V], sx[V], mu[V];
+    float s[V], sx[V], mu[V], sc[V], bt[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
         s[k] = sx[k] = 0.0f;
         mu[k] = active ? mean[ch0 + k] : 0.0f;
     }
     if (active) {
+        remask_params<V>(ch0, var, gamma, beta, eps, sc, bt);
 #pragma unroll 2
         for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m;
              r += (int64_t)gridDim.y * blockDim.y) {
             float xv[V], g[V], yv[V];
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
-            if (y) {
+            if (beta) {
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
+            } else if (y) {
                 load_v<T, V>(y + r * c + ch0, yv);
 #pragma unroll
                 for (int k = 0; k < V; k++)
@@ -234,17 +278,18 @@ __global__ void bn_bwd_final_k(int c, int splits, const float *part, const float
     if (dgamma) dgamma[ch] += sdyx;
 }
 
-/* dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count); dz = g. */
+/* dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count); dz = g. The
+ * mask of g as in bn_bwd_partial_k (beta given: recomputed from x). */
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T *x, const T *y,
                                                       int act, const T *dy, const float *mean,
                                                       const float *var, const float *gamma,
-                                                      float eps, const float *sum_dy,
+                                                      const float *beta, float eps, const float *sum_dy,
                                                       const float *sum_dy_xhat, float inv_count,
                                                       T *dx, T *dz) {
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
-    float mu[V], is[V], a[V], mdy[V], mdyx[V];
+    float mu[V], is[V], a[V], mdy[V], mdyx[V], sc[V], bt[V];
 #pragma unroll
     for (int k = 0; k < V; k++) {
         mu[k] = mean[ch0 + k];
@@ -253,12 +298,17 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
         mdy[k] = sum_dy[ch0 + k] * inv_count;
         mdyx[k] = sum_dy_xhat[ch0 + k] * inv_count;
     }
+    remask_params<V>(ch0, var, gamma, beta, eps, sc, bt);
     for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m; r += (int64_t)gridDim.y * blockDim.y) {
         float xv[V], g[V], yv[V];
         int64_t off = r * c + ch0;
         load_v<T, V>(x + off, xv);
         load_v<T, V>(dy + off, g);
-        if (y) {
+        if (beta) {
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
+        } else if (y) {
             load_v<T, V>(y + off, yv);
 #pragma unroll
             for (int k = 0; k < V; k++)
@@ -367,19 +417,33 @@ int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *v
     return 0;
 }
 
+/* The beta the backward kernels get: the op's when bn_remask is on and the mask can be
+ * recomputed (a relu / relu6 mask, no residual gradient dz), else NULL (read y). */
+static const float *remask_beta(const cuda_be_t *cb, const void *y, act_kind_t act, const float *gamma,
+                                const float *beta, const void *dz) {
+    bool on = (cb->fusion & BACKEND_FUSE_BN_REMASK) && y && act != ACT_NONE && gamma && !dz;
+    return on ? beta : NULL;
+}
+
 int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                     act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
-                     float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+                     act_kind_t act, const void *dy, const float *mean, const float *var,
+                     const float *gamma, const float *beta, float eps, float *sum_dy,
+                     float *sum_dy_xhat, float *dgamma, float *dbeta) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return cb_fail(cb, "bn_bwd_reduce: empty input (m %lld, c %d)", (long long)m, c);
     CB_ENTER(cb);
+    /* the geometry (and with it the order of the sums) is the same with bn_remask: y's
+     * alignment counts even where y is not read */
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y ? y : x, dy, dy, dy);
     dim3 block(BN_TX, BN_TY);
     if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
+    const float *rb = remask_beta(cb, y, act, gamma, beta, NULL);
+    cb->last_fused = rb != NULL;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        bn_bwd_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y,
-                                                                   (int)act, (const T *)dy, mean, part)));
+        bn_bwd_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y, (int)act,
+                                                                   (const T *)dy, mean, var, gamma, rb, eps,
+                                                                   part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
     bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)g.grid.y, part, var, eps, sum_dy,
                                                              sum_dy_xhat, dgamma, dbeta);
@@ -389,17 +453,19 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
 
 int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
                     act_kind_t act, const void *dy, const float *mean, const float *var,
-                    const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
-                    int64_t count, void *dx, void *dz) {
+                    const float *gamma, const float *beta, float eps, const float *sum_dy,
+                    const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     if (count <= 0) return cb_fail(cb, "bn_bwd_apply: count %lld must be positive", (long long)count);
     CB_ENTER(cb);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y ? y : x, dy, dz ? dz : dx, dx);
     float inv_count = (float)(1.0 / (double)count);
+    const float *rb = remask_beta(cb, y, act, gamma, beta, dz);
+    cb->last_fused = rb != NULL;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
         bn_bwd_apply_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(
-            m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, eps, sum_dy,
+            m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
             sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
     KERNEL_CHECK(cb, "bn_bwd_apply_k");
     return 0;

@@ -15,11 +15,12 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
 int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *var,
                          int64_t count, float momentum, float *run_mean, float *run_var);
 int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                     act_kind_t act, const void *dy, const float *mean, const float *var, float eps,
-                     float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
+                     act_kind_t act, const void *dy, const float *mean, const float *var,
+                     const float *gamma, const float *beta, float eps, float *sum_dy,
+                     float *sum_dy_xhat, float *dgamma, float *dbeta);
 int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
                     act_kind_t act, const void *dy, const float *mean, const float *var,
-                    const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
-                    int64_t count, void *dx, void *dz);
+                    const float *gamma, const float *beta, float eps, const float *sum_dy,
+                    const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
 
 #endif

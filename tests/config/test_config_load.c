@@ -805,6 +805,13 @@ static void test_cuda_fusion_key(void) {
     CHECK_INT(x->train.n_cuda_fusion, 1);
     CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum");
     free(x);
+    x = load("rm.yaml", MIN "train: {cuda_fusion: [all, BN_Remask]}\n", NULL, 0);   /* not in all: named */
+    CHECK_INT(x->train.n_cuda_fusion, 2);
+    CHECK_STR(x->train.cuda_fusion[1], "bn_remask");
+    y = round_trip(x, "resolved_rm.yaml");
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
     const char *sets[] = {"train.cuda_fusion=[all]"};
     x = load("exp.yaml", MIN, sets, 1);
     CHECK_INT(x->train.n_cuda_fusion, 1);

@@ -102,8 +102,8 @@ static void bn_case(act_kind_t act, bool residual, uint64_t seed, float g0) {
     }
 
     for (int j = 0; j < C; j++) { dgamma[j] = 0.25f; dbeta[j] = -0.5f; }   /* accumulate */
-    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, relu ? y : NULL, act, g, mean, var,
-                                 (float)EPS, sdy, sdx, dgamma, dbeta), 0);
+    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, relu ? y : NULL, act, g, mean, var, NULL,
+                                 NULL, (float)EPS, sdy, sdx, dgamma, dbeta), 0);
     for (int j = 0; j < C; j++) {
         CHECK_NEAR(dgamma[j], 0.25 + sdx[j], 1e-6, 0);
         CHECK_NEAR(dbeta[j], -0.5 + sdy[j], 1e-6, 0);
@@ -112,7 +112,7 @@ static void bn_case(act_kind_t act, bool residual, uint64_t seed, float g0) {
     }
     memset(dz, 0, sizeof dz);
     CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, relu ? y : NULL, act, g, mean, var, gamma,
-                                (float)EPS, sdy, sdx, M, dx, residual ? dz : NULL), 0);
+                                NULL, (float)EPS, sdy, sdx, M, dx, residual ? dz : NULL), 0);
     bn_ref_args_t a = {xd, gammad, betad, residual ? zd : NULL, gd, act};
     CHECK_INT(fd_check("dx", &a, xd, M * C, dx), 0);
     CHECK_INT(fd_check("dgamma", &a, gammad, C, dgamma), 0);
@@ -171,11 +171,11 @@ static void test_bn_amp(void) {
                                 y16), 0);
         round_all(y32, M * C, dt);
         CHECK(memcmp(y16, y32, sizeof y16) == 0);
-        CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, dt, x, y16, ACT_RELU, g, mean, var, 1e-5f, sdy, sdx, dg,
+        CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, dt, x, y16, ACT_RELU, g, mean, var, NULL, NULL, 1e-5f, sdy, sdx, dg,
                                      db), 0);
-        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y16, ACT_RELU, g, mean, var, gamma, 1e-5f, sdy,
+        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y16, ACT_RELU, g, mean, var, gamma, NULL, 1e-5f, sdy,
                                     sdx, M, dx32, NULL), 0);
-        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, dt, x, y16, ACT_RELU, g, mean, var, gamma, 1e-5f, sdy,
+        CHECK_INT(ops->bn_bwd_apply(g_be, M, C, dt, x, y16, ACT_RELU, g, mean, var, gamma, NULL, 1e-5f, sdy,
                                     sdx, M, dx16, NULL), 0);
         int changed = 0;   /* rounding is visible: most fp32 values are not representable */
         for (int i = 0; i < M * C; i++) changed += dx16[i] != dx32[i];
@@ -197,12 +197,12 @@ static void test_bn_bwd_in_place(void) {
     CHECK_INT(ops->bn_stats(g_be, M, C, DT_F32, x, mean, var), 0);
     CHECK_INT(ops->bn_apply(g_be, M, C, DT_F32, x, mean, var, gamma, beta, 1e-5f, NULL, true,
                             y), 0);
-    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, y, ACT_RELU, g, mean, var, 1e-5f, sdy, sdx, dg,
+    CHECK_INT(ops->bn_bwd_reduce(g_be, M, C, DT_F32, x, y, ACT_RELU, g, mean, var, NULL, NULL, 1e-5f, sdy, sdx, dg,
                                  db), 0);
-    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, ACT_RELU, g, mean, var, gamma, 1e-5f, sdy, sdx,
+    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, ACT_RELU, g, mean, var, gamma, NULL, 1e-5f, sdy, sdx,
                                 M, dx, dz), 0);
     memcpy(inplace, g, sizeof g);
-    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, ACT_RELU, inplace, mean, var, gamma, 1e-5f, sdy,
+    CHECK_INT(ops->bn_bwd_apply(g_be, M, C, DT_F32, x, y, ACT_RELU, inplace, mean, var, gamma, NULL, 1e-5f, sdy,
                                 sdx, M, inplace, NULL), 0);
     CHECK(memcmp(inplace, dx, sizeof dx) == 0);
     int masked = 0;   /* dz is dy where y > 0, else 0 */
@@ -233,7 +233,7 @@ static void test_bn_vector_channels(void) {
         CHECK_INT(ops->bn_stats(g_be, m, c, DT_F32, x, mean, var), 0);
         CHECK_INT(ops->bn_apply(g_be, m, c, DT_F32, x, mean, var, gamma, beta, 1e-5f, NULL, act,
                                 y), 0);
-        CHECK_INT(ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, y, act, g, mean, var, 1e-5f, sdy, sdx, dg,
+        CHECK_INT(ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, y, act, g, mean, var, NULL, NULL, 1e-5f, sdy, sdx, dg,
                                      db), 0);
         int64_t clamped = 0;
         for (int64_t i = 0; i < m * c; i++) {
@@ -280,9 +280,10 @@ static void test_bn_thread_independent(void) {
     float *g = falloc(m * c);   /* the backward sums too (x stands in for y: relu mask) */
     fill_uniform(g, m * c, 61, -1, 1);
     float s1[16], q1[16], s2[16], q2[16], dg[16] = {0}, db[16] = {0};
-    CHECK_INT(one->ops->bn_bwd_reduce(one, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, 1e-5f, s1, q1, dg, db), 0);
-    CHECK_INT(g_be->ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, 1e-5f, s2, q2, dg, db),
-              0);
+    CHECK_INT(one->ops->bn_bwd_reduce(one, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s1, q1, dg,
+                                      db), 0);
+    CHECK_INT(g_be->ops->bn_bwd_reduce(g_be, m, c, DT_F32, x, x, ACT_RELU, g, m1, v1, NULL, NULL, 1e-5f, s2, q2, dg,
+                                       db), 0);
     CHECK(memcmp(s1, s2, sizeof s1) == 0);
     CHECK(memcmp(q1, q2, sizeof q1) == 0);
     free(g);

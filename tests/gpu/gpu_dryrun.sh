@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_dryrun.sh: the GPU tests' own checks, shown to catch planted defects, on the CPU.
-# Runs test_gpu_ops' soft cross-entropy case and test_gpu_net with RUNNER_GPU_TEST_DRYRUN=cpu
+# Runs test_gpu_ops' soft cross-entropy case, test_gpu_net and test_gpu_fusion's bn_remask
+# node cases with RUNNER_GPU_TEST_DRYRUN=cpu
 # (the "gpu" side is a second CPU backend on another convolution engine,
 # gpu_test_util.h) without a defect (must pass) and with each defect of gpu_plant.h
 # (must fail, in the check meant for it):
@@ -11,13 +12,17 @@
 #                            steps fail per tensor, the fp32 step and the SGD steps too
 #   sgd_no_wd                the gpu side's SGD ignores weight decay: the teacher-forced
 #                            steps' updates differ
+#   bn_remask_unrounded      the BN backward ops take the mask of a recomputed output not
+#                            rounded to the dtype: fp16 (relu, relu6) and bf16 (relu6, 5.999
+#                            rounding to 6) differ from the same backend reading y; fp32
+#                            (nothing to round) still passes
 # With `images BINARY`: test_gpu_cli_images' GPU-vs-CPU cases with RUNNER_GPU_CLI_DRYRUN=cpu
 # (the "gpu" side is the runner on the CPU's Winograd engine) without a defect (must pass)
 # and with the test's own planted defects (must fail the case meant for them):
 #   img_flip_off, img_label_swap  the forward case (lr 1e-30)
 #   img_grad_scale                the training case (gradients 1.5x)
 # exit 77 when the images fixtures cannot be made (no PIL/numpy or Fashion-MNIST).
-# Usage: gpu_dryrun.sh TEST_GPU_OPS TEST_GPU_NET   (ctest: test_gpu_dryrun, label unit)
+# Usage: gpu_dryrun.sh TEST_GPU_OPS TEST_GPU_NET TEST_GPU_FUSION  (ctest: test_gpu_dryrun, label unit)
 #        gpu_dryrun.sh images TEST_GPU_CLI_IMAGES  (ctest: test_gpu_dryrun_images, label e2e)
 set -u
 fails=0
@@ -55,7 +60,7 @@ if [ "$1" = images ]; then
     [ "$fails" -eq 0 ]
     exit
 fi
-ops=$1 net=$2
+ops=$1 net=$2 fusion=$3
 expect 0 "ok   test_softmax_xent_soft" "" test_softmax_xent_soft "$ops"
 expect 1 "got\[0\]\[0\] == .*expected want\[0\]" xent_soft_tie_high@both test_softmax_xent_soft "$ops"
 expect 1 "got\[1\]\[0\] == .*expected want\[0\]" xent_soft_drop_row test_softmax_xent_soft "$ops"
@@ -64,5 +69,10 @@ expect 1 "FAIL test_step_fp16" conv_dw_sign test_step_fp16 "$net"
 expect 1 "FAIL test_step_bf16" conv_dw_sign test_step_bf16 "$net"
 expect 1 "FAIL test_step_fp32" conv_dw_sign test_step_fp32 "$net"
 expect 1 "FAIL test_three_sgd_steps" sgd_no_wd test_three_sgd_steps "$net"
+rm_cases=test_remask_node_fp32,test_remask_node_fp16,test_remask_node_bf16
+expect 0 "3 passed, 0 failed" "" $rm_cases "$fusion"
+expect 1 "bn_remask fp16 relu: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$fusion"
+expect 1 "bn_remask bf16 relu6: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$fusion"
+expect 1 "ok   test_remask_node_fp32" bn_remask_unrounded $rm_cases "$fusion"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -14,6 +14,11 @@
  *   conv_dw_sign         conv2d_bwd_filter adds the negated weight gradient, in the first
  *                        call for a 64 -> 64 channel shape (resnet20's layer3) only
  *   sgd_no_wd            sgd_step ignores weight decay
+ *   bn_remask_unrounded  bn_bwd_reduce / bn_bwd_apply, when given beta (the mask may be
+ *                        recomputed: bn_remask), take the activation's mask from the
+ *                        forward's output computed in fp32 and NOT rounded to dt, the
+ *                        defect bn_remask must not have (fp16 stores a tiny positive
+ *                        output as 0, which masks)
  * Works on either backend kind (reads and writes through download/upload). Test code only:
  * the wrapped tables live in static storage of the including program.
  * The CLI tests, whose GPU side is a runner process, plant their defects in that side's
@@ -128,6 +133,62 @@ static inline int plant_sgd(backend_t *be, int64_t n, float *p, const float *g, 
     return ps->orig->sgd_step(be, n, p, g, buf, lr, momentum, dampening, 0.0, nesterov, ctl);
 }
 
+/* bn_remask_unrounded: the mask of act over bn_apply(x, ..., beta, eps) run in fp32 on x
+ * (no rounding of the output to dt), as a tensor of dt holding 1 (kept) or 0 (masked),
+ * which the wrapped op then reads as y. The caller releases it. */
+static inline void *plant_unrounded_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, act_kind_t act,
+                                         const float *mean, const float *var, const float *gamma, const float *beta,
+                                         float eps) {
+    const backend_ops_t *o = plant_of(be)->orig;
+    int64_t n = m * c;
+    size_t esz = dt != DT_F32 && be->kind == BACKEND_CUDA ? 2 : 4;
+    float *v = plant_read(be, x, n, dt);
+    void *x32 = o->alloc(be, (size_t)n * 4), *y32 = o->alloc(be, (size_t)n * 4), *mask = o->alloc(be, (size_t)n * esz);
+    uint16_t *h = (uint16_t *)calloc((size_t)(n ? n : 1), 2);
+    if (!x32 || !y32 || !mask || !h) exit(1);
+    plant_io(be, o->upload(be, x32, v, (size_t)n * 4), "upload");
+    plant_io(be, o->bn_apply(be, m, c, DT_F32, x32, mean, var, gamma, beta, eps, NULL, act, y32), "bn_apply");
+    free(v);
+    v = plant_read(be, y32, n, DT_F32);
+    for (int64_t i = 0; i < n; i++) {
+        bool keep = act == ACT_RELU6 ? !(v[i] <= 0.0f || v[i] >= 6.0f) : v[i] > 0.0f;
+        v[i] = keep ? 1.0f : 0.0f;
+        h[i] = dt == DT_BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+    }
+    plant_io(be, o->upload(be, mask, esz == 2 ? (const void *)h : (const void *)v, (size_t)n * esz), "upload");
+    o->release(be, x32);
+    o->release(be, y32);
+    free(v);
+    free(h);
+    return mask;
+}
+
+static inline int plant_bn_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                                act_kind_t act, const void *dy, const float *mean, const float *var,
+                                const float *gamma, const float *beta, float eps, float *sum_dy,
+                                float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    plant_side_t *ps = plant_of(be);
+    void *mask = beta ? plant_unrounded_mask(be, m, c, dt, x, act, mean, var, gamma, beta, eps) : NULL;
+    int rc = ps->orig->bn_bwd_reduce(be, m, c, dt, x, mask ? mask : y, act, dy, mean, var, NULL, NULL, eps, sum_dy,
+                                     sum_dy_xhat, dgamma, dbeta);
+    if (mask) ps->orig->release(be, mask);
+    ps->fired += mask != NULL;
+    return rc;
+}
+
+static inline int plant_bn_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                                act_kind_t act, const void *dy, const float *mean, const float *var,
+                                const float *gamma, const float *beta, float eps, const float *sum_dy,
+                                const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+    plant_side_t *ps = plant_of(be);
+    void *mask = beta ? plant_unrounded_mask(be, m, c, dt, x, act, mean, var, gamma, beta, eps) : NULL;
+    int rc = ps->orig->bn_bwd_apply(be, m, c, dt, x, mask ? mask : y, act, dy, mean, var, gamma, NULL, eps, sum_dy,
+                                    sum_dy_xhat, count, dx, dz);
+    if (mask) ps->orig->release(be, mask);
+    ps->fired += mask != NULL;
+    return rc;
+}
+
 /* Wraps side i's backend when RUNNER_GPU_TEST_PLANT names a defect for it. */
 static inline void plant_side(backend_t *be, int i, const char *name) {
     plant_side_t *ps = &plant_sides_[i];
@@ -137,6 +198,10 @@ static inline void plant_side(backend_t *be, int i, const char *name) {
     if (!strncmp(name, "xent_soft_", 10)) ps->ops.softmax_xent_soft = plant_xent_soft;
     else if (!strncmp(name, "conv_dw_sign", 12)) ps->ops.conv2d_bwd_filter = plant_conv_dw;
     else if (!strncmp(name, "sgd_no_wd", 9)) ps->ops.sgd_step = plant_sgd;
+    else if (!strncmp(name, "bn_remask_unrounded", 19)) {
+        ps->ops.bn_bwd_reduce = plant_bn_bred;
+        ps->ops.bn_bwd_apply = plant_bn_bapp;
+    }
     else { fprintf(stderr, "gpu_plant: unknown defect %s\n", name); exit(2); }
     be->ops = &ps->ops;
     fprintf(stderr, "  planted defect %s on the %s side\n", name, i ? "gpu" : "cpu");

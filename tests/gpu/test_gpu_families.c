@@ -237,9 +237,11 @@ static void test_bn_relu6(void) {
             backend_t *be = bes[i];
 #define S(t) (i ? (t).g : (t).c)
             OK(be, be->ops->bn_bwd_reduce(be, m, c, dt, S(x), S(yc), ACT_RELU6, S(dy), (float *)S(mc), (float *)S(vc),
-                                          1e-5f, (float *)S(sdy), (float *)S(sdx), (float *)S(dg), (float *)S(db)));
+                                          NULL, NULL, 1e-5f, (float *)S(sdy), (float *)S(sdx), (float *)S(dg),
+                                          (float *)S(db)));
             OK(be, be->ops->bn_bwd_apply(be, m, c, dt, S(x), S(yc), ACT_RELU6, S(dy), (float *)S(mc), (float *)S(vc),
-                                         (float *)S(ga), 1e-5f, (float *)S(sdy), (float *)S(sdx), m, S(dx), NULL));
+                                         (float *)S(ga), NULL, 1e-5f, (float *)S(sdy), (float *)S(sdx), m, S(dx),
+                                         NULL));
 #undef S
         }
         snprintf(what, sizeof what, "%s bn relu6 sum_dy", dtype_names[dt]);

@@ -11,6 +11,12 @@
  *                unfused): dx after masking, sum_dy, sum_dy_xhat, dgamma, dbeta
  *                (accumulated) within 1e-3 / 1e-2; never fused in deterministic mode;
  *   dgrad_accum  conv2d_bwd_data_accum onto a random gradient, like conv + add;
+ *   bn_remask    one BN + ReLU and one BN + ReLU6 node in fp32, fp16 and bf16 with outputs
+ *                on the mask's edges (remask_inputs): dx, sum_dy, sum_dy_xhat, dgamma,
+ *                dbeta with the mask recomputed from x are the bits of the same backend
+ *                reading y and of a backend without the option; a resnet20 step with
+ *                bn_remask repeats the unfused step's loss, gradients and buffers bit for
+ *                bit, recorded as a CUDA graph too;
  *   nets         one resnet20 training step with every option in non-deterministic mode
  *                against the CPU (test_gpu_net's tolerances in fp32; in half no more than
  *                25% above the unfused GPU's own distance to the CPU, which exceeded them
@@ -196,7 +202,8 @@ static int check_dgrad_dbn(const conv_shape_t *s, dtype_t dt, act_kind_t act, bo
     backend_t *c = p.cpu, *g = p.gpu;
     OK(c, c->ops->conv2d_bwd_data(c, s, dt, dy.c, w.c, dx.c));
     OK(c, c->ops->bn_bwd_reduce(c, m, s->c, dt, bx.c, relu ? ry.c : NULL, act, dx.c, (float *)mean.c,
-                                (float *)var.c, eps, (float *)sdy.c, (float *)sdx.c, (float *)dg.c, (float *)db.c));
+                                (float *)var.c, NULL, NULL, eps, (float *)sdy.c, (float *)sdx.c, (float *)dg.c,
+                                (float *)db.c));
     OK(g, g->ops->conv2d_bwd_data_bn(g, s, dt, dy.g, w.g, dx.g, bx.g, relu ? ry.g : NULL, act, (float *)mean.g,
                                      (float *)var.g, eps, (float *)sdy.g, (float *)sdx.g, (float *)dg.g,
                                      (float *)db.g));
@@ -275,6 +282,158 @@ static void test_fused_engines(void) {
     CHECK(check_conv_stats(&s, DT_F16, false) >= 1);
     CHECK(check_dgrad_dbn(&s, DT_F16, ACT_RELU, false) >= 1);
 }
+
+/* ---- bn_remask ---- */
+
+enum { RM_M = 256, RM_C = 64, RM_IN = 6 };
+
+/* Host inputs of one BN node (x, dy, mean, var, gamma, beta: the order of RM_IN) whose
+ * outputs sit on the mask's edges. Channel k by k % 8, with x = 0 (group 4: d) and
+ * mean = 0 in every 4th row (the "edge rows"), so the output there is beta (group 4:
+ * d * scale + beta):
+ *   0  beta 1e-8: fp16 stores it as 0 (masked), bf16 and fp32 keep it
+ *   1  beta -1e-8: masked in every dtype
+ *   2  beta 6: exactly 6, masked by relu6 (kept by relu)
+ *   3  beta 5.999: 6 once rounded to fp16 or bf16 (masked by relu6), kept in fp32
+ *   4  beta = -(d * scale) rounded to fp32, d the first of 1/16, -1/16, 2/16, ... (exact
+ *      in every dtype) whose product's rounding error is positive and below 2^-25: the
+ *      forward's fused multiply-add leaves that error (a few 1e-9) where a multiply then
+ *      an add would give 0; fp16 stores it as 0, fp32 and bf16 keep it
+ *   5  beta 0: y = 0, masked
+ *   6, 7  random mean and beta; channel 63 has x = NaN in row 1 (relu masks, relu6
+ *      passes it)
+ * Other rows x in [-2, 2); gamma [0.4, 1), var [0.5, 2), dy [-1, 1). *pos: the group-4
+ * channels that found such a d (the error is exact in double). */
+static void remask_inputs(float *h[RM_IN], int *pos) {
+    h[0] = hrand((int64_t)RM_M * RM_C, 61, -2.0f, 2.0f);
+    h[1] = hrand((int64_t)RM_M * RM_C, 62, -1.0f, 1.0f);
+    h[2] = hrand(RM_C, 63, -0.2f, 0.2f);
+    h[3] = hrand(RM_C, 64, 0.5f, 2.0f);
+    h[4] = hrand(RM_C, 65, 0.4f, 1.0f);
+    h[5] = hrand(RM_C, 66, -1.0f, 1.0f);
+    *pos = 0;
+    for (int k = 0; k < RM_C; k++) {
+        int grp = k % 8;
+        if (grp >= 6) continue;
+        h[2][k] = 0.0f;
+        float sc = h[4][k] / sqrtf(h[3][k] + 1e-5f);   /* as the kernels' bn_scale: IEEE, no contraction */
+        static const float BETA[6] = {1e-8f, -1e-8f, 6.0f, 5.999f, 0.0f, 0.0f};
+        float d = 0.0f;
+        h[5][k] = BETA[grp];
+        for (int j = 2; j < 32 && grp == 4 && d == 0.0f; j++) {
+            float dj = (float)(j / 2) / (j % 2 ? -16.0f : 16.0f), b = -(dj * sc);
+            double err = (double)dj * sc + b;   /* exact: a 4-bit times a 24-bit significand */
+            if (err > 0.0 && err < 0x1p-25) d = dj, h[5][k] = b, ++*pos;
+        }
+        for (int r = 0; r < RM_M; r += 4) h[0][(int64_t)r * RM_C + k] = d;
+    }
+    h[0][(int64_t)1 * RM_C + 63] = NAN;
+}
+
+/* The node on p's gpu side: bn_apply, then bn_bwd_reduce and bn_bwd_apply given beta or
+ * not (NULL: read y), onto dgamma, dbeta holding values already. out gets dx, sum_dy,
+ * sum_dy_xhat, dgamma, dbeta and y (caller frees); *remasked: cuda_backend_last_fused
+ * after each backward op (both must agree; -1 on the CPU dry run). */
+static void remask_node(pair_t *p, dtype_t dt, act_kind_t act, float *h[RM_IN], bool give_beta, float *out[6],
+                        int *remasked) {
+    const int64_t n = (int64_t)RM_M * RM_C;
+    const float eps = 1e-5f;
+    float *hdg = hrand(RM_C, 67, -0.1f, 0.1f), *hdb = hrand(RM_C, 68, -0.1f, 0.1f);
+    twin_t x = twin_new(p, n, dt, h[0]), dy = twin_new(p, n, dt, h[1]), mean = twin_new(p, RM_C, DT_F32, h[2]);
+    twin_t var = twin_new(p, RM_C, DT_F32, h[3]), ga = twin_new(p, RM_C, DT_F32, h[4]);
+    twin_t bt = twin_new(p, RM_C, DT_F32, h[5]), y = twin_new(p, n, dt, NULL), dx = twin_new(p, n, dt, NULL);
+    twin_t sdy = twin_new(p, RM_C, DT_F32, NULL), sdx = twin_new(p, RM_C, DT_F32, NULL);
+    twin_t dg = twin_new(p, RM_C, DT_F32, hdg), db = twin_new(p, RM_C, DT_F32, hdb);
+    backend_t *g = p->gpu;
+    bool cuda = g->kind == BACKEND_CUDA;
+    const float *beta = give_beta ? (const float *)bt.g : NULL;
+    OK(g, g->ops->bn_apply(g, RM_M, RM_C, dt, x.g, (float *)mean.g, (float *)var.g, (float *)ga.g, (float *)bt.g,
+                           eps, NULL, act, y.g));
+    OK(g, g->ops->bn_bwd_reduce(g, RM_M, RM_C, dt, x.g, y.g, act, dy.g, (float *)mean.g, (float *)var.g,
+                                (float *)ga.g, beta, eps, (float *)sdy.g, (float *)sdx.g, (float *)dg.g,
+                                (float *)db.g));
+    int r1 = cuda ? cuda_backend_last_fused(g) : -1;
+    OK(g, g->ops->bn_bwd_apply(g, RM_M, RM_C, dt, x.g, y.g, act, dy.g, (float *)mean.g, (float *)var.g,
+                               (float *)ga.g, beta, eps, (float *)sdy.g, (float *)sdx.g, RM_M, dx.g, NULL));
+    int r2 = cuda ? cuda_backend_last_fused(g) : -1;
+    CHECK_INT(r1, r2);
+    *remasked = r1;
+    twin_t *res[6] = {&dx, &sdy, &sdx, &dg, &db, &y};
+    for (int i = 0; i < 6; i++) {
+        float *c;
+        twin_get(p, res[i], &c, &out[i]);
+        free(c);
+    }
+    twin_t *all[] = {&x, &dy, &mean, &var, &ga, &bt, &y, &dx, &sdy, &sdx, &dg, &db};
+    for (int i = 0; i < 12; i++) twin_free(p, all[i]);
+    free(hdg);
+    free(hdb);
+}
+
+/* Bit identity of the recomputed mask (and the forward's rounding the inputs rely on). A
+ * remask that skipped the rounding to dt (planted: bn_remask_unrounded) keeps fp16's
+ * edge rows of groups 0 and 4, where the stored y is 0: their dy enters sum_dy and dx,
+ * and the comparison fails for fp16 (gpu_dryrun.sh shows it on the CPU); one computing
+ * the output as a multiply then an add masks group 4's positive edge rows that fp32 and
+ * bf16 keep. */
+static void check_remask_node(dtype_t dt, act_kind_t act) {
+    float *h[RM_IN], *fr[6], *fy[6], *fu[6];
+    int pos, rr, ry, ru;
+    remask_inputs(h, &pos);
+    pair_t r = pair_make_fused(true, false, BACKEND_FUSE_BN_REMASK), u = pair_make(true, false);
+    remask_node(&r, dt, act, h, true, fr, &rr);    /* recomputed */
+    remask_node(&r, dt, act, h, false, fy, &ry);   /* the same backend reading y */
+    remask_node(&u, dt, act, h, true, fu, &ru);    /* no bn_remask: beta ignored */
+    bool cuda = r.gpu->kind == BACKEND_CUDA;
+    if (cuda) {
+        CHECK_INT(rr, 1);
+        CHECK_INT(ry, 0);
+        CHECK_INT(ru, 0);
+    }
+    static const char *const NAMES[5] = {"dx", "sum_dy", "sum_dy_xhat", "dgamma", "dbeta"};
+    static const int64_t LEN[5] = {(int64_t)RM_M * RM_C, RM_C, RM_C, RM_C, RM_C};
+    int same = 0;
+    for (int i = 0; i < 5; i++) {
+        bool a = !memcmp(fr[i], fy[i], (size_t)LEN[i] * 4), b = !memcmp(fr[i], fu[i], (size_t)LEN[i] * 4);
+        if (!a || !b)
+            fprintf(stderr, "  bn_remask %s %s: %s differs (from y: %s, unfused: %s)\n", dtype_names[dt],
+                    act == ACT_RELU6 ? "relu6" : "relu", NAMES[i], a ? "same" : "DIFFERS", b ? "same" : "DIFFERS");
+        same += a && b;
+    }
+    CHECK_INT(same, 5);
+    CHECK(!memcmp(fr[5], fu[5], (size_t)RM_M * RM_C * 4));   /* the forward is the same */
+    /* the edge rows hold what the comment of remask_inputs says (the forward's rounding) */
+    int kept4 = 0, bad = 0;
+    for (int k = 0; k < RM_C; k++)
+        for (int row = 0; row < RM_M; row += 4) {
+            float v = fr[5][(int64_t)row * RM_C + k];
+            switch (k % 8) {
+            case 0: bad += dt == DT_F16 ? v != 0.0f : !(v > 0.0f && v < 1e-7f); break;
+            case 1: case 5: bad += v != 0.0f; break;
+            case 2: bad += v != 6.0f; break;
+            case 3: bad += act == ACT_RELU6 ? (dt == DT_F32 ? !(v > 5.99f && v < 6.0f) : v != 6.0f)
+                                            : !(v > 5.99f && v <= 6.0f); break;
+            case 4: kept4 += v > 0.0f && row == 0; bad += cuda && dt == DT_F16 && v != 0.0f; break;
+            default: break;
+            }
+        }
+    fprintf(stderr, "  bn_remask %s %s: %d of 5 outputs the same bits; group-4 channels kept %d (positive "
+            "rounding error: %d); edge-row mismatches %d\n", dtype_names[dt], act == ACT_RELU6 ? "relu6" : "relu",
+            same, kept4, pos, bad);
+    CHECK_INT(bad, 0);
+    CHECK_INT(pos, RM_C / 8);   /* every group-4 channel has a positive residue to keep */
+    if (cuda) CHECK_INT(kept4, dt == DT_F16 ? 0 : pos);   /* the fused multiply-add's residue */
+    for (int i = 0; i < 6; i++) {
+        free(fr[i]); free(fy[i]); free(fu[i]);
+    }
+    for (int i = 0; i < RM_IN; i++) free(h[i]);
+    pair_free(&r);
+    pair_free(&u);
+}
+
+static void test_remask_node_fp32(void) { check_remask_node(DT_F32, ACT_RELU); check_remask_node(DT_F32, ACT_RELU6); }
+static void test_remask_node_fp16(void) { check_remask_node(DT_F16, ACT_RELU); check_remask_node(DT_F16, ACT_RELU6); }
+static void test_remask_node_bf16(void) { check_remask_node(DT_BF16, ACT_RELU); check_remask_node(DT_BF16, ACT_RELU6); }
 
 /* ---- a whole step ---- */
 
@@ -400,6 +559,29 @@ static void check_det_options(dtype_t dt) {
     check_det(dt, BACKEND_FUSE_EVERY, false);
 }
 
+/* bn_remask against no option, deterministic mode: one resnet20 step (and the step
+ * recorded as a CUDA graph and replayed) gives the unfused step's loss, gradients and BN
+ * buffers bit for bit. */
+static void check_remask_net(dtype_t dt) {
+    pair_t r = pair_make_fused(true, false, BACKEND_FUSE_BN_REMASK), u = pair_make(true, false);
+    step_out_t a = step(r.gpu, dt, false), ag = step(r.gpu, dt, true), b = step(u.gpu, dt, false);
+    bool same = !memcmp(a.grads, b.grads, a.np * 4) && !memcmp(a.bufs, b.bufs, a.nb * 4) && a.loss == b.loss;
+    bool sameg = !memcmp(ag.grads, b.grads, a.np * 4) && !memcmp(ag.bufs, b.bufs, a.nb * 4);
+    fprintf(stderr, "  bn_remask net %s: step %s, graph replay %s (loss %.6f)\n", dtype_names[dt],
+            same ? "same bits" : "DIFFERS", sameg ? "same bits" : "DIFFERS", a.loss);
+    CHECK(same);
+    CHECK(sameg);
+    step_free(&a); step_free(&ag); step_free(&b);
+    pair_free(&r);
+    pair_free(&u);
+}
+
+static void test_remask_net(void) {
+    check_remask_net(DT_F32);
+    check_remask_net(DT_F16);
+    check_remask_net(DT_BF16);
+}
+
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
 static void test_net_fp16(void) { check_net(DT_F16, 1e-2, 3e-2); }
 static void test_net_bf16(void) { check_net(DT_BF16, 3e-2, 8e-2); }
@@ -417,6 +599,10 @@ int main(void) {
     TEST_RUN(test_ops_fp16);
     TEST_RUN(test_ops_bf16);
     TEST_RUN(test_fused_engines);
+    TEST_RUN(test_remask_node_fp32);
+    TEST_RUN(test_remask_node_fp16);
+    TEST_RUN(test_remask_node_bf16);
+    TEST_RUN(test_remask_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);

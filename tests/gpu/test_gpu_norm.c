@@ -68,10 +68,10 @@ static void check_bn(int64_t m, int c, dtype_t dt) {
     twin_t dg = twin_new(&p, c, DT_F32, hdg), db = twin_new(&p, c, DT_F32, hdb);
     for (int i = 0; i < 2; i++) {
         backend_t *be = bes[i];
-        OK(be, be->ops->bn_bwd_reduce(be, m, c, dt, S(x), S(yc), ACT_RELU, S(dy), (float *)S(mc), (float *)S(vc), eps,
-                                      (float *)S(sdy), (float *)S(sdx), (float *)S(dg), (float *)S(db)));
+        OK(be, be->ops->bn_bwd_reduce(be, m, c, dt, S(x), S(yc), ACT_RELU, S(dy), (float *)S(mc), (float *)S(vc), NULL,
+                                      NULL, eps, (float *)S(sdy), (float *)S(sdx), (float *)S(dg), (float *)S(db)));
         OK(be, be->ops->bn_bwd_apply(be, m, c, dt, S(x), S(yc), ACT_RELU, S(dy), (float *)S(mc), (float *)S(vc),
-                                     (float *)S(g), eps, (float *)S(sdy), (float *)S(sdx), m, S(dx), S(dz)));
+                                     (float *)S(g), NULL, eps, (float *)S(sdy), (float *)S(sdx), m, S(dx), S(dz)));
 #undef S
     }
     snprintf(what, sizeof what, "m%lld c%d %s bn_bwd_reduce sum_dy", (long long)m, c, dtype_names[dt]);

@@ -4,7 +4,10 @@
  * reproduces the issue's table of non-convolution traffic from the planned shapes (BN
  * forward 3.10 GB, BN backward 6.36, residual adds 1.41, weight-gradient accumulate
  * 0.24, SGD 0.47, weight cast 0.14, zeroing 0.09), and each fusion removes what its
- * eligible nodes account for (the per-node sums are recomputed here from the shapes).
+ * eligible nodes account for (the per-node sums are recomputed here from the shapes);
+ * bn_remask takes the y reads out of both BN backward passes of the 33 relu BNs
+ * without a residual (BN backward 6.36 -> 5.78 GB), and only the apply pass's where
+ * dgrad_dbn already moved the reduce pass into the conv.
  *
  * The net's use of the fused ops (net_run.c), on the CPU backend: its own
  * conv2d_bwd_data_accum, and test composites of conv2d_fwd_bn_stats and
@@ -98,12 +101,69 @@ static void test_traffic_fusions(void) {
     CHECK_INT(ac.fused_accum, 16);
     CHECK(ac.bytes[NT_RESIDUAL_ADD] == 0.0);
     CHECK_NEAR(ac.conv_epilogue, 1409286144.0 / 3.0, 0.5, 0);
+    CHECK_INT(base.remasked + st.remasked + db.remasked + ac.remasked + all.remasked, 0);
     /* the three savings add up; vec16 and graph_conv move no bytes */
     CHECK_NEAR(base.total - all.total, (base.total - st.total) + (base.total - db.total) + (base.total - ac.total),
                1.0, 0);
     printf("  non-conv GB: unfused %.3f, conv_stats %.3f, dgrad_dbn %.3f, dgrad_accum %.3f, the three %.3f "
            "(+%.3f read by conv epilogues)\n", base.total / 1e9, st.total / 1e9, db.total / 1e9, ac.total / 1e9,
            all.total / 1e9, all.conv_epilogue / 1e9);
+    net_free(n);
+}
+
+/* bn_remask: the relu BNs without a residual (the stem's bn1, bn1 and bn2 of the 16
+ * blocks: 33 nodes, 0.291504128 GB of outputs at batch 128 bf16) read no y in either
+ * backward pass: 6360662016 - 2 * 291504128 = 5777653760 bytes of BN backward (the
+ * add-relu bn3s and the plain downsample BNs unchanged). With dgrad_dbn the 32 block
+ * BNs' reduce pass is in the conv (which reads y: conv_epilogue unchanged), so bn_remask
+ * saves the stem bn1's two reads (2 * 16777216: 128 x 32 x 32 x 64 x 2 bytes) and the
+ * 32 apply passes' one (274726912). No other row moves. */
+static void test_traffic_bn_remask(void) {
+    net_t *n = resnet50();
+    if (!n) return;
+    err_t e = {0};
+    net_traffic_t base, rm, db, dbrm;
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, 0, &base, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_BN_REMASK, &rm, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_DGRAD_DBN, &db, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_BN_REMASK, &dbrm,
+                          &e), 0);
+    CHECK_INT(rm.remasked, 33);
+    CHECK_INT(dbrm.remasked, 33);
+    CHECK_NEAR(rm.bytes[NT_BN_BWD], 5777653760.0, 0.5, 0);
+    printf("  bn_bwd GB: unfused %.3f, bn_remask %.3f; non-conv GB %.3f -> %.3f\n", base.bytes[NT_BN_BWD] / 1e9,
+           rm.bytes[NT_BN_BWD] / 1e9, base.total / 1e9, rm.total / 1e9);
+    CHECK_NEAR(base.bytes[NT_BN_BWD] / 1e9, 6.36, 0.005, 0);   /* as printed by --predict */
+    CHECK_NEAR(rm.bytes[NT_BN_BWD] / 1e9, 5.78, 0.005, 0);
+    CHECK_NEAR(base.total - rm.total, 583008256.0, 0.5, 0);
+    for (int k = 0; k < NT_COUNT; k++)
+        if (k != NT_BN_BWD) CHECK(rm.bytes[k] == base.bytes[k]);
+    CHECK(rm.conv_epilogue == 0.0 && rm.fused_stats == 0 && rm.fused_dbn == 0 && rm.fused_accum == 0);
+    CHECK_NEAR(db.bytes[NT_BN_BWD] - dbrm.bytes[NT_BN_BWD], 2.0 * 16777216.0 + 274726912.0, 0.5, 0);
+    CHECK(dbrm.conv_epilogue == db.conv_epilogue);
+    CHECK_INT(dbrm.fused_dbn, 32);
+    /* fp32 doubles every activation byte */
+    net_traffic_t f32, f32rm;
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_F32, false, 0, &f32, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_F32, false, BACKEND_FUSE_BN_REMASK, &f32rm, &e), 0);
+    CHECK_NEAR(f32.bytes[NT_BN_BWD] - f32rm.bytes[NT_BN_BWD], 2.0 * 583008256.0, 0.5, 0);
+    net_free(n);
+}
+
+/* The mixed net of issue 24's kinds (build_mixed below): bn1 relu, bn2 relu6 and bn3
+ * relu are remasked; bn4 (no activation) and bn5 (add-relu, its mask needs z) are not. */
+static net_t *build_mixed(err_t *e);
+static void test_traffic_bn_remask_kinds(void) {
+    err_t e = {0};
+    net_t *n = build_mixed(&e);
+    CHECK(n != NULL);
+    if (!n) return;
+    net_traffic_t base, rm;
+    CHECK_INT(net_traffic(n, 4, 16, 16, DT_BF16, false, 0, &base, &e), 0);
+    CHECK_INT(net_traffic(n, 4, 16, 16, DT_BF16, false, BACKEND_FUSE_BN_REMASK, &rm, &e), 0);
+    CHECK_INT(rm.remasked, 3);
+    /* three 16-channel 16x16 outputs at batch 4, bf16: 2 x 3 x 4 x 16 x 16 x 16 x 2 bytes */
+    CHECK_NEAR(base.bytes[NT_BN_BWD] - rm.bytes[NT_BN_BWD], 2.0 * 3 * 4 * 16 * 16 * 16 * 2, 0.5, 0);
     net_free(n);
 }
 
@@ -119,10 +179,15 @@ static void test_fusion_names(void) {
     CHECK_INT(m, BACKEND_FUSE_ALL);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,dgrad_accum");   /* measured faster; the others stay selectable */
-    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16", &m, &e), 0);
+    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,bn_remask", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
-    CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16");
+    CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask");
+    CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask", &m, &e), 0);
+    CHECK_INT(m, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_REMASK);
+    CHECK(!(BACKEND_FUSE_ALL & BACKEND_FUSE_BN_REMASK));   /* not measured on a GPU yet */
+    CHECK_STR(backend_fusion_name(5), "bn_remask");
+    CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
     backend_fusion_format(0, buf, sizeof buf);
@@ -160,8 +225,8 @@ static int c_dbn(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *d
         (act == ACT_RELU6 ? g_cpu->relu6_bwd(be, m * s->c, dt, relu_y, dx, dx)
                           : g_cpu->relu_bwd(be, m * s->c, dt, relu_y, dx, dx)))
         return -1;
-    return g_cpu->bn_bwd_reduce(be, m, s->c, dt, bn_x, relu_y, act, dx, mean, var, eps, sum_dy, sum_dy_xhat, dgamma,
-                                dbeta);
+    return g_cpu->bn_bwd_reduce(be, m, s->c, dt, bn_x, relu_y, act, dx, mean, var, NULL, NULL, eps, sum_dy,
+                                sum_dy_xhat, dgamma, dbeta);
 }
 
 /* resnet20 */
@@ -307,6 +372,89 @@ static void check_fused_calls(net_t *(*build)(err_t *), dtype_t dt, bool mask, i
     free_result(&fu);
 }
 
+/* ---- the net's promise behind bn_remask ---- */
+
+static int g_remask_calls, g_remask_same;   /* BN backward calls given beta; of them, y as recomputed */
+
+/* y as bn_apply(x, mean, var, gamma, beta, eps, no z, act) writes it, into a new buffer
+ * (NULL on failure); counts whether it equals the y the net passed, byte for byte. */
+static void *recompute_y(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                         const float *mean, const float *var, const float *gamma, const float *beta, float eps) {
+    size_t bytes = (size_t)m * c * 4;   /* the cpu backend stores every dtype as rounded floats */
+    void *r = malloc(bytes);
+    if (!r || g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, NULL, act, r)) {
+        free(r);
+        return NULL;
+    }
+    g_remask_calls++;
+    g_remask_same += memcmp(r, y, bytes) == 0;
+    return r;
+}
+
+/* The CPU's BN backward ops taking the mask from the recomputed y whenever the net says
+ * they may (beta given), as the CUDA backend's bn_remask does from x. */
+static int c_bred(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                  const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                  float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    void *r = beta ? recompute_y(be, m, c, dt, x, y, act, mean, var, gamma, beta, eps) : NULL;
+    if (beta && !r) return -1;
+    int rc = g_cpu->bn_bwd_reduce(be, m, c, dt, x, r ? r : y, act, dy, mean, var, NULL, NULL, eps, sum_dy,
+                                  sum_dy_xhat, dgamma, dbeta);
+    free(r);
+    return rc;
+}
+static int c_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                  const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                  float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+    CHECK(!(beta && dz));   /* never for a BN with a residual */
+    void *r = beta ? recompute_y(be, m, c, dt, x, y, act, mean, var, gamma, beta, eps) : NULL;
+    if (beta && !r) return -1;
+    int rc = g_cpu->bn_bwd_apply(be, m, c, dt, x, r ? r : y, act, dy, mean, var, gamma, NULL, eps, sum_dy,
+                                 sum_dy_xhat, count, dx, dz);
+    free(r);
+    return rc;
+}
+
+/* The net passes beta to the BN backward ops exactly for the BNs whose y it may take from
+ * x (relu / relu6, no residual: the byte model's remasked nodes, a reduce and an apply
+ * each), and there y is what bn_apply makes of x, mean, var, gamma, beta: recomputing it
+ * gives y byte for byte, and the step the same bits. */
+static void check_remask_promise(net_t *(*build)(err_t *), dtype_t dt, int remasked) {
+    err_t e = {0};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
+    backend_t *tmp = cpu_backend_create(&bo, &e);
+    CHECK(tmp != NULL);
+    if (!tmp) return;
+    static backend_ops_t remask;
+    remask = *tmp->ops;
+    remask.bn_bwd_reduce = c_bred;
+    remask.bn_bwd_apply = c_bapp;
+    backend_free(tmp);
+    g_remask_calls = g_remask_same = 0;
+    result_t ref = run_step(build, NULL, dt);
+    CHECK_INT(g_remask_calls, 0);
+    result_t rm = run_step(build, &remask, dt);
+    check_same(&ref, &rm);
+    CHECK_INT(g_remask_calls, 2 * remasked);
+    CHECK_INT(g_remask_same, 2 * remasked);
+    net_t *n = build(&e);
+    net_traffic_t t;
+    CHECK_INT(net_traffic(n, B, HW, HW, dt, false, BACKEND_FUSE_BN_REMASK, &t, &e), 0);
+    CHECK_INT(t.remasked, remasked);
+    net_free(n);
+    free_result(&ref);
+    free_result(&rm);
+}
+
+/* resnet20: the stem's bn1 and bn1 of the 9 blocks (the bn2s add the shortcut); the mixed
+ * net: bn1 (relu), bn2 (relu6), bn3 (relu) */
+static void test_remask_promise(void) {
+    check_remask_promise(build_resnet20, DT_F32, 10);
+    check_remask_promise(build_resnet20, DT_BF16, 10);
+    check_remask_promise(build_mixed, DT_F32, 3);
+    check_remask_promise(build_mixed, DT_BF16, 3);
+}
+
 /* resnet20: every BN follows its conv (21), bn1 -> conv2 of each of the 9 blocks, each
  * block input summed into by conv1 (or downsample.0) */
 static void test_fused_calls_fp32(void) { check_fused_calls(build_resnet20, DT_F32, false, 21, 9, 9); }
@@ -337,9 +485,12 @@ static void test_fused_rules_new_kinds(void) {
 int main(void) {
     TEST_RUN(test_traffic_matches_issue_table);
     TEST_RUN(test_traffic_fusions);
+    TEST_RUN(test_traffic_bn_remask);
+    TEST_RUN(test_traffic_bn_remask_kinds);
     TEST_RUN(test_fusion_names);
     TEST_RUN(test_fused_calls_fp32);
     TEST_RUN(test_fused_calls_bf16_masked);
     TEST_RUN(test_fused_rules_new_kinds);
+    TEST_RUN(test_remask_promise);
     return test_main_end();
 }
