@@ -302,17 +302,25 @@ static void maxpool_window(const maxpool_task_t *t, int b, int oh, int ow, float
     for (int c = 0; c < C; c++) m[c] = -INFINITY;
     if (idx)
         for (int c = 0; c < C; c++) idx[c] = h0 * s->w + w0;
+    /* the channel loops are selects without branches (v != v: NaN), so the compiler
+     * vectorises them: the branchy form ran VGG's pools at ~2.4 ns an element */
     for (int ih = h0; ih < h1; ih++)
         for (int iw = w0; iw < w1; iw++) {
-            const float *xr = t->x + (((int64_t)b * s->h + ih) * s->w + iw) * C;
+            const float *restrict xr = t->x + (((int64_t)b * s->h + ih) * s->w + iw) * C;
             int32_t pos = ih * s->w + iw;
-            for (int c = 0; c < C; c++) {
-                float v = xr[c];
-                if (v > m[c] || isnan(v)) {
-                    m[c] = v;
-                    if (idx) idx[c] = pos;
+            if (idx)
+                for (int c = 0; c < C; c++) {
+                    float v = xr[c];
+                    bool take = (v > m[c]) | (v != v);
+                    m[c] = take ? v : m[c];
+                    idx[c] = take ? pos : idx[c];
                 }
-            }
+            else
+                for (int c = 0; c < C; c++) {
+                    float v = xr[c];
+                    bool take = (v > m[c]) | (v != v);
+                    m[c] = take ? v : m[c];
+                }
         }
 }
 
