@@ -514,7 +514,7 @@ int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *kee
     }
     /* what is kept comes from the net itself */
     if (keep_prefix && (net_download_params(n, hp, e) < 0 || net_download_buffers(n, hb, e) < 0)) goto done;
-    memcpy(cnt, n->counters, (size_t)n->n_counters * sizeof(int64_t));
+    if (n->n_counters) memcpy(cnt, n->counters, (size_t)n->n_counters * sizeof(int64_t));   /* none: NULL */
     for (int i = 0; i < n->n_tensors; i++) {
         const net_tensor_t *t = &n->tensors[i];
         if (kept(t->name, keep_prefix)) continue;
@@ -533,7 +533,7 @@ int safetensors_load_net_from(net_t *n, const safetensors_t *st, const char *kee
         }
     }
     if (net_upload_params(n, hp, e) < 0 || net_upload_buffers(n, hb, e) < 0) goto done;
-    memcpy(n->counters, cnt, (size_t)n->n_counters * sizeof(int64_t));
+    if (n->n_counters) memcpy(n->counters, cnt, (size_t)n->n_counters * sizeof(int64_t));
     rc = 0;
 done:
     free(hp);

@@ -349,7 +349,7 @@ static int plan_device_work(trainer_t *t, err_t *e) {
     }
     rng_t g = rng_make(t->e->seed, RNG_STREAM_MISC, 7, 0);
     for (size_t i = 0; i < npix; i++) img[i] = rng_uniform(&g) * 4.0f - 2.0f;
-    memcpy(counters, net_counters(n), (size_t)nc * sizeof(int64_t));
+    if (nc) memcpy(counters, net_counters(n), (size_t)nc * sizeof(int64_t));   /* a net without BN: NULL */
     if (net_download_buffers(n, buffers, e) || net_upload_input(n, img, p->per_device_batch, e)) goto out;
     if (t->be->ops->upload(t->be, net_labels(n), labels, (size_t)p->per_device_batch * sizeof(int32_t))) {
         *e = t->be->err;
@@ -367,7 +367,7 @@ static int plan_device_work(trainer_t *t, err_t *e) {
                       net_loss_async(n, NULL, 0.0f, 0.0f, NULL, NULL, NULL, e)))
             goto out;
     }
-    memcpy(net_counters(n), counters, (size_t)nc * sizeof(int64_t));
+    if (nc) memcpy(net_counters(n), counters, (size_t)nc * sizeof(int64_t));
     if (net_upload_buffers(n, buffers, e) || net_zero_grads(n, e)) goto out;
     if (t->be->ops->sync(t->be)) {
         *e = t->be->err;

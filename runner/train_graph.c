@@ -83,7 +83,7 @@ static int record(trainer_t *t, graph_entry_t *g, int (*fn)(trainer_t *, void *,
     int nc = net_num_counters(t->net);
     int64_t *counters = net_counters(t->net), *before = malloc((size_t)(nc ? nc : 1) * sizeof *before);
     if (!before) return err_set(e, ERR_RUNTIME, "out of memory");
-    memcpy(before, counters, (size_t)nc * sizeof *before);
+    if (nc) memcpy(before, counters, (size_t)nc * sizeof *before);   /* a net without BN: NULL */
     err_t ce = {0};
     void *graph = NULL;
     int rc = be->ops->graph_capture_begin(be);
