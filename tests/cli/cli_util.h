@@ -99,6 +99,52 @@ static inline void *ckpt_section_copy(const char *path, const char *name, size_t
     return b;
 }
 
+/* A number from the meta JSON of DIR/checkpoints/last.ckpt (NAN when missing). */
+static inline double cli_meta_number(const char *dir, const char *key) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/checkpoints/last.ckpt", dir);
+    size_t n = 0;
+    char *m = ckpt_section_copy(p, "meta", &n);
+    return cli_json_number_of(m, n, key);
+}
+
+/* The bn_counters array of DIR's last.ckpt meta as text ("" when missing). */
+static inline void cli_bn_counters(const char *dir, char *buf, size_t len) {
+    size_t n = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
+    char *meta = ckpt_section_copy(path, "meta", &n);
+    buf[0] = '\0';
+    if (!meta) return;
+    char *m = realloc(meta, n + 1);
+    if (!m) {
+        free(meta);
+        return;
+    }
+    m[n] = '\0';
+    const char *p = strstr(m, "\"bn_counters\"");
+    const char *q = p ? strchr(p, ']') : NULL;
+    if (p && q) snprintf(buf, len, "%.*s", (int)(q - p + 1), p);
+    free(m);
+}
+
+/* Two runs' last.ckpt agree on the step counters and the loss scaler (meta optim_steps,
+ * loss_scale, growth_tracker, step; a difference is printed) and on the BN counters,
+ * which must be there (CHECKs). */
+static inline void cli_same_meta_counters(const char *a, const char *b) {
+    const char *meta[] = {"optim_steps", "loss_scale", "growth_tracker", "step"};
+    for (int i = 0; i < 4; i++) {
+        double x = cli_meta_number(a, meta[i]), y = cli_meta_number(b, meta[i]);
+        if (x != y) fprintf(stderr, "  meta %s: %.9g vs %.9g\n", meta[i], x, y);
+        CHECK(x == y);
+    }
+    char ca[4096], cb[4096];
+    cli_bn_counters(a, ca, sizeof ca);
+    cli_bn_counters(b, cb, sizeof cb);
+    CHECK(ca[0] != '\0');
+    CHECK_STR(ca, cb);
+}
+
 /* Starts `runner EXP --set output.root=ROOT [--set SETS[i]]...` (at most 8) in the
  * background, stdout and stderr appended to log; returns its pid. */
 static inline pid_t cli_spawn(const char *exp, const char *root, const char *log, const char *const *sets, int n) {

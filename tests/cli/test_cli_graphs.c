@@ -85,34 +85,10 @@ static void same_runs(const char *on, const char *off, bool ema, bool fp16) {
     cli_check_same_csv(on, off, "metrics.csv", metric_cols, ema ? 11 : 8);
     /* the step control and the BN num_batches_tracked counters (host values the replays
      * advance by the recorded calls' delta) */
-    char p1[4400], p2[4400];
-    size_t n1 = 0, n2 = 0;
-    snprintf(p1, sizeof p1, "%s/checkpoints/last.ckpt", on);
-    snprintf(p2, sizeof p2, "%s/checkpoints/last.ckpt", off);
-    char *m1 = ckpt_section_copy(p1, "meta", &n1), *m2 = ckpt_section_copy(p2, "meta", &n2);
-    CHECK(m1 && m2);
-    if (!m1 || !m2) { free(m1); free(m2); return; }
-    const char *meta[] = {"optim_steps", "loss_scale", "growth_tracker", "step"};
-    for (int i = 0; i < 4; i++) {
-        size_t k1 = 0, k2 = 0;   /* cli_json_number_of frees its text */
-        char *t1 = ckpt_section_copy(p1, "meta", &k1), *t2 = ckpt_section_copy(p2, "meta", &k2);
-        double a = cli_json_number_of(t1, k1, meta[i]), b = cli_json_number_of(t2, k2, meta[i]);
-        if (a != b) fprintf(stderr, "meta %s: %.9g vs %.9g\n", meta[i], a, b);
-        CHECK(a == b);
-    }
-    m1 = realloc(m1, n1 + 1);
-    m2 = realloc(m2, n2 + 1);
-    m1[n1] = m2[n2] = '\0';
-    const char *c1 = strstr(m1, "\"bn_counters\""), *c2 = strstr(m2, "\"bn_counters\"");
-    CHECK(c1 && c2);
-    if (c1 && c2) {
-        size_t l1 = strcspn(c1, "]"), l2 = strcspn(c2, "]");
-        if (l1 != l2 || strncmp(c1, c2, l1)) fprintf(stderr, "bn_counters: %.*s vs %.*s\n", (int)l1, c1, (int)l2, c2);
-        CHECK(l1 == l2 && !strncmp(c1, c2, l1));
-        CHECK(strstr(c1, "[0") == NULL);   /* counted */
-    }
-    free(m1);
-    free(m2);
+    cli_same_meta_counters(on, off);
+    char counters[4096];
+    cli_bn_counters(on, counters, sizeof counters);
+    CHECK(strstr(counters, "[0") == NULL);   /* counted */
     if (fp16) CHECK(summary_number(off, "steps") > 0);
     CHECK(summary_number(off, "graph_recordings") == 0);
     CHECK(summary_number(off, "graph_launches") == 0);

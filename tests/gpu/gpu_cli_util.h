@@ -224,35 +224,6 @@ static inline float *gc_section(const char *dir, const char *name, size_t *n) {
     return f;
 }
 
-/* A number from the meta JSON of DIR/checkpoints/last.ckpt (NAN when missing). */
-static inline double gc_meta_number(const char *dir, const char *key) {
-    char p[4400];
-    snprintf(p, sizeof p, "%s/checkpoints/last.ckpt", dir);
-    size_t n = 0;
-    char *m = ckpt_section_copy(p, "meta", &n);
-    return cli_json_number_of(m, n, key);
-}
-
-/* The bn_counters array of DIR's last.ckpt meta as text ("" when missing). */
-static inline void gc_bn_counters(const char *dir, char *buf, size_t len) {
-    size_t n = 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoints/last.ckpt", dir);
-    char *meta = ckpt_section_copy(path, "meta", &n);
-    buf[0] = '\0';
-    if (!meta) return;
-    char *m = realloc(meta, n + 1);
-    if (!m) {
-        free(meta);
-        return;
-    }
-    m[n] = '\0';
-    const char *p = strstr(m, "\"bn_counters\"");
-    const char *q = p ? strchr(p, ']') : NULL;
-    if (p && q) snprintf(buf, len, "%.*s", (int)(q - p + 1), p);
-    free(m);
-}
-
 /* Compares section `name` of two runs' last.ckpt bit for bit: returns how many 4-byte
  * words differ (-1 when missing or of different sizes) and prints the first one and the
  * largest |a - b|. When value_equal, +0 and -0 count as equal. */

@@ -73,12 +73,12 @@ static void fp16_overflow_skips_steps(void) {
     CHECK(same_scale(s[1], s[0] / 2));
     CHECK(same_scale(s[2], s[1] / 2));
     for (int i = 0; i < 3; i++) CHECK(isfinite(loss[i]) && loss[i] > 0);
-    double ms = gc_meta_number(dir, "loss_scale");
+    double ms = cli_meta_number(dir, "loss_scale");
     fprintf(stderr, "  checkpoint meta: loss_scale %.10g, optim_steps %g, step %g\n", ms,
-            gc_meta_number(dir, "optim_steps"), gc_meta_number(dir, "step"));
+            cli_meta_number(dir, "optim_steps"), cli_meta_number(dir, "step"));
     CHECK(same_scale(ms, INIT_SCALE / 8));
-    CHECK_INT(gc_meta_number(dir, "optim_steps"), 0);
-    CHECK_INT(gc_meta_number(dir, "step"), 3);
+    CHECK_INT(cli_meta_number(dir, "optim_steps"), 0);
+    CHECK_INT(cli_meta_number(dir, "step"), 3);
     /* no step was taken: the weights are still the initial ones, bit for bit */
     size_t np = 0, ni = 0, nm = 0;
     float *p = gc_section(dir, "params", &np);
@@ -123,9 +123,9 @@ static void fp16_scale_settles(void) {
         halvings += half;
     }
     for (int k = 0; k < STEPS; k++) CHECK(isfinite(loss[k]));
-    double ms = gc_meta_number(dir, "loss_scale");
+    double ms = cli_meta_number(dir, "loss_scale");
     int K = (int)lround(log2(INIT_SCALE / ms));
-    double steps_taken = gc_meta_number(dir, "optim_steps");
+    double steps_taken = cli_meta_number(dir, "optim_steps");
     fprintf(stderr, "  %d halvings between rows; checkpoint: loss_scale %.10g = 1e10 / 2^%d, optim_steps %g\n",
             halvings, ms, K, steps_taken);
     CHECK(same_scale(ms, ldexp(INIT_SCALE, -K)));
@@ -164,8 +164,8 @@ static void bf16_trains_without_scaling(void) {
     int scaled = 0;
     for (int k = 0; k < STEPS; k++) scaled += !isnan(s[k]);
     CHECK_INT(scaled, 0);
-    CHECK_INT(gc_meta_number(dir, "optim_steps"), STEPS);
-    CHECK(gc_meta_number(dir, "loss_scale") == 1.0);
+    CHECK_INT(cli_meta_number(dir, "optim_steps"), STEPS);
+    CHECK(cli_meta_number(dir, "loss_scale") == 1.0);
     double first = 0, last = 0, last_top1 = 0;
     for (int k = 0; k < 5; k++) {
         first += loss[k] / 5;

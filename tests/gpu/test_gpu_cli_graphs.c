@@ -82,17 +82,7 @@ static void same_runs(const char *on, const char *off, int steps, const char *op
     CHECK_INT(gc_diff_bits(on, off, opt_state, false), 0);
     CHECK_INT(gc_diff_bits(on, off, "ema.params", false), 0);
     CHECK_INT(gc_diff_bits(on, off, "ema.buffers", false), 0);
-    const char *meta[] = {"optim_steps", "loss_scale", "growth_tracker", "step"};
-    for (int i = 0; i < 4; i++) {
-        double a = gc_meta_number(on, meta[i]), b = gc_meta_number(off, meta[i]);
-        if (a != b) fprintf(stderr, "  meta %s: %.9g vs %.9g\n", meta[i], a, b);
-        CHECK(a == b);
-    }
-    char ca[4096], cb[4096];
-    gc_bn_counters(on, ca, sizeof ca);
-    gc_bn_counters(off, cb, sizeof cb);
-    CHECK(ca[0] != '\0');
-    CHECK_STR(ca, cb);
+    cli_same_meta_counters(on, off);
     const char *sc[] = {"loss", "top1", "loss_scale", "grad_norm"};
     for (int i = 0; i < 4; i++) CHECK_INT(same_column(on, off, sc[i], steps), 0);
     const char *mc[] = {"train_loss", "val_loss", "val_top1", "val_loss_ema", "val_top1_ema"};

@@ -83,17 +83,7 @@ static void same_as(char *dir, const char *base_root, const char *base_sets, con
     CHECK_INT(gc_diff_bits(on, off, "params", false), 0);
     CHECK_INT(gc_diff_bits(on, off, "buffers", false), 0);
     CHECK_INT(gc_diff_bits(on, off, "optim.momentum_buffer", false), 0);
-    const char *meta[] = {"optim_steps", "loss_scale", "growth_tracker", "step"};
-    for (int i = 0; i < 4; i++) {
-        double a = gc_meta_number(on, meta[i]), b = gc_meta_number(off, meta[i]);
-        if (a != b) fprintf(stderr, "  meta %s: %.9g vs %.9g\n", meta[i], a, b);
-        CHECK(a == b);
-    }
-    char ca[2048], cb[2048];
-    gc_bn_counters(on, ca, sizeof ca);
-    gc_bn_counters(off, cb, sizeof cb);
-    CHECK(ca[0] != '\0');
-    CHECK_STR(ca, cb);
+    cli_same_meta_counters(on, off);
     const char *sc[] = {"loss", "top1", "loss_scale"};
     for (int i = 0; i < 3; i++) CHECK_INT(gc_same_cells(on, off, "steps.csv", sc[i], steps), 0);
     const char *mc[] = {"train_loss", "val_loss", "val_top1"};

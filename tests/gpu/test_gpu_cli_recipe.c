@@ -88,7 +88,7 @@ static void preempt_and_requeue_is_bit_exact(void) {
     CHECK_INT(rc, 75);
     char buf[64];
     CHECK_STR(gc_json_string(dir, "summary.json", "status", buf, sizeof buf), "preempted");
-    double k = gc_meta_number(dir, "step");
+    double k = cli_meta_number(dir, "step");
     fprintf(stderr, "  preempted at step %g of %d\n", k, TOTAL);
     CHECK(k >= 2 && k < TOTAL);
     /* requeued: the same command, which finds the unfinished run (checkpoint.resume auto) */

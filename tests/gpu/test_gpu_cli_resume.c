@@ -121,7 +121,7 @@ static void sigint_then_resume_is_bit_exact(void) {
     char buf[64];
     CHECK_STR(gc_json_string(dir, "summary.json", "status", buf, sizeof buf), "interrupted");
     CHECK_INT(cli_json_number(dir, "summary.json", "exit_code"), 130);
-    double k = gc_meta_number(dir, "step");
+    double k = cli_meta_number(dir, "step");
     char steps[4400];
     snprintf(steps, sizeof steps, "%s/steps.csv", dir);
     fprintf(stderr, "  interrupted at step %g of %d\n", k, TOTAL);
@@ -139,8 +139,8 @@ static void sigint_then_resume_is_bit_exact(void) {
     CHECK_INT(gc_diff_bits(dir, ref, "params", false), 0);
     CHECK_INT(gc_diff_bits(dir, ref, "buffers", false), 0);
     CHECK_INT(gc_diff_bits(dir, ref, "optim.momentum_buffer", false), 0);
-    CHECK_INT(gc_meta_number(dir, "step"), TOTAL);
-    CHECK_INT(gc_meta_number(dir, "optim_steps"), gc_meta_number(ref, "optim_steps"));
+    CHECK_INT(cli_meta_number(dir, "step"), TOTAL);
+    CHECK_INT(cli_meta_number(dir, "optim_steps"), cli_meta_number(ref, "optim_steps"));
     CHECK_INT(gc_count_lines(steps), TOTAL + 1);
     const char *sc[] = {"step", "epoch", "lr", "loss", "top1"};
     for (int i = 0; i < 5; i++) same_cells(dir, ref, "steps.csv", sc[i], TOTAL);
@@ -173,7 +173,7 @@ static void sigint_with_step_windows_is_bit_exact(void) {
     int rc = run_and_interrupt(root, 2, dir, sizeof dir, &rows);
     CHECK_INT(rc, 130);
     if (rc == 130) {
-        double k = gc_meta_number(dir, "step");
+        double k = cli_meta_number(dir, "step");
         fprintf(stderr, "  window 4: interrupted at step %g of %d\n", k, TOTAL);
         CHECK(k >= 4 && k < TOTAL && ((int)k % 4 == 0 || (int)k % 30 == 0));
         rc = gc_runner("resume %s", dir);
