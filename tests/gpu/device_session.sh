@@ -354,21 +354,24 @@ PY
 # (gpu_vs_torch.py's sixth config field; scripts/torchvision_model.build_arch); the rows
 # join gpu_resnet50_cifar.json under their arch.
 stage_families() {
-    local a rc=0 confs=""
+    local a rc=0 confs="" fr=$L/families_runner.jsonl ft=$L/families_torch.jsonl
+    : >"$fr"
+    : >"$ft"
     for a in $FAMILY_ARCHS; do
         # shellcheck disable=SC2086
         box 60 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$a" --classes 10 \
-            --precision bf16 --batch "$FAMILY_BATCH" $FAMILY_STEPS >>"$RJ" 2>"$L/family_$a.err" ||
+            --precision bf16 --batch "$FAMILY_BATCH" $FAMILY_STEPS >>"$fr" 2>"$L/family_$a.err" ||
             { rc=1; tail -3 "$L/family_$a.err"; }
         confs="$confs bf16:$FAMILY_BATCH:eager:32:10:$a"
     done
-    cat "$RJ" >>"$BJ"
     if [ -z "$DRY" ]; then
         box $(($(left) - 20)) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 10 --steps 30 \
-            >>"$TJ" 2>"$L/torch_families.err" || { rc=1; tail -3 "$L/torch_families.err"; }
-        cat "$TJ" >>"$BJ"
+            >>"$ft" 2>"$L/torch_families.err" || { rc=1; tail -3 "$L/torch_families.err"; }
     fi
-    echo "families: $(grep -c runner_img_per_s "$RJ") runner rows, $(grep -c torch_img_per_s "$TJ") PyTorch rows"
+    # this stage's lines only (the bench stage has put its own into bench.jsonl already)
+    tee -a "$RJ" <"$fr" >>"$BJ"
+    tee -a "$TJ" <"$ft" >>"$BJ"
+    echo "families: $(grep -c runner_img_per_s "$fr") runner rows, $(grep -c torch_img_per_s "$ft") PyTorch rows"
     return $rc
 }
 

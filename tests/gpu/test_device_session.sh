@@ -9,7 +9,8 @@
 # false, DDP world 1, fp16, the default with train.cuda_fusion [all]) and the checks, gpu_resnet50_cifar.json with the runner's row
 # (the default's rate: the whole step replayed on the cpu recorder; host time, profile),
 # the fusion stage's bench rows (one per option list; its GPU tests skipped), the Fashion-MNIST JSON
-# with the runner's seed; then the optional families stage alone (a row per architecture).
+# with the runner's seed; then the bench and the optional families stage in one call (a row per
+# architecture, each row once in bench.jsonl).
 # Also bash -n and (where installed) shellcheck on the session
 # scripts.
 # Usage: test_device_session.sh BUILD_DIR     (a CPU-capable build with runner and
@@ -91,15 +92,17 @@ check "py '$o/fashion_mnist_gpu_vs_torch.json' 'len(r[\"runner\"]) == 1 and r[\"
 check "tar tzf '$o/logs.tgz' | grep -q ctest.log && ! tar tzf '$o/logs.tgz' | grep -q '\\.ckpt'" \
     "logs.tgz: the ctest log, no checkpoints"
 check "tail -n 9 '$o/session.log' | grep -q '^e2e .*ok'" "the summary table last"
-# the optional families stage (issue 24) alone, as a later call runs it: a row per
+# the optional families stage (issue 24) after the bench stage, in one call: a row per
 # architecture in gpu_resnet50_cifar.json under its arch, and no ResNet-50 target on them
 mkdir -p "$tmp/out2"
 PATH="$tmp/bin:$PATH" SESSION_DRYRUN=cpu RUNNER_BUILD_DIR="$build" SESSION_COMMIT_FILE="$tmp/commit.txt" \
-    OUT="$tmp/out2" BUDGET=300 STAGES="families" bash "$root/tests/gpu/device_session.sh" >"$tmp/session2.out" 2>&1
+    OUT="$tmp/out2" BUDGET=300 STAGES="bench families" bash "$root/tests/gpu/device_session.sh" >"$tmp/session2.out" 2>&1
 rc=$?
 check "[ $rc -eq 0 ] && grep -qE '^families +ok' '$tmp/out2/session.log'" "the families stage: exit 0, stage ok"
 check "py '$tmp/out2/gpu_resnet50_cifar.json' 'sorted(x[\"arch\"] for x in r if (x.get(\"runner_img_per_s\") or 0) > 0 and x[\"batch\"] == 4 and x[\"target\"] is None) == [\"mobilenet_v2\", \"preact_resnet18\", \"resnext29_8x64d\", \"vgg16_bn\", \"wrn16_8\"]'" \
     "the families stage: one runner row per architecture, under its arch, without issue 22's target"
+check "[ \"\$(sort '$tmp/out2/bench.jsonl' | uniq -d | wc -l)\" -eq 0 ] && [ \"\$(grep -c runner_img_per_s '$tmp/out2/bench.jsonl')\" -eq 6 ]" \
+    "bench and families in one call: bench.jsonl holds each row once (1 bench + 5 family rows)"
 if [ $fails -ne 0 ]; then echo "--- session output:"; tail -n 80 "$tmp/session.out"; tail -n 30 "$tmp/session2.out"; fi
 echo "$fails failed"
 [ $fails -eq 0 ]
