@@ -58,7 +58,9 @@ def build_model(arch, classes, image_size):
         # the other families (issue 24): the runner's reference definitions, the variant
         # chosen by the input size as model.stem: auto does
         import os
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+        scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
+        if scripts not in sys.path:
+            sys.path.insert(0, scripts)
         from torchvision_model import build_arch
         return build_arch(arch, classes, 3, "cifar" if image_size <= 64 else "imagenet")
     model = getattr(torchvision.models, arch)(num_classes=classes)
