@@ -55,6 +55,7 @@ def row_of(run, device, commit):
         "mode": resolved_value(res, "parallel", "mode"), "world_size": s.get("world_size"),
         "backend": resolved_value(res, "parallel", "backend"),
         "cuda_graphs": resolved_value(res, "train", "cuda_graphs"),
+        "cuda_fusion": resolved_value(res, "train", "cuda_fusion"),
         "deterministic": resolved_value(res, "train", "deterministic"), "status": s.get("status"),
         "val_top1": s.get("val_top1"), "peak_memory_bytes": s.get("peak_memory_bytes"),
     }
