@@ -30,7 +30,8 @@
  * scaling), bf16 (AMP). Algorithms are not restricted to deterministic ones, as with
  * torch.backends.cudnn.benchmark.
  * --fusion LIST (issue 25): the CUDA backend's fusion options (train.cuda_fusion names,
- * comma-separated, or all / none); the line then also has "fusion" and the byte model's
+ * comma-separated, or all / none; default all, as the runner's train.cuda_fusion); the
+ * line has "fusion" and the byte model's
  * prediction for the step (model/net_fusion.h): "nonconv_gb_model" (bytes of the
  * non-convolution kernels) and "conv_epilogue_gb_model" (what fused convs read besides).
  * --conv-host-us PASSES (issue 25): instead of training, host microseconds per
@@ -98,6 +99,7 @@ typedef struct bench_opts {
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
     *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0};
+    o->fusion = BACKEND_FUSE_ALL;   /* the runner's default, train.cuda_fusion [all] */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--versions")) { o->versions = true; continue; }
@@ -119,6 +121,7 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--predict")) o->predict = atoi(v);
         else if (!strcmp(a, "--fusion")) {
             err_t e = {0};
+            o->fusion = 0;   /* the list replaces the default */
             if (backend_fusion_parse(v, &o->fusion, &e)) { fprintf(stderr, "gpu_bench: --fusion: %s\n", e.msg); return -1; }
         }
         else { fprintf(stderr, "gpu_bench: unknown option %s\n", a); return -1; }

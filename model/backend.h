@@ -118,11 +118,12 @@ typedef struct backend_opts {
     unsigned cuda_fusion;/* cuda: BACKEND_FUSE_* bits (train.cuda_fusion); 0: none */
 } backend_opts_t;
 
-/* Fusion options of the CUDA backend (issue 25), each off by default: none is the
- * default until a GPU run has shown it exact and faster (docs/benchmarks.md "Fusion
- * options"). The cpu backend ignores them. Names as in train.cuda_fusion and
+/* Fusion options of the CUDA backend (issue 25). "all" (BACKEND_FUSE_ALL), the runner's
+ * default (train.cuda_fusion [all]), is the options a GPU run has shown exact and faster
+ * (docs/benchmarks.md "Fusion options"); a backend created with 0 runs none of them
+ * (train.cuda_fusion []). The cpu backend ignores them. Names as in train.cuda_fusion and
  * bench_gpu_bench --fusion; what the first GPU run (H100, bf16, ResNet-50 batch 128)
- * measured is in brackets.
+ * measured is in brackets (the second run, H100, 2026-11-26, in braces).
  *   graph_conv   convolutions on the cuDNN graph (backend) API, one execution plan per
  *                layer shape and direction built once, variant packs cached per layer;
  *                the legacy API where the graph API has no engine for a shape and for
@@ -134,16 +135,21 @@ typedef struct backend_opts {
  *                the convolution that consumes it (conv2d_bwd_data_bn) [no gain]
  *   dgrad_accum  residual gradients summed by the convolution (beta = 1) instead of a
  *                separate add (conv2d_bwd_data_accum) [faster: -0.25 ms]
+ *                {graph_conv + dgrad_accum against none, whole step replayed: bf16
+ *                13.93 -> 9.33 ms at batch 128, 17.07 -> 15.93 at 256; fp16 10.88 ->
+ *                9.41, 16.97 -> 15.99}
  *   vec16        16-byte accesses in the BN kernels on every channel count that is a
  *                multiple of 8 (else 4- and 8-byte ones below 256 channels) [no gain]
  *   bn_remask    the BN backward kernels of a BN + ReLU / ReLU6 without a residual input
  *                take the activation's mask from x and the forward's statistics and
  *                affine (rounded to the activation dtype as the forward stored y)
  *                instead of reading y: the same bits, a third fewer bytes read by the
- *                reduce pass and a quarter by the apply pass [not yet measured]
+ *                reduce pass and a quarter by the apply pass {faster: -0.25 ms at bf16 batch
+ *                128, -0.56 ms at 256 on top of graph_conv + dgrad_accum}
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
- * faster; the others stay selectable by name for measurement. */
+ * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
+ * the others stay selectable by name for measurement. */
 enum {
     BACKEND_FUSE_GRAPH_CONV = 1u << 0,
     BACKEND_FUSE_CONV_STATS = 1u << 1,
@@ -153,7 +159,7 @@ enum {
     BACKEND_FUSE_BN_REMASK = 1u << 5,
     BACKEND_FUSE_COUNT = 6,
     BACKEND_FUSE_EVERY = (1u << 6) - 1,   /* every option (measurement and tests) */
-    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM
+    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK
 };
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);

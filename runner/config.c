@@ -79,6 +79,12 @@ void config_defaults(experiment_t *e) {
      * over NCCL world 1 and across resume) and faster (the flagship's epoch 3.52 s against
      * 14.62 s, bf16); the plan turns it off where it is not exact (plan.c). */
     e->train.cuda_graphs = GRAPHS_AUTO;
+    /* [all] since the H100 run of 2026-11-26 (commit e89b7c7) showed graph_conv,
+     * dgrad_accum and bn_remask exact (test_gpu_cli_train / resume / paths / graphs with
+     * them on) and faster (the flagship's epoch 3.68 s against 3.86 s, bf16; the whole
+     * step replayed, batch 128: 9.08 ms against 13.93 ms). [] turns them off. */
+    e->train.n_cuda_fusion = 1;
+    snprintf(e->train.cuda_fusion[0], sizeof e->train.cuda_fusion[0], "all");
     e->train.ema.warmup_gamma = 1.0;
     e->train.ema.warmup_power = 2.0 / 3.0;
     e->train.early_stopping.patience = 3;

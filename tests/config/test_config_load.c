@@ -787,9 +787,25 @@ static void test_hash(void) {
 
 /* docs/experiment-files.md and resolved.yaml name every key of the schema table. */
 /* train.cuda_fusion: names matched case-insensitively and stored as spelled in the
- * schema, empty by default, written to resolved.yaml and read back. */
+ * schema, [all] by default ([] turns every option off), written to resolved.yaml and
+ * read back. */
 static void test_cuda_fusion_key(void) {
     experiment_t *x = load("exp.yaml", MIN, NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 1);
+    CHECK_STR(x->train.cuda_fusion[0], "all");
+    experiment_t *y = round_trip(x, "resolved_default_fuse.yaml");
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
+    x = load("off.yaml", MIN "train: {cuda_fusion: []}\n", NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 0);
+    y = round_trip(x, "resolved_off.yaml");
+    check_equal_after_trip(x, y);
+    CHECK_INT(y->train.n_cuda_fusion, 0);
+    free(y);
+    free(x);
+    const char *off[] = {"train.cuda_fusion=[]"};
+    x = load("exp.yaml", MIN, off, 1);
     CHECK_INT(x->train.n_cuda_fusion, 0);
     free(x);
     x = load("fuse.yaml", MIN "train: {cuda_fusion: [conv_stats, GRAPH_CONV, vec16]}\n", NULL, 0);
@@ -797,7 +813,7 @@ static void test_cuda_fusion_key(void) {
     CHECK_STR(x->train.cuda_fusion[0], "conv_stats");
     CHECK_STR(x->train.cuda_fusion[1], "graph_conv");
     CHECK_STR(x->train.cuda_fusion[2], "vec16");
-    experiment_t *y = round_trip(x, "resolved_fuse.yaml");
+    y = round_trip(x, "resolved_fuse.yaml");
     check_equal_after_trip(x, y);
     free(y);
     free(x);

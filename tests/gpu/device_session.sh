@@ -109,7 +109,7 @@ if [ -n "$DRY" ]; then
     FAMILY_BATCH=4; FAMILY_STEPS="--warmup 1 --steps 1"
 else
     DEV=cuda; ARCH=resnet50; BENCH_STEPS="--warmup 15 --steps 40 --profile-steps 3"; E2E_SYN='{train_size: 50000, val_size: 10000, image: [3, 32, 32], classes: 100}'
-    BENCH_CFGS="bf16:128 fp16:128 bf16:256 fp16:256"; IMNET="bf16:256:224"; FM_EPOCHS=""; FM_SEEDS="0 1 2"; BACKEND_OPT=""
+    BENCH_CFGS=${BENCH_CFGS:-bf16:128 fp16:128 bf16:256 fp16:256}; IMNET=${IMNET-bf16:256:224}; FM_EPOCHS=""; FM_SEEDS="0 1 2"; BACKEND_OPT=""
     BENCH_ENV="RUNNER_CPU_GRAPHS=0"; FUSION_STEPS="--warmup 8 --steps 20"; FUSION_CFGS=${FUSION_CFGS:-bf16:128 bf16:256 fp16:128 fp16:256}
     FAMILY_BATCH=128; FAMILY_STEPS="--warmup 10 --steps 30"
 fi
@@ -118,7 +118,7 @@ FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mo
 # issue 25's option lists the fusion stage benchmarks, per configuration in this order
 # (bn_remask: the BN backward without its y reads, predicted -0.58 GB at bf16 batch 128,
 # not yet measured)
-FUSION_LISTS=${FUSION_LISTS:-none graph_conv graph_conv,dgrad_accum graph_conv,dgrad_accum,bn_remask}
+FUSION_LISTS=${FUSION_LISTS:-none graph_conv graph_conv,dgrad_accum all}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -200,8 +200,8 @@ stage_bench() {
             { rc=1; tail -3 "$L/bench_imagenet.err"; }
     fi
     cat "$RJ" >>"$BJ"
-    # PyTorch eager, every configuration in one process
-    if [ -z "$DRY" ]; then
+    # PyTorch eager, every configuration in one process (BENCH_TORCH=0: not in this call)
+    if [ -z "$DRY" ] && [ "${BENCH_TORCH:-1}" != 0 ]; then
         local confs=""
         for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:eager"; done
         box 150 "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs bf16:256:eager:224:1000" --warmup 15 --steps 40 \
@@ -234,13 +234,14 @@ stage_e2e() {
     # shellcheck disable=SC2086
     {
         e2e_run e2e_bf16_default "$bf16" $single || rc=1
-        # issue 22's 3.0 s epoch with the fusion options measured faster in the bench (issue 25):
-        # the figures that decide whether train.cuda_fusion's default can become [all]
-        e2e_run e2e_bf16_fusion_all "$bf16" $single --set "train.cuda_fusion=[all]" || rc=1
+        # train.cuda_fusion's default is [all] since the H100 run of 2026-11-26 (issue 25):
+        # the rows without it are the comparison (E2E_NONE=0 leaves them out)
+        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_bf16_fusion_none "$bf16" $single --set "train.cuda_fusion=[]" || rc=1; }
         e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
-        e2e_run e2e_ddp1_nccl_bf16_fusion_all "$bf16" $ddp --set "train.cuda_fusion=[all]" || rc=1
+        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_ddp1_nccl_bf16_fusion_none "$bf16" $ddp --set "train.cuda_fusion=[]" || rc=1; }
         e2e_run e2e_fp16_default "$fp16" $single || rc=1
-        e2e_run e2e_fp16_fusion_all "$fp16" $single --set "train.cuda_fusion=[all]" || rc=1
+        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_fp16_fusion_none "$fp16" $single --set "train.cuda_fusion=[]" || rc=1; }
+        [ "${E2E_GRAPHS_FALSE:-1}" = 0 ] && return $rc
         # what the default resolved to (auto since the H100 run of 2026-11-26): the other value
         # is the comparison (last: the slow one)
         local dflt="" res
@@ -295,7 +296,8 @@ stage_compile() {
 
 # ---- stage fusion (issue 25): the fusion options' exactness and speed ----
 # Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
-# (train, resume, paths, graphs) with the fusion options on (RUNNER_CUDA_FUSION=all,bn_remask,
+# (train, resume, paths, graphs) with the options the default [all] leaves out on as well
+# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,
 # the runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
 # "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
@@ -313,7 +315,7 @@ stage_fusion() {
     elif [ -n "$DRY" ]; then
         echo "fusion: dry run: the exactness tests need a GPU"
     else
-        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=all,bn_remask ctest \
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16 ctest \
             -R 'test_gpu_cli_(train|resume|paths|graphs)' -j3 --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi

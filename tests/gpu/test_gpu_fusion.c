@@ -446,7 +446,11 @@ typedef struct step_out {
 } step_out_t;
 
 /* One resnet20 training step (seed 11, fixed data) on be; graph: run it once, then
- * record it as a CUDA graph and replay it (gradients zeroed before each). */
+ * record it as a CUDA graph and replay it (gradients zeroed before each, and the BN
+ * running statistics put back to their values before the first run: the eager run
+ * updated them once, and the replay's update must start from the same values for its
+ * buffers to be comparable with a single step's; the first H100 run of bn_remask
+ * compared the twice-updated buffers and found every option's replay "different"). */
 static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
     step_out_t o = {0};
     err_t e = {0};
@@ -459,6 +463,8 @@ static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
     int32_t labels[BATCH];
     for (int i = 0; i < BATCH; i++) labels[i] = (i * 7) % CLASSES;
     net_loss_out_t out = {0};
+    float *bufs0 = hbuf((int64_t)net_num_buffers(n));
+    if (net_download_buffers(n, bufs0, &e)) exit(1);
     if (net_upload_input(n, img, BATCH, &e) || net_zero_grads(n, &e) ||
         net_forward(n, net_input(n), BATCH, true, NULL, &e) || net_loss(n, labels, 0.1f, 1.0f / BATCH, &out, &e) ||
         net_backward(n, NULL, &e)) {
@@ -474,7 +480,7 @@ static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
         CHECK(rc == 0 && g != NULL);
         if (rc || !g) fprintf(stderr, "recording: %s / %s\n", e.msg, be->err.msg);
         if (g) {
-            if (net_zero_grads(n, &e)) exit(1);
+            if (net_zero_grads(n, &e) || net_upload_buffers(n, bufs0, &e)) exit(1);
             OK(be, be->ops->graph_launch(be, g));
             be->ops->graph_free(be, g);
         }
@@ -486,6 +492,7 @@ static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
     if (net_download_grads(n, o.grads, &e) || net_download_buffers(n, o.bufs, &e)) exit(1);
     o.loss = out.loss_sum;
     free(img);
+    free(bufs0);
     net_free(n);
     return o;
 }
