@@ -102,9 +102,21 @@ static void check_summary(const char *dir, const char *device, const char *mode,
     snprintf(path, sizeof path, "%s/env.json", dir);
     char *env = test_read_file(path, NULL);
     CHECK(env != NULL);
-    /* RUNNER_CUDA_FUSION with graph_conv (all has it): the graph API's plans report */
+    /* graph_conv on (train.cuda_fusion's default [all] has it, as RUNNER_CUDA_FUSION
+     * lists may): the graph API's plans report; with train.cuda_fusion [] and no such
+     * list, the legacy API's algorithms */
     const char *fusion = getenv("RUNNER_CUDA_FUSION");
-    bool graph_conv = fusion && (strstr(fusion, "graph_conv") || strstr(fusion, "all"));
+    snprintf(path, sizeof path, "%s/resolved.yaml", dir);
+    char *res = test_read_file(path, NULL);
+    CHECK(res != NULL);
+    const char *key = res ? strstr(res, "cuda_fusion:") : NULL;
+    CHECK(key != NULL);
+    size_t klen = key ? strcspn(key, "#\n") : 0;
+    char line[256] = "";
+    snprintf(line, sizeof line, "%.*s", (int)(klen < sizeof line ? klen : sizeof line - 1), key ? key : "");
+    bool graph_conv = (fusion && (strstr(fusion, "graph_conv") || strstr(fusion, "all"))) || strstr(line, "all") ||
+                      strstr(line, "graph_conv");
+    free(res);
     if (env && !strcmp(device, "cuda") && strcmp(mode, "dp") && graph_conv) {
         CHECK_CONTAINS(env, "\"fwd\": \"cudnn-graph eng");
     } else if (env && !strcmp(device, "cuda") && strcmp(mode, "dp")) {
