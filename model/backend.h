@@ -146,6 +146,15 @@ typedef struct backend_opts {
  *                instead of reading y: the same bits, a third fewer bytes read by the
  *                reduce pass and a quarter by the apply pass {faster: -0.25 ms at bf16 batch
  *                128, -0.56 ms at 256 on top of graph_conv + dgrad_accum}
+ *   bn_wide_final  the second pass of the BN reductions (bn_stats, bn_bwd_reduce: the sum
+ *                of the row splits' partials per channel) with 32 x 32 threads a block and
+ *                the loads unrolled, instead of 32 x 8 threads adding up to 128 splits
+ *                each one after another (the 1024-split layers at batch 128); another
+ *                fixed order of the double sums, so deterministic, the float results
+ *                within an ulp of the default order's [not yet measured: the H100 profile
+ *                of 2026-11-26 had bn_stats at 0.83 and bn_bwd_reduce at 1.09 TB/s
+ *                against 2.0 for bn_apply over the same bytes; predicted up to -1 ms of
+ *                the 3.1 ms the two took per bf16 step at batch 128]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -157,8 +166,9 @@ enum {
     BACKEND_FUSE_DGRAD_ACCUM = 1u << 3,
     BACKEND_FUSE_VEC16 = 1u << 4,
     BACKEND_FUSE_BN_REMASK = 1u << 5,
-    BACKEND_FUSE_COUNT = 6,
-    BACKEND_FUSE_EVERY = (1u << 6) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_WIDE_FINAL = 1u << 6,
+    BACKEND_FUSE_COUNT = 7,
+    BACKEND_FUSE_EVERY = (1u << 7) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK
 };
 /* "graph_conv", ... for bit i (NULL past the last). */

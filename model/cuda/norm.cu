@@ -8,7 +8,13 @@
  * row and TX = c / V below 32 lanes, so a warp covers several whole rows (the first GPU
  * run measured no gain from it). Reductions (statistics, backward sums) write one partial
  * per (row split, channel) into the backend's scratch and a second kernel adds the splits
- * in double, in a fixed order, so results are deterministic run to run.
+ * in double, in a fixed order, so results are deterministic run to run. That second
+ * kernel has a block of 32 channels x BN_TY threads, each thread adding every BN_TY-th
+ * split: with up to 1024 splits (the layers of 128 x 32 x 32 rows) that is 128 dependent
+ * loads per thread on c / 32 blocks. With the bn_wide_final fusion option it has 32 x
+ * BN_TY_WIDE threads (32 adds per thread at most, loads unrolled), the same per-thread
+ * shape otherwise; the sums go in another fixed order (still deterministic; in double,
+ * so the float results differ from the default order's in the last bit at most).
  *
  * The fused activation (act_kind_t) is relu or relu6; the backward masks dy by its
  * derivative seen from the output y (act_keeps), as the CPU backend. With the bn_remask
@@ -27,7 +33,7 @@
 
 #include "model/cuda/cuda_impl.cuh"
 
-enum { BN_TX = 32, BN_TY = 8 };
+enum { BN_TX = 32, BN_TY = 8, BN_TY_WIDE = 32 };
 
 /* Loads V consecutive elements (V-aligned) as floats. */
 template <typename T, int V>
@@ -109,24 +115,36 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
     block_partials<V>(s, ss, active, ch0, c, part);
 }
 
-/* Adds the row splits of part ([2][splits][c]) per channel in double: a 32 x 8 block
- * takes 32 channels, threadIdx.y takes every 8th split, and the 8 partial sums are added
- * in a fixed order, so the result does not depend on timing. s, s2 get the two sums. */
+/* Adds the row splits of part ([2][splits][c]) per channel in double: a 32 x TY block
+ * takes 32 channels, threadIdx.y takes every TY-th split, and the TY partial sums are
+ * added in a fixed order, so the result does not depend on timing. s, s2 get the two
+ * sums. TY = BN_TY is the default; BN_TY_WIDE (bn_wide_final) has each thread's loads
+ * unrolled as well (independent loads; the adds keep their order). */
+template <int TY>
 __device__ __forceinline__ bool sum_splits(int c, int splits, const float *part, double *s, double *s2) {
-    __shared__ double sh[2][BN_TY][BN_TX];
+    __shared__ double sh[2][TY][BN_TX];
     int ch = blockIdx.x * BN_TX + threadIdx.x;
     double a = 0.0, b = 0.0;
-    if (ch < c)
-        for (int j = threadIdx.y; j < splits; j += BN_TY) {
-            a += part[(int64_t)j * c + ch];
-            b += part[(int64_t)(splits + j) * c + ch];
+    if (ch < c) {
+        if constexpr (TY == BN_TY) {
+            for (int j = threadIdx.y; j < splits; j += TY) {
+                a += part[(int64_t)j * c + ch];
+                b += part[(int64_t)(splits + j) * c + ch];
+            }
+        } else {
+#pragma unroll 8
+            for (int j = threadIdx.y; j < splits; j += TY) {
+                a += part[(int64_t)j * c + ch];
+                b += part[(int64_t)(splits + j) * c + ch];
+            }
         }
+    }
     sh[0][threadIdx.y][threadIdx.x] = a;
     sh[1][threadIdx.y][threadIdx.x] = b;
     __syncthreads();
     if (threadIdx.y != 0 || ch >= c) return false;
     a = b = 0.0;
-    for (int j = 0; j < BN_TY; j++) {
+    for (int j = 0; j < TY; j++) {
         a += sh[0][j][threadIdx.x];
         b += sh[1][j][threadIdx.x];
     }
@@ -135,11 +153,11 @@ __device__ __forceinline__ bool sum_splits(int c, int splits, const float *part,
     return true;
 }
 
-template <typename T>
-__global__ void bn_stats_final_k(int64_t m, int c, int splits, const T *x, const float *part,
-                                 float *mean, float *var) {
+template <typename T, int TY>
+__global__ void __launch_bounds__(BN_TX * TY) bn_stats_final_k(int64_t m, int c, int splits, const T *x,
+                                                               const float *part, float *mean, float *var) {
     double s, ss;
-    if (!sum_splits(c, splits, part, &s, &ss)) return;
+    if (!sum_splits<TY>(c, splits, part, &s, &ss)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
     double ms = s / (double)m, v = ss / (double)m - ms * ms;
     mean[ch] = (float)((double)to_f32(x[ch]) + ms);
@@ -265,10 +283,12 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
     block_partials<V>(s, sx, active, ch0, c, part);
 }
 
-__global__ void bn_bwd_final_k(int c, int splits, const float *part, const float *var, float eps,
-                               float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+template <int TY>
+__global__ void __launch_bounds__(BN_TX * TY) bn_bwd_final_k(int c, int splits, const float *part, const float *var,
+                                                             float eps, float *sum_dy, float *sum_dy_xhat,
+                                                             float *dgamma, float *dbeta) {
     double s, sx;
-    if (!sum_splits(c, splits, part, &s, &sx)) return;
+    if (!sum_splits<TY>(c, splits, part, &s, &sx)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
     double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as the cpu backend */
     float sdy = (float)s, sdyx = (float)(sx * invstd);
@@ -385,8 +405,13 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
         bn_stats_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, part)));
     KERNEL_CHECK(cb, "bn_stats_partial_k");
     dim3 fgrid((c + BN_TX - 1) / BN_TX);
-    DISPATCH_DT(cb, dt, T, bn_stats_final_k<T><<<fgrid, block, 0, cb->stream>>>(
-        m, c, (int)g.grid.y, (const T *)x, part, mean, var));
+    if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL) {
+        DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY_WIDE><<<fgrid, dim3(BN_TX, BN_TY_WIDE), 0, cb->stream>>>(
+            m, c, (int)g.grid.y, (const T *)x, part, mean, var));
+    } else {
+        DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY><<<fgrid, block, 0, cb->stream>>>(
+            m, c, (int)g.grid.y, (const T *)x, part, mean, var));
+    }
     KERNEL_CHECK(cb, "bn_stats_final_k");
     return 0;
 }
@@ -445,8 +470,12 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
                                                                    (const T *)dy, mean, var, gamma, rb, eps,
                                                                    part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
-    bn_bwd_final_k<<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)g.grid.y, part, var, eps, sum_dy,
-                                                             sum_dy_xhat, dgamma, dbeta);
+    if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL)
+        bn_bwd_final_k<BN_TY_WIDE><<<(c + BN_TX - 1) / BN_TX, dim3(BN_TX, BN_TY_WIDE), 0, cb->stream>>>(
+            c, (int)g.grid.y, part, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
+    else
+        bn_bwd_final_k<BN_TY><<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)g.grid.y, part, var, eps,
+                                                                                 sum_dy, sum_dy_xhat, dgamma, dbeta);
     KERNEL_CHECK(cb, "bn_bwd_final_k");
     return 0;
 }

@@ -4,7 +4,9 @@
  * and dbeta), for channel counts that take the 4-wide, 2-wide and scalar kernel paths,
  * in fp32, fp16 and bf16; and again with the vec16 fusion option (16-byte accesses on
  * every channel count that is a multiple of 8: 8 lanes per row at 64 half channels, 3 at
- * 24, 5 at 40). Skipped (77) without a GPU.
+ * 24, 5 at 40), and with the bn_wide_final option (the reductions' second pass with 32 x
+ * 32 threads a block), on shapes up to the 1024 row splits of a 128 x 32 x 32 layer and
+ * on splits that are not a multiple of 32. Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
 
@@ -123,8 +125,28 @@ static void test_bn_vec16(void) {
     g_fusion = 0;
 }
 
+/* bn_wide_final: the same CPU comparisons; 131072 rows make the 1024 row splits (the most
+ * bn_geom takes, 32 per thread of the wide pass), 2000 rows 16 splits (fewer than the 32
+ * threads of a channel: most add nothing), 9000 rows 71 (not a multiple of 32), 3000 rows
+ * x 200 channels leave a partial block of channels. */
+static void test_bn_wide_final(void) {
+    g_fusion = BACKEND_FUSE_BN_WIDE_FINAL;
+    for (int d = 0; d < 3; d++) {
+        dtype_t dt = d == 0 ? DT_F32 : d == 1 ? DT_F16 : DT_BF16;
+        check_bn(131072, 64, dt);
+        check_bn(2000, 256, dt);
+        check_bn(9000, 128, dt);
+        check_bn(3000, 200, dt);
+        check_bn(150, 24, dt);
+    }
+    g_fusion = BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_VEC16;
+    check_bn(131072, 64, DT_BF16);
+    g_fusion = 0;
+}
+
 int main(void) {
     gpu_or_skip();
+    TEST_RUN(test_bn_wide_final);
     TEST_RUN(test_bn_vec16);
     TEST_RUN(test_bn_fp32);
     TEST_RUN(test_bn_fp16);
