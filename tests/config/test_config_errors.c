@@ -2,7 +2,8 @@
  * with the file, line:col and the fix. Each case asserts the exact place and the key
  * parts of the text (suggestion, bounds, found value). Messages are printed so the test
  * log doubles as a catalogue of what users see.
- * Valid files, defaults, merging and the writers are in test_config_load.c.
+ * Valid files, defaults and the writers are in test_config_load.c, merging in
+ * test_config_merge.c, config_hash and schema-wide checks in test_config_schema.c.
  */
 #include <stdlib.h>
 #include <sys/stat.h>
