@@ -155,6 +155,12 @@ typedef struct backend_opts {
  *                of 2026-11-26 had bn_stats at 0.83 and bn_bwd_reduce at 1.09 TB/s
  *                against 2.0 for bn_apply over the same bytes; predicted up to -1 ms of
  *                the 3.1 ms the two took per bf16 step at batch 128]
+ *   bn_fold_running  the running-statistics update in the kernel that finishes the
+ *                statistics (bn_stats_running), one launch per BN layer and step fewer
+ *                where no SyncBN reduces the statistics in between; the same float
+ *                arithmetic as bn_update_running's kernel, so the same bits [not yet
+ *                measured: the H100 profile of 2026-11-26 had bn_update_running's 53
+ *                launches at 0.26 ms of GPU time per step, ~5 us each for 0.6 MB]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -167,8 +173,9 @@ enum {
     BACKEND_FUSE_VEC16 = 1u << 4,
     BACKEND_FUSE_BN_REMASK = 1u << 5,
     BACKEND_FUSE_BN_WIDE_FINAL = 1u << 6,
-    BACKEND_FUSE_COUNT = 7,
-    BACKEND_FUSE_EVERY = (1u << 7) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_FOLD_RUNNING = 1u << 7,
+    BACKEND_FUSE_COUNT = 8,
+    BACKEND_FUSE_EVERY = (1u << 8) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK
 };
 /* "graph_conv", ... for bit i (NULL past the last). */
@@ -399,6 +406,12 @@ typedef struct backend_ops {
                               const void *w, void *dx, const void *bn_x, const void *relu_y,
                               act_kind_t act, const float *mean, const float *var, float eps,
                               float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
+    /* bn_stats, then bn_update_running(c, mean, var, count, momentum, run_mean, run_var) on
+     * what it wrote, in one op (optional: NULL, and the net calls the two; the cuda
+     * backend's bn_fold_running). The same results as the two calls, bit for bit. The net
+     * uses it only where nothing changes the statistics in between (no SyncBN). */
+    int (*bn_stats_running)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                            float *var, int64_t count, float momentum, float *run_mean, float *run_var);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

@@ -192,15 +192,22 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
         case NODE_BN_ADD_RELU: {
             const float *mean = n->buffers + d->buf_off, *var = n->buffers + d->buf_off + d->c;
             if (train) {
-                if (stats_done != i)
-                    OP(be->ops->bn_stats(be, m, d->c, n->dt, in0, d->mean, d->var), "bn statistics");
+                float *run_mean = n->buffers + d->buf_off, *run_var = n->buffers + d->buf_off + d->c;
+                bool sync = hooks && hooks->bn_sync_stats;
                 d->count = m;
-                if (hooks && hooks->bn_sync_stats &&
-                    hooks->bn_sync_stats(hooks->ctx, d->c, d->mean, d->var, m, &d->count) < 0)
-                    return err_wrap(e, "net: SyncBN statistics of %s", d->prefix);
-                OP(be->ops->bn_update_running(be, d->c, d->mean, d->var, d->count, NET_BN_MOMENTUM,
-                                              n->buffers + d->buf_off, n->buffers + d->buf_off + d->c),
-                   "bn running statistics");
+                if (stats_done != i && !sync && be->ops->bn_stats_running) {   /* one op (bn_fold_running) */
+                    OP(be->ops->bn_stats_running(be, m, d->c, n->dt, in0, d->mean, d->var, m, NET_BN_MOMENTUM,
+                                                 run_mean, run_var),
+                       "bn statistics + running statistics");
+                } else {
+                    if (stats_done != i)
+                        OP(be->ops->bn_stats(be, m, d->c, n->dt, in0, d->mean, d->var), "bn statistics");
+                    if (sync && hooks->bn_sync_stats(hooks->ctx, d->c, d->mean, d->var, m, &d->count) < 0)
+                        return err_wrap(e, "net: SyncBN statistics of %s", d->prefix);
+                    OP(be->ops->bn_update_running(be, d->c, d->mean, d->var, d->count, NET_BN_MOMENTUM, run_mean,
+                                                  run_var),
+                       "bn running statistics");
+                }
                 n->counters[d->counter]++;
                 mean = d->mean;
                 var = d->var;

@@ -7,6 +7,8 @@
  *   bn_stats            read m*c*e; write 2c*4 (mean, var)
  *   bn_apply            read m*c*e (x) [+ m*c*e (z)] + 4c*4; write m*c*e (y)
  *   bn_update_running   read 4c*4; write 2c*4
+ *   (bn_stats_running, bn_fold_running's op: counted under bn_stats, + 2c*4 read, 2c*4
+ *                       written: the running statistics)
  *   bn_bwd_reduce       read 2*m*c*e (x, dy) [+ m*c*e (y, the relu mask)] + 2c*4 (mean,
  *                       var) + 2c*4 (dgamma, dbeta); write 4c*4
  *   bn_bwd_apply        read 2*m*c*e [+ m*c*e (y)] + 5c*4; write m*c*e (dx) [+ m*c*e (dz)]
@@ -219,6 +221,12 @@ static int w_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const
 static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var) {
     PROF_CALL(bn_stats, bn_stats(be, m, c, dt, x, mean, var), es(dt) * m * c + 8.0 * c, 0);
 }
+/* bn_fold_running's one op: counted as bn_stats, with the running update's bytes */
+static int w_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                              int64_t count, float momentum, float *run_mean, float *run_var) {
+    PROF_CALL(bn_stats, bn_stats_running(be, m, c, dt, x, mean, var, count, momentum, run_mean, run_var),
+              es(dt) * m * c + 8.0 * c + 16.0 * c, 0);
+}
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                       const float *var, const float *gamma, const float *beta, float eps, const void *z,
                       act_kind_t act, void *y) {
@@ -363,6 +371,7 @@ static void wrap_all(gpu_prof_t *p) {
     WRAP(conv2d_fwd_bn_stats, w_conv_fwd_bn_stats); WRAP(conv2d_bwd_data_bn, w_conv_bwd_data_bn);
     WRAP(conv2d_bwd_data_accum, w_conv_bwd_data_accum);
     WRAP(linear_fwd, w_linear_fwd); WRAP(linear_bwd, w_linear_bwd); WRAP(bn_stats, w_bn_stats);
+    WRAP(bn_stats_running, w_bn_stats_running);
     WRAP(bn_apply, w_bn_apply); WRAP(bn_update_running, w_bn_update_running); WRAP(bn_bwd_reduce, w_bn_bwd_reduce);
     WRAP(bn_bwd_apply, w_bn_bwd_apply); WRAP(relu_fwd, w_relu_fwd); WRAP(relu_bwd, w_relu_bwd); WRAP(add, w_add);
     WRAP(avgpool_fwd, w_avgpool_fwd); WRAP(avgpool_bwd, w_avgpool_bwd); WRAP(maxpool_fwd, w_maxpool_fwd);

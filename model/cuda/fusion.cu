@@ -17,6 +17,8 @@
  *     sqrt(var + eps) in double, as bn_bwd_reduce) and adds them into dbeta, dgamma.
  *     Without a graph engine, or for an activation other than ReLU (the graph builds
  *     ReLU's mask only): dgrad, then bn_bwd_reduce with the op's act, as unfused.
+ *   bn_stats_running (bn_fold_running; norm.cu): bn_stats with the running update in its
+ *     final kernel (not a convolution, installed here with the others).
  * The sums live at the start of the backend's scratch buffer (2 x channels floats), read
  * by the next kernel on the stream before any BN kernel uses the buffer.
  * Measured per layer (conv_stats, dgrad_dbn; not in deterministic mode, where their
@@ -50,6 +52,7 @@ void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
     if (fusion & BACKEND_FUSE_DGRAD_ACCUM) o->conv2d_bwd_data_accum = cu_conv2d_bwd_data_accum;
     if (fusion & BACKEND_FUSE_CONV_STATS) o->conv2d_fwd_bn_stats = cu_conv2d_fwd_bn_stats;
     if (fusion & BACKEND_FUSE_DGRAD_DBN) o->conv2d_bwd_data_bn = cu_conv2d_bwd_data_bn;
+    if (fusion & BACKEND_FUSE_BN_FOLD_RUNNING) o->bn_stats_running = cu_bn_stats_running;
     if (fusion & (BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_DGRAD_ACCUM))
         o->conv_engine = graph_first_engine;
 }

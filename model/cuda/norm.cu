@@ -153,15 +153,32 @@ __device__ __forceinline__ bool sum_splits(int c, int splits, const float *part,
     return true;
 }
 
+/* The running-statistics update of channel ch from the batch's mean mu and biased
+ * variance v (unbias = count / (count - 1)): run = momentum * batch + (1 - momentum) *
+ * run, each step rounded as written (explicit intrinsics), one function for bn_running_k
+ * and the statistics' final kernel (bn_fold_running), so the two give the same bits. */
+__device__ __forceinline__ void bn_running_one(int ch, float mu, float v, float unbias, float momentum,
+                                               float *run_mean, float *run_var) {
+    float keep = __fsub_rn(1.0f, momentum);
+    run_mean[ch] = __fadd_rn(__fmul_rn(momentum, mu), __fmul_rn(keep, run_mean[ch]));
+    run_var[ch] = __fadd_rn(__fmul_rn(momentum, __fmul_rn(v, unbias)), __fmul_rn(keep, run_var[ch]));
+}
+
+/* mean, var from the splits' sums; with run_mean given (bn_fold_running), then the
+ * running statistics from them, as bn_running_k would. */
 template <typename T, int TY>
 __global__ void __launch_bounds__(BN_TX * TY) bn_stats_final_k(int64_t m, int c, int splits, const T *x,
-                                                               const float *part, float *mean, float *var) {
+                                                               const float *part, float *mean, float *var,
+                                                               float unbias, float momentum, float *run_mean,
+                                                               float *run_var) {
     double s, ss;
     if (!sum_splits<TY>(c, splits, part, &s, &ss)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
     double ms = s / (double)m, v = ss / (double)m - ms * ms;
-    mean[ch] = (float)((double)to_f32(x[ch]) + ms);
-    var[ch] = (float)(v > 0.0 ? v : 0.0);
+    float mu = (float)((double)to_f32(x[ch]) + ms), vf = (float)(v > 0.0 ? v : 0.0);
+    mean[ch] = mu;
+    var[ch] = vf;
+    if (run_mean) bn_running_one(ch, mu, vf, unbias, momentum, run_mean, run_var);
 }
 
 /* Whether the gradient passes the fused activation at output v: v > 0 for relu (NaN
@@ -224,8 +241,7 @@ __global__ void bn_running_k(int c, const float *mean, const float *var, float u
                              float momentum, float *run_mean, float *run_var) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    run_mean[ch] = momentum * mean[ch] + (1.0f - momentum) * run_mean[ch];
-    run_var[ch] = momentum * (var[ch] * unbias) + (1.0f - momentum) * run_var[ch];
+    bn_running_one(ch, mean[ch], var[ch], unbias, momentum, run_mean, run_var);
 }
 
 /* The per-channel scale and shift of the mask recompute (bn_remask): sc, bt of
@@ -392,11 +408,15 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     case 2: { constexpr int V = 2; __VA_ARGS__; } break; \
     default: { constexpr int V = 1; __VA_ARGS__; } break; } } while (0)
 
-int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
-                float *var) {
-    cuda_be_t *cb = cb_of(be);
-    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
-    CB_ENTER(cb);
+/* count / (count - 1), the unbiased variance's factor, as the running update takes it */
+static float bn_unbias(int64_t count) {
+    return count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
+}
+
+/* bn_stats, and with run_mean given the running update in its final kernel */
+static int bn_stats_run(cuda_be_t *cb, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                        int64_t count, float momentum, float *run_mean, float *run_var) {
+    float unbias = bn_unbias(count);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, x, x, x, x);
     dim3 block(BN_TX, BN_TY);
     if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
@@ -407,13 +427,29 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
     dim3 fgrid((c + BN_TX - 1) / BN_TX);
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL) {
         DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY_WIDE><<<fgrid, dim3(BN_TX, BN_TY_WIDE), 0, cb->stream>>>(
-            m, c, (int)g.grid.y, (const T *)x, part, mean, var));
+            m, c, (int)g.grid.y, (const T *)x, part, mean, var, unbias, momentum, run_mean, run_var));
     } else {
         DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY><<<fgrid, block, 0, cb->stream>>>(
-            m, c, (int)g.grid.y, (const T *)x, part, mean, var));
+            m, c, (int)g.grid.y, (const T *)x, part, mean, var, unbias, momentum, run_mean, run_var));
     }
     KERNEL_CHECK(cb, "bn_stats_final_k");
     return 0;
+}
+
+int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
+                float *var) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
+    CB_ENTER(cb);
+    return bn_stats_run(cb, m, c, dt, x, mean, var, 1, 0.0f, NULL, NULL);
+}
+
+int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                        int64_t count, float momentum, float *run_mean, float *run_var) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
+    CB_ENTER(cb);
+    return bn_stats_run(cb, m, c, dt, x, mean, var, count, momentum, run_mean, run_var);
 }
 
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
@@ -435,7 +471,7 @@ int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *v
     cuda_be_t *cb = cb_of(be);
     if (c <= 0) return 0;
     CB_ENTER(cb);
-    float unbias = count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
+    float unbias = bn_unbias(count);
     bn_running_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, mean, var, unbias, momentum,
                                                            run_mean, run_var);
     KERNEL_CHECK(cb, "bn_running_k");

@@ -9,6 +9,10 @@
 
 int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
                 float *var);
+/* bn_stats then bn_update_running in one op: the running update in the statistics' final
+ * kernel (bn_fold_running; backend_ops_t.bn_stats_running) */
+int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                        int64_t count, float momentum, float *run_mean, float *run_var);
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                 const float *var, const float *gamma, const float *beta, float eps,
                 const void *z, act_kind_t act, void *y);

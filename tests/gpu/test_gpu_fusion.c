@@ -17,6 +17,9 @@
  *                reading y and of a backend without the option; a resnet20 step with
  *                bn_remask repeats the unfused step's loss, gradients and buffers bit for
  *                bit, recorded as a CUDA graph too;
+ *   bn_fold_running  a resnet20 step with it repeats the unfused step's loss, gradients
+ *                and buffers (the running statistics) bit for bit, replayed too (fp32,
+ *                bf16; the op itself against the two it replaces: test_gpu_norm);
  *   nets         one resnet20 training step with every option in non-deterministic mode
  *                against the CPU (test_gpu_net's tolerances in fp32; in half no more than
  *                25% above the unfused GPU's own distance to the CPU, which exceeded them
@@ -566,15 +569,18 @@ static void check_det_options(dtype_t dt) {
     check_det(dt, BACKEND_FUSE_EVERY, false);
 }
 
-/* bn_remask against no option, deterministic mode: one resnet20 step (and the step
- * recorded as a CUDA graph and replayed) gives the unfused step's loss, gradients and BN
- * buffers bit for bit. */
-static void check_remask_net(dtype_t dt) {
-    pair_t r = pair_make_fused(true, false, BACKEND_FUSE_BN_REMASK), u = pair_make(true, false);
+/* An option whose results are the same bits as without it (bn_remask, bn_fold_running)
+ * against no option, deterministic mode: one resnet20 step (and the step recorded as a
+ * CUDA graph and replayed) gives the unfused step's loss, gradients and BN buffers (the
+ * running statistics among them) bit for bit. */
+static void check_same_bits_net(dtype_t dt, unsigned option) {
+    char name[64];
+    backend_fusion_format(option, name, sizeof name);
+    pair_t r = pair_make_fused(true, false, option), u = pair_make(true, false);
     step_out_t a = step(r.gpu, dt, false), ag = step(r.gpu, dt, true), b = step(u.gpu, dt, false);
     bool same = !memcmp(a.grads, b.grads, a.np * 4) && !memcmp(a.bufs, b.bufs, a.nb * 4) && a.loss == b.loss;
     bool sameg = !memcmp(ag.grads, b.grads, a.np * 4) && !memcmp(ag.bufs, b.bufs, a.nb * 4);
-    fprintf(stderr, "  bn_remask net %s: step %s, graph replay %s (loss %.6f)\n", dtype_names[dt],
+    fprintf(stderr, "  %s net %s: step %s, graph replay %s (loss %.6f)\n", name, dtype_names[dt],
             same ? "same bits" : "DIFFERS", sameg ? "same bits" : "DIFFERS", a.loss);
     CHECK(same);
     CHECK(sameg);
@@ -584,9 +590,15 @@ static void check_remask_net(dtype_t dt) {
 }
 
 static void test_remask_net(void) {
-    check_remask_net(DT_F32);
-    check_remask_net(DT_F16);
-    check_remask_net(DT_BF16);
+    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_REMASK);
+    check_same_bits_net(DT_F16, BACKEND_FUSE_BN_REMASK);
+    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_REMASK);
+}
+
+/* bn_fold_running: the running statistics in the statistics' final kernel, the same bits */
+static void test_fold_running_net(void) {
+    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_FOLD_RUNNING);
+    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_FOLD_RUNNING);
 }
 
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
@@ -610,6 +622,7 @@ int main(void) {
     TEST_RUN(test_remask_node_fp16);
     TEST_RUN(test_remask_node_bf16);
     TEST_RUN(test_remask_net);
+    TEST_RUN(test_fold_running_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);

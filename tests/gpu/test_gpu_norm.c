@@ -6,7 +6,8 @@
  * every channel count that is a multiple of 8: 8 lanes per row at 64 half channels, 3 at
  * 24, 5 at 40), and with the bn_wide_final option (the reductions' second pass with 32 x
  * 32 threads a block), on shapes up to the 1024 row splits of a 128 x 32 x 32 layer and
- * on splits that are not a multiple of 32. Skipped (77) without a GPU.
+ * on splits that are not a multiple of 32; and bn_fold_running's one op against the two
+ * it replaces, bit for bit. Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
 
@@ -144,8 +145,75 @@ static void test_bn_wide_final(void) {
     g_fusion = 0;
 }
 
+/* bn_fold_running: bn_stats_running on the GPU gives what bn_stats then
+ * bn_update_running give on the same GPU, bit for bit (mean, var and the running
+ * statistics), with the default and the wide final pass; and the CPU's two calls within
+ * check_bn's tolerances. */
+static void check_fold(int64_t m, int c, dtype_t dt, unsigned extra) {
+    pair_t p = pair_make_fused(true, false, BACKEND_FUSE_BN_FOLD_RUNNING | extra);
+    if (p.gpu->kind != BACKEND_CUDA) {   /* RUNNER_GPU_TEST_DRYRUN=cpu: no such op on a cpu side */
+        fprintf(stderr, "  dry run: bn_stats_running is the cuda backend's\n");
+        pair_free(&p);
+        return;
+    }
+    CHECK(p.gpu->ops->bn_stats_running != NULL);
+    CHECK(p.cpu->ops->bn_stats_running == NULL);   /* the cpu backend runs the two ops */
+    if (!p.gpu->ops->bn_stats_running) {
+        pair_free(&p);
+        return;
+    }
+    float *hx = hrand(m * c, 21, -2.0f, 2.0f), *hrm = hrand(c, 22, -0.1f, 0.1f), *hrv = hrand(c, 23, 0.9f, 1.1f);
+    for (int64_t i = 0; i < m * c; i++) hx[i] += 3.0f;
+    twin_t x = twin_new(&p, m * c, dt, hx);
+    twin_t m1 = twin_new(&p, c, DT_F32, NULL), v1 = twin_new(&p, c, DT_F32, NULL);
+    twin_t m2 = twin_new(&p, c, DT_F32, NULL), v2 = twin_new(&p, c, DT_F32, NULL);
+    twin_t rm1 = twin_new(&p, c, DT_F32, hrm), rv1 = twin_new(&p, c, DT_F32, hrv);
+    twin_t rm2 = twin_new(&p, c, DT_F32, hrm), rv2 = twin_new(&p, c, DT_F32, hrv);
+    backend_t *g = p.gpu, *cpu = p.cpu;
+    OK(g, g->ops->bn_stats(g, m, c, dt, x.g, (float *)m1.g, (float *)v1.g));
+    OK(g, g->ops->bn_update_running(g, c, (float *)m1.g, (float *)v1.g, m, 0.1f, (float *)rm1.g, (float *)rv1.g));
+    OK(g, g->ops->bn_stats_running(g, m, c, dt, x.g, (float *)m2.g, (float *)v2.g, m, 0.1f, (float *)rm2.g,
+                                   (float *)rv2.g));
+    OK(cpu, cpu->ops->bn_stats(cpu, m, c, dt, x.c, (float *)m2.c, (float *)v2.c));
+    OK(cpu, cpu->ops->bn_update_running(cpu, c, (float *)m2.c, (float *)v2.c, m, 0.1f, (float *)rm2.c,
+                                        (float *)rv2.c));
+    const twin_t *one[4] = {&m1, &v1, &rm1, &rv1}, *two[4] = {&m2, &v2, &rm2, &rv2};
+    static const char *const names[4] = {"mean", "var", "running mean", "running var"};
+    for (int k = 0; k < 4; k++) {
+        float *c1, *g1, *c2, *g2;
+        twin_get(&p, one[k], &c1, &g1);
+        twin_get(&p, two[k], &c2, &g2);
+        int same = !memcmp(g1, g2, (size_t)c * sizeof(float));
+        if (!same) fprintf(stderr, "  m%lld c%d %s %s: bn_stats_running differs from the two ops\n", (long long)m, c,
+                           dtype_names[dt], names[k]);
+        CHECK(same);
+        free(c1); free(g1); free(c2); free(g2);
+        char what[128];
+        snprintf(what, sizeof what, "m%lld c%d %s bn_stats_running %s vs cpu", (long long)m, c, dtype_names[dt],
+                 names[k]);
+        CHECK_INT(twin_cmp(what, &p, two[k], 1e-4), 0);
+    }
+    twin_t *all[] = {&x, &m1, &v1, &m2, &v2, &rm1, &rv1, &rm2, &rv2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) twin_free(&p, all[i]);
+    free(hx); free(hrm); free(hrv);
+    pair_free(&p);
+}
+
+static void test_bn_fold_running(void) {
+    check_fold(131072, 64, DT_BF16, 0);
+    check_fold(9000, 128, DT_F32, 0);
+    check_fold(3000, 200, DT_F16, 0);
+    check_fold(131072, 64, DT_BF16, BACKEND_FUSE_BN_WIDE_FINAL);
+    check_fold(150, 24, DT_F32, BACKEND_FUSE_BN_WIDE_FINAL);
+    /* the rest of the BN ops with the option on (bn_stats and bn_update_running as before) */
+    g_fusion = BACKEND_FUSE_BN_FOLD_RUNNING;
+    check_bn(4096, 64, DT_F16);
+    g_fusion = 0;
+}
+
 int main(void) {
     gpu_or_skip();
+    TEST_RUN(test_bn_fold_running);
     TEST_RUN(test_bn_wide_final);
     TEST_RUN(test_bn_vec16);
     TEST_RUN(test_bn_fp32);
