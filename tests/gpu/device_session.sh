@@ -2,10 +2,10 @@
 # device_session.sh: the whole GPU check of issue 22 in ONE device call of under 9 minutes:
 # build, the gpu test suite, compute-sanitizer, the model-only benchmarks against
 # PyTorch eager (with the op-kind profile; the runner's default, whole-step graphs, and
-# normal launches), the flagship's end-to-end epochs, torch.compile's rows for all four
-# configurations, issue 25's fusion options (stage `fusion`: exactness under
-# RUNNER_CUDA_FUSION=all and bench rows per option list; skipped when the build has no
-# --fusion), and the Fashion-MNIST accuracy check against PyTorch with what time is left.
+# normal launches), the flagship's end-to-end epochs, issue 25's fusion options (stage
+# `fusion`: exactness with every option on and bench rows per option list; skipped when
+# the build has no --fusion), torch.compile's rows for all four configurations, and the
+# Fashion-MNIST accuracy check against PyTorch with what time is left.
 # Stages run in that order (by value), each time-boxed with `timeout`, and a stage that
 # fails or runs out of time is reported while the next still runs; whatever was measured
 # is assembled into the result files at the end.
@@ -17,7 +17,7 @@
 # and copy the results from the reply's files_at into bench/results/ (see docs/benchmarks.md).
 #
 # Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
-# STAGES picks stages (default "build test sanitize bench e2e compile fusion fashion";
+# STAGES picks stages and their order (default "build test sanitize bench e2e fusion compile fashion";
 # also "families" (issue 24: the other architectures vs PyTorch, ~3 min), "tb" and
 # "allreduce", for a later call). The commit recorded is .deps/commit.txt's
 # (written by pack-gpu-deps.sh when packing: the device copy of the tree may carry a stale
@@ -53,7 +53,19 @@ O=${OUT:-$R/out-gpu/session}
 L=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$O" "$L/runs"
 exec > >(tee "$O/session.log") 2>&1
-stages=" ${STAGES:-build test sanitize bench e2e compile fusion fashion} "
+stages=" ${STAGES:-build test sanitize bench e2e fusion compile fashion} "
+# seconds a stage leaves for the stages after it in $stages (compile ~110 s for its four
+# rows, fashion ~50 s for 3 epochs, the others a few)
+reserve_after() {
+    local st=$1 seen=0 s sum=0
+    for s in $stages; do
+        if [ "$seen" = 1 ]; then
+            case $s in compile) sum=$((sum + 110)) ;; fashion) sum=$((sum + 50)) ;; *) sum=$((sum + 10)) ;; esac
+        fi
+        [ "$s" = "$st" ] && seen=1
+    done
+    echo "$sum"
+}
 declare -a summary=()
 note() { summary+=("$(printf '%-10s %s' "$1" "$2")"); echo "== $1: $2, at $(el) s"; }
 PY=${PYTHON:-python3}
@@ -280,12 +292,13 @@ stage_fashion() {
 # torch.compile rows for all four configurations, in an order that lets Inductor's caches
 # help (bf16 then fp16 of one batch size: the H100 run compiled bf16 b128 in 45 s, then
 # fp16 b128 in 2.4 s); warm-up 5 steps (compilation is in the first), 30 timed. Boxed to
-# leave FUSION_RESERVE seconds (default 100) for the stages after it.
+# leave FUSION_RESERVE seconds (default: reserve_after's, what the stages after it in
+# STAGES need) for the stages after it.
 stage_compile() {
     [ -n "$DRY" ] && { echo "no PyTorch in a dry run"; return 0; }
     local confs="" cfg
     for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:compile"; done
-    box $(($(left) - ${FUSION_RESERVE:-100})) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 5 \
+    box $(($(left) - ${FUSION_RESERVE:-$(reserve_after compile)})) "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 5 \
         --steps 30 >"$L/torch_compile.jsonl" 2>"$L/torch_compile.err"
     local rc=$?
     cat "$L/torch_compile.jsonl" >>"$TJ"
@@ -306,9 +319,9 @@ stage_compile() {
 # when the build lacks it: `bench_gpu_bench --fusion` (probed: its argument check names
 # --fusion as unknown) and the runner's RUNNER_CUDA_FUSION (probed: a bad list fails
 # `runner plan`).
-# Leaves FASHION_RESERVE seconds (default 50) for the stage after it.
+# Leaves FASHION_RESERVE seconds (default: reserve_after's) for the stages after it.
 stage_fusion() {
-    local rc=0 reserve=${FASHION_RESERVE:-50} cfg list
+    local rc=0 reserve=${FASHION_RESERVE:-$(reserve_after fusion)} cfg list
     if RUNNER_CUDA_FUSION=no_such_option rr "$B/runner" plan experiments/ci_smoke.yaml --set device=$DEV \
         >"$L/fusion_probe.log" 2>&1; then
         echo "fusion: this build's runner has no RUNNER_CUDA_FUSION: exactness tests skipped"

@@ -112,18 +112,17 @@ static void test_bn_bf16(void) {
     check_bn(1000, 256, DT_BF16);
 }
 
-static void test_bn_vec16(void) {
-    g_fusion = BACKEND_FUSE_VEC16;
-    for (int d = 0; d < 3; d++) {
-        dtype_t dt = d == 0 ? DT_F32 : d == 1 ? DT_F16 : DT_BF16;
-        check_bn(4096, 64, dt);
-        check_bn(2048, 128, dt);
-        check_bn(150, 24, dt);
-        check_bn(333, 40, dt);
-        check_bn(1000, 256, dt);
-        check_bn(77, 8, dt);
-    }
+/* check_bn of each (rows, channels) in fp32, fp16 and bf16 with the fusion options given */
+static void check_bn_dtypes(unsigned fusion, const int (*shapes)[2], int n) {
+    g_fusion = fusion;
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < n; i++) check_bn(shapes[i][0], shapes[i][1], d == 0 ? DT_F32 : d == 1 ? DT_F16 : DT_BF16);
     g_fusion = 0;
+}
+
+static void test_bn_vec16(void) {
+    static const int shapes[][2] = {{4096, 64}, {2048, 128}, {150, 24}, {333, 40}, {1000, 256}, {77, 8}};
+    check_bn_dtypes(BACKEND_FUSE_VEC16, shapes, 6);
 }
 
 /* bn_wide_final: the same CPU comparisons; 131072 rows make the 1024 row splits (the most
@@ -131,15 +130,8 @@ static void test_bn_vec16(void) {
  * threads of a channel: most add nothing), 9000 rows 71 (not a multiple of 32), 3000 rows
  * x 200 channels leave a partial block of channels. */
 static void test_bn_wide_final(void) {
-    g_fusion = BACKEND_FUSE_BN_WIDE_FINAL;
-    for (int d = 0; d < 3; d++) {
-        dtype_t dt = d == 0 ? DT_F32 : d == 1 ? DT_F16 : DT_BF16;
-        check_bn(131072, 64, dt);
-        check_bn(2000, 256, dt);
-        check_bn(9000, 128, dt);
-        check_bn(3000, 200, dt);
-        check_bn(150, 24, dt);
-    }
+    static const int shapes[][2] = {{131072, 64}, {2000, 256}, {9000, 128}, {3000, 200}, {150, 24}};
+    check_bn_dtypes(BACKEND_FUSE_BN_WIDE_FINAL, shapes, 5);
     g_fusion = BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_VEC16;
     check_bn(131072, 64, DT_BF16);
     g_fusion = 0;
