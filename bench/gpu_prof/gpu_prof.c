@@ -77,12 +77,25 @@ static bool memory_bound(int k) { return k > K_linear_bwd && k != K_upload && k 
 
 typedef struct call_rec {
     int kind;
+    int64_t m;      /* the call's rows and channels (BN: m x c; conv: n*p*q x k), 0: not said */
+    int c;
+    double bytes;
 } call_rec_t;
 
 typedef struct kind_sum {
     int64_t calls, late;
     double host_us, gpu_ms, bytes, flops;
 } kind_sum_t;
+
+/* GPU time per (kind, rows, channels): which layers' calls cost what */
+enum { PROF_SHAPES = 512 };
+typedef struct shape_sum {
+    int kind;
+    int64_t m;
+    int c;
+    int64_t calls;
+    double gpu_ms, bytes;
+} shape_sum_t;
 
 struct gpu_prof {
     backend_t *be;
@@ -96,9 +109,30 @@ struct gpu_prof {
     call_rec_t *recs;
     int n_recs, cap_recs;
     kind_sum_t k[K_COUNT];
+    shape_sum_t shapes[PROF_SHAPES];
+    int n_shapes;
 };
 
 static gpu_prof_t *g_prof;   /* the one profiled backend of the process */
+/* The shape of the call a wrapper is about to make (SHAPE), taken by prof_leave. */
+static int64_t g_shape_m;
+static int g_shape_c;
+#define SHAPE(m_, c_) (g_shape_m = (int64_t)(m_), g_shape_c = (int)(c_))
+
+/* Adds one call to its (kind, m, c) line (ms: its GPU time, 0 untimed; calls past
+ * PROF_SHAPES lines: not kept). */
+static void shape_add(gpu_prof_t *p, const call_rec_t *r, double ms) {
+    int i = 0;
+    while (i < p->n_shapes && !(p->shapes[i].kind == r->kind && p->shapes[i].m == r->m && p->shapes[i].c == r->c)) i++;
+    if (i == p->n_shapes) {
+        if (i == PROF_SHAPES) return;
+        p->shapes[i] = (shape_sum_t){r->kind, r->m, r->c, 0, 0.0, 0.0};
+        p->n_shapes++;
+    }
+    p->shapes[i].calls++;
+    p->shapes[i].gpu_ms += ms;
+    p->shapes[i].bytes += r->bytes;
+}
 
 /* bytes per element of dt as this backend stores it (CUDA: 2 for half; the CPU: 4) */
 static double es_of(const backend_t *be, dtype_t dt) { return (double)backend_elem_size(be, dt); }
@@ -135,9 +169,17 @@ static void prof_leave(gpu_prof_t *p, int kind, int slot, double t0, double byte
     s->flops += flops;
     if (slot >= 0 && cudaEventRecord(p->ev[2 * slot + 1], (cudaStream_t)p->stream) == cudaSuccess) {
         p->recs[slot].kind = kind;
+        p->recs[slot].m = g_shape_m;
+        p->recs[slot].c = g_shape_c;
+        p->recs[slot].bytes = bytes;
         p->n_recs++;
         s->late += host_us > p->head_us;
+    } else if (!p->timing && g_shape_m > 0) {   /* untimed (a cpu backend): calls and bytes per shape */
+        call_rec_t r = {kind, g_shape_m, g_shape_c, bytes};
+        shape_add(p, &r, 0.0);
     }
+    g_shape_m = 0;
+    g_shape_c = 0;
 }
 
 /* The body every wrapper shares: enter, the real op, leave with its bytes and FLOPs. */
@@ -173,14 +215,17 @@ static double conv_bytes(const backend_t *be, const conv_shape_t *s, dtype_t dt,
 }
 
 static int w_conv_fwd(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w, void *y) {
+    SHAPE((int64_t)s->n * s->p * s->q, s->k);
     PROF_CALL(conv_fwd, conv2d_fwd(be, s, dt, x, w, y), conv_bytes(be, s, dt, es(dt)), conv_flops(s));
 }
 static int w_conv_bwd_data(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w,
                            void *dx) {
+    SHAPE((int64_t)s->n * s->p * s->q, s->k);
     PROF_CALL(conv_bwd_data, conv2d_bwd_data(be, s, dt, dy, w, dx), conv_bytes(be, s, dt, es(dt)), conv_flops(s));
 }
 static int w_conv_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *dy,
                              float *dw) {
+    SHAPE((int64_t)s->n * s->p * s->q, s->k);
     PROF_CALL(conv_bwd_filter, conv2d_bwd_filter(be, s, dt, x, dy, dw), conv_bytes(be, s, dt, 8.0), conv_flops(s));
 }
 static int w_conv_fwd_bn_stats(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *x, const void *w,
@@ -203,6 +248,7 @@ static int w_conv_bwd_data_bn(backend_t *be, const conv_shape_t *s, dtype_t dt, 
 static int w_conv_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy, const void *w,
                                  void *dx) {
     double nx = (double)s->n * s->h * s->w * s->c;
+    SHAPE((int64_t)s->n * s->p * s->q, s->k);
     PROF_FUSED(conv_bwd_data_accum, conv2d_bwd_data_accum(be, s, dt, dy, w, dx), conv_bytes(be, s, dt, es(dt)),
                es(dt) * nx, 3.0 * es(dt) * nx, conv_flops(s));
 }
@@ -219,22 +265,26 @@ static int w_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const
               (dx ? 4.0 : 2.0) * n * in * out);
 }
 static int w_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var) {
+    SHAPE(m, c);
     PROF_CALL(bn_stats, bn_stats(be, m, c, dt, x, mean, var), es(dt) * m * c + 8.0 * c, 0);
 }
 /* bn_fold_running's one op: counted as bn_stats, with the running update's bytes */
 static int w_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
                               int64_t count, float momentum, float *run_mean, float *run_var) {
+    SHAPE(m, c);
     PROF_CALL(bn_stats, bn_stats_running(be, m, c, dt, x, mean, var, count, momentum, run_mean, run_var),
               es(dt) * m * c + 8.0 * c + 16.0 * c, 0);
 }
 static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                       const float *var, const float *gamma, const float *beta, float eps, const void *z,
                       act_kind_t act, void *y) {
+    SHAPE(m, c);
     PROF_CALL(bn_apply, bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y),
               es(dt) * m * c * (z ? 3 : 2) + 16.0 * c, 0);
 }
 static int w_bn_update_running(backend_t *be, int c, const float *mean, const float *var, int64_t count,
                                float momentum, float *run_mean, float *run_var) {
+    SHAPE(1, c);
     PROF_CALL(bn_update_running, bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var),
               24.0 * c, 0);
 }
@@ -245,6 +295,7 @@ static int w_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const vo
                            act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
                            const float *beta, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
                            float *dbeta) {
+    SHAPE(m, c);
     PROF_CALL(bn_bwd_reduce,
               bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, dgamma,
                             dbeta),
@@ -254,6 +305,7 @@ static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const voi
                           act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
                           const float *beta, float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count,
                           void *dx, void *dz) {
+    SHAPE(m, c);
     PROF_CALL(bn_bwd_apply,
               bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, count, dx,
                            dz),
@@ -439,7 +491,9 @@ void gpu_prof_timing(gpu_prof_t *p, bool on) { p->timing = on && p->stream; }
 void gpu_prof_reset(gpu_prof_t *p) {
     memset(p->k, 0, sizeof p->k);
     p->n_recs = 0;
+    p->n_shapes = 0;
 }
+
 
 int gpu_prof_collect(gpu_prof_t *p, err_t *e) {
     for (int i = 0; i < p->n_recs; i++) {
@@ -448,6 +502,7 @@ int gpu_prof_collect(gpu_prof_t *p, err_t *e) {
         if (st != cudaSuccess)
             return err_set(e, ERR_RUNTIME, "gpu_prof: cudaEventElapsedTime: %s", cudaGetErrorString(st));
         p->k[p->recs[i].kind].gpu_ms += ms;
+        if (p->recs[i].m > 0) shape_add(p, &p->recs[i], ms);
     }
     p->n_recs = 0;
     return 0;
@@ -487,6 +542,22 @@ void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f) {
     fprintf(f, "%-22s %6s %9.3f %9.3f\n", "total", "", t.gpu_ms / n, t.host_ms / n);
     fprintf(f, "memory-bound kinds: %.1f MB per step in %.3f ms of GPU time (%.0f GB/s)\n", t.mem_bytes / n / 1e6,
             t.mem_gpu_ms / n, t.mem_gpu_ms > 0 ? t.mem_bytes / (t.mem_gpu_ms * 1e-3) / 1e9 : 0.0);
+    if (!p->n_shapes) return;
+    /* the lines with the most GPU time, most first (selection: a few hundred lines at most) */
+    enum { TOP = 24 };
+    bool used[PROF_SHAPES] = {false};
+    fprintf(f, "by shape (the %d with the most GPU time; rows x channels; per step):\n", TOP);
+    fprintf(f, "%-22s %8s %5s %6s %9s %8s %8s\n", "op kind", "rows", "ch", "calls", "gpu ms", "us/call", "GB/s");
+    for (int top = 0; top < TOP && top < p->n_shapes; top++) {
+        int best = -1;
+        for (int i = 0; i < p->n_shapes; i++)
+            if (!used[i] && (best < 0 || p->shapes[i].gpu_ms > p->shapes[best].gpu_ms)) best = i;
+        used[best] = true;
+        const shape_sum_t *s = &p->shapes[best];
+        fprintf(f, "%-22s %8lld %5d %6.0f %9.3f %8.1f %8.0f\n", kind_names[s->kind], (long long)s->m, s->c,
+                s->calls / n, s->gpu_ms / n, s->calls ? s->gpu_ms * 1e3 / (double)s->calls : 0.0,
+                s->gpu_ms > 0 ? s->bytes / (s->gpu_ms * 1e-3) / 1e9 : 0.0);
+    }
 }
 
 void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f) {
@@ -504,6 +575,13 @@ void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f) {
                 s->calls / n, s->gpu_ms / n, s->host_us * 1e-3 / n, s->bytes / n, s->flops / n, s->late / n,
                 memory_bound(k) ? "true" : "false");
         first = 0;
+    }
+    fprintf(f, "], \"shapes\": [");
+    for (int i = 0; i < p->n_shapes; i++) {
+        const shape_sum_t *s = &p->shapes[i];
+        fprintf(f, "%s{\"kind\": \"%s\", \"rows\": %lld, \"channels\": %d, \"calls\": %.1f, \"gpu_ms\": %.4f, "
+                "\"bytes\": %.0f}", i ? ", " : "", kind_names[s->kind], (long long)s->m, s->c, s->calls / n,
+                s->gpu_ms / n, s->bytes / n);
     }
     fprintf(f, "]}");
 }

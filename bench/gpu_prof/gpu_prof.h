@@ -14,6 +14,8 @@
  * "late": their GPU time may include such a gap). The spin touches no memory, so caches
  * hold what the previous op left, as in a normal step.
  *
+ * With timing, the GPU time is also summed per (kind, rows, channels) for the convolution
+ * and BN ops ("by shape": which layers cost what).
  * One backend per process (the wrappers find the profiler through a file-level pointer).
  * On a CPU backend it counts calls, host time, bytes and FLOPs (timing stays off): the
  * dry run that tests the counting without a GPU.
@@ -44,7 +46,10 @@ int gpu_prof_collect(gpu_prof_t *p, err_t *e);
 void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f);
 /* The same as a JSON object, {"kinds": [{"kind", "calls", "gpu_ms", "host_ms", "bytes",
  * "flops", "late"}...], "gpu_ms", "host_ms", "nonconv_bytes", "nonconv_gpu_ms",
- * "head_start_us"}, all per step. */
+ * "head_start_us", "shapes": [{"kind", "rows", "channels", "calls", "gpu_ms", "bytes"}...]},
+ * all per step; "shapes" has a line per (kind, rows, channels) of the timed calls whose
+ * wrapper names its shape (the convolutions by output: n*p*q rows of k channels; the BN
+ * ops: m rows of c; bn_update_running: 1 row of c), which the table prints the top of. */
 void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f);
 /* Restores the backend's own ops and frees the profiler. */
 void gpu_prof_detach(gpu_prof_t *p);

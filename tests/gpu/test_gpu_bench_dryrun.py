@@ -10,7 +10,8 @@ conv_bwd_data_accum with their add's bytes under fused_fallback, none as add; on
 classifier, loss, optimizer, shadow cast and unscale), the bn_apply and fused_fallback
 bytes of gpu_prof.c's formulas worked out here by hand from resnet20's layers (4-byte
 elements: the CPU backend's), the memory-bound total as the sum of its kinds, and one
-conv_engines entry per distinct convolution shape (8). Usage: test_gpu_bench_dryrun.py
+conv_engines entry per distinct convolution shape (8), and the by-shape lines (calls and
+bytes per (kind, rows, channels), summing to the kinds'). Usage: test_gpu_bench_dryrun.py
 BENCH_GPU_BENCH
 
 Then the graph mode on the cpu backend's recorder (RUNNER_CPU_GRAPHS=1): the trainer's
@@ -82,6 +83,21 @@ check(len(line["conv_engines"]) == 8, f"{len(line['conv_engines'])} conv shapes"
 check(all("fwd" in c for c in line["conv_engines"]), "every shape names its forward engine")
 check(line["host_ms"] > 0 and line["step_ms"] > 0, "host_ms, step_ms")
 check("memory-bound kinds:" in r.stderr and "op kind" in r.stderr, "the table on stderr")
+# by shape: a line per (kind, rows, channels); untimed here, so calls and bytes only
+shapes = prof["shapes"]
+by = {(s["kind"], s["rows"], s["channels"]): s for s in shapes}
+for rows, c in ((B * 32 * 32, 16), (B * 16 * 16, 32), (B * 8 * 8, 64)):   # 7 BN layers of each shape
+    s = by.get(("bn_stats", rows, c), {})
+    check(s.get("calls") == 7 and s.get("bytes") == 7 * (e * rows * c + 8 * c),
+          f"bn_stats {rows} x {c}: {s}")
+    check(by.get(("bn_update_running", 1, c), {}).get("calls") == 7, f"bn_update_running x {c}")
+check(sorted(k for k, _, _ in by if k == "bn_stats") == ["bn_stats"] * 3, "3 bn_stats shapes")
+for k in ("bn_apply", "bn_bwd_reduce", "bn_bwd_apply", "conv_fwd", "conv_bwd_filter"):
+    sc = sum(s["calls"] for s in shapes if s["kind"] == k)
+    sb = sum(s["bytes"] for s in shapes if s["kind"] == k)
+    check(sc == kinds[k]["calls"] and abs(sb - kinds[k]["bytes"]) <= 1, f"{k}: shapes {sc} calls {sb} B vs kind's")
+check(by.get(("conv_fwd", B * 32 * 32, 16), {}).get("calls") == 7, "conv_fwd 32 x 32 x 16: the stem and layer1's 6")
+check("by shape" in r.stderr, "the by-shape table on stderr")
 
 # the graph mode: the whole step recorded once, then launched
 S = 3
