@@ -27,7 +27,7 @@ const char *const dtype_names[DT_COUNT] = {"fp32", "fp16", "bf16"};
 
 static const char *const FUSION_NAMES[BACKEND_FUSE_COUNT] = {"graph_conv", "conv_stats", "dgrad_dbn",
                                                              "dgrad_accum", "vec16", "bn_remask", "bn_wide_final",
-                                                             "bn_fold_running"};
+                                                             "bn_fold_running", "dgrad_accum_tune"};
 
 const char *backend_fusion_name(int bit) {
     return bit >= 0 && bit < BACKEND_FUSE_COUNT ? FUSION_NAMES[bit] : NULL;
@@ -48,7 +48,8 @@ int backend_fusion_parse(const char *list, unsigned *mask, err_t *e) {
         else if (len == 3 && !strncmp(q, "all", 3)) *mask |= BACKEND_FUSE_ALL;
         else if (!(len == 4 && !strncmp(q, "none", 4)) && len)
             return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use graph_conv, conv_stats, "
-                           "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, all or none", (int)len, q);
+                           "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, "
+                           "dgrad_accum_tune, all or none", (int)len, q);
         p += strcspn(p, ",");
         if (*p == ',') p++;
     }

@@ -161,6 +161,12 @@ typedef struct backend_opts {
  *                arithmetic as bn_update_running's kernel, so the same bits [not yet
  *                measured: the H100 profile of 2026-11-26 had bn_update_running's 53
  *                launches at 0.26 ms of GPU time per step, ~5 us each for 0.6 MB]
+ *   dgrad_accum_tune  with graph_conv and dgrad_accum, outside deterministic mode: the
+ *                accumulating data gradient's engine chosen by timing the first 4 that
+ *                finalize, into a zeroed scratch output (as the other graphs are timed on
+ *                their buffers), instead of the heuristic's first [not yet measured: the
+ *                H100 profile of 2026-11-26 had the 16 accumulating dgrads at 146 TFLOP/s
+ *                against 317 for the 36 plain ones, 0.56 ms of a bf16 step at batch 128]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -174,8 +180,9 @@ enum {
     BACKEND_FUSE_BN_REMASK = 1u << 5,
     BACKEND_FUSE_BN_WIDE_FINAL = 1u << 6,
     BACKEND_FUSE_BN_FOLD_RUNNING = 1u << 7,
-    BACKEND_FUSE_COUNT = 8,
-    BACKEND_FUSE_EVERY = (1u << 8) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_DGRAD_ACCUM_TUNE = 1u << 8,
+    BACKEND_FUSE_COUNT = 9,
+    BACKEND_FUSE_EVERY = (1u << 9) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK
 };
 /* "graph_conv", ... for bit i (NULL past the last). */

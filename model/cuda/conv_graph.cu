@@ -28,8 +28,10 @@
  * then finalizes execution plans in that order until one succeeds within the workspace
  * limit (1 GiB, at most a quarter of the free memory). Not deterministic: the first
  * CG_TUNE plans that finalize are timed on the given buffers (as cudnnFind does for the
- * legacy API) and the fastest kept; accumulating graphs (beta = 1) are never timed,
- * they would add into their output. A runtime-compiled engine (the fusion engines:
+ * legacy API) and the fastest kept; accumulating graphs (beta = 1) would add into their
+ * output: they take the first usable engine, or with the dgrad_accum_tune option are
+ * timed into a zeroed scratch buffer of the output's size (allocated for the timing
+ * only). A runtime-compiled engine (the fusion engines:
  * NVRTC at finalize, about a second each) is taken only as the first candidate and then
  * alone, so a plan costs at most one compilation. A key with no usable engine is remembered as such
  * (cu_conv_graph_run returns 1, the caller runs its other path, and the backend's
@@ -269,7 +271,9 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     int64_t limit = ws_limit();
     bd_t cand[CG_TUNE], cand_cfg[CG_TUNE], cand_eng[CG_TUNE];
     int64_t cand_ws[CG_TUNE];
-    int ncand = 0, want = cb->deterministic || p->kind == CG_DGRAD_ACCUM ? 1 : CG_TUNE;
+    /* an accumulating graph is timed only with dgrad_accum_tune, into a scratch output */
+    bool tune_accum = (cb->fusion & BACKEND_FUSE_DGRAD_ACCUM_TUNE) != 0;
+    int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) ? 1 : CG_TUNE;
     for (int m = 0; og && m < 2 && ncand == 0; m++) {
         bd_t heur = NULL;
         int64_t count = 0;
@@ -348,18 +352,33 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
         int64_t most = 0;
         for (int i = 0; i < ncand; i++) most = cand_ws[i] > most ? cand_ws[i] : most;
         if (cb_grow(cb, &cb->ws, (size_t)most, "cuDNN workspace")) return -1;
+        /* an accumulating graph adds into its output: timed into a zeroed scratch copy of
+         * the output's size instead (256-byte aligned, so any plan's alignment holds) */
+        void *tptrs[CG_MAX_T], *scratch = NULL;
+        memcpy(tptrs, ptrs, sizeof tptrs);
+        if (p->kind == CG_DGRAD_ACCUM) {
+            size_t bytes = (size_t)p->s.n * p->s.h * p->s.w * p->s.c * dt_size(p->dt);
+            CUDA_CHECK(cb, cudaMalloc(&scratch, bytes));
+            if (cudaMemsetAsync(scratch, 0, bytes, cb->stream) != cudaSuccess) {
+                cudaFree(scratch);
+                return cb_fail(cb, "cudnn graph: zeroing the timing scratch of %zu bytes failed", bytes);
+            }
+            tptrs[2] = scratch;
+        }
         cudnnStatus_t st;
-        bd_t vp = make_pack(p, ptrs, cb->ws.p, &st);
+        bd_t vp = make_pack(p, tptrs, cb->ws.p, &st);
         float best_ms = -1.0f;
         for (int i = 0; vp && i < ncand; i++) {
-            float ms = time_plan(cb, p, cand[i], vp, ptrs);
+            float ms = time_plan(cb, p, cand[i], vp, tptrs);
             if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
                 best_ms = ms;
                 best = i;
             }
         }
         if (vp) cudnnBackendDestroyDescriptor(vp);
-        CUDA_CHECK(cb, cudaStreamSynchronize(cb->stream));
+        cudaError_t ss = cudaStreamSynchronize(cb->stream);
+        if (scratch) cudaFree(scratch);
+        CUDA_CHECK(cb, ss);
     }
     p->plan = cand[best];
     p->cfg = cand_cfg[best];

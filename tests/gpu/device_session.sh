@@ -130,7 +130,7 @@ FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mo
 # issue 25's option lists the fusion stage benchmarks, per configuration in this order
 # (bn_remask: the BN backward without its y reads, predicted -0.58 GB at bf16 batch 128,
 # not yet measured)
-FUSION_LISTS=${FUSION_LISTS:-none all all,bn_wide_final all,bn_fold_running all,bn_wide_final,bn_fold_running}
+FUSION_LISTS=${FUSION_LISTS:-none all all,bn_wide_final,bn_fold_running,dgrad_accum_tune all,bn_wide_final all,bn_fold_running all,dgrad_accum_tune}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -310,7 +310,7 @@ stage_compile() {
 # ---- stage fusion (issue 25): the fusion options' exactness and speed ----
 # Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
 # (train, resume, paths, graphs) with the options the default [all] leaves out on as well
-# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,bn_wide_final,bn_fold_running,
+# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,bn_wide_final,bn_fold_running,dgrad_accum_tune,
 # the runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
 # "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
@@ -328,7 +328,7 @@ stage_fusion() {
     elif [ -n "$DRY" ]; then
         echo "fusion: dry run: the exactness tests need a GPU"
     else
-        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,bn_wide_final,bn_fold_running ctest \
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,bn_wide_final,bn_fold_running,dgrad_accum_tune ctest \
             -R 'test_gpu_cli_(train|resume|paths|graphs)' -j3 --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi

@@ -86,8 +86,8 @@ check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0
     "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
 check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
     "the fusion stage: the exactness tests skipped without a GPU, the stage ok"
-check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-5:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final\", \"graph_conv,dgrad_accum,bn_remask,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\"] else 1)' '$o/bench.jsonl'" \
-    "the fusion stage: one bench row per option list (none, all, all + bn_wide_final, all + bn_fold_running, all + both)"
+check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-6:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,dgrad_accum_tune\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final\", \"graph_conv,dgrad_accum,bn_remask,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,dgrad_accum_tune\"] else 1)' '$o/bench.jsonl'" \
+    "the fusion stage: one bench row per option list (none, all, all + the three new, then all + each)"
 check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
     "bench.jsonl: the profile and the conv engines"
 check "py '$o/fashion_mnist_gpu_vs_torch.json' 'len(r[\"runner\"]) == 1 and r[\"runner\"][0][\"status\"] == \"completed\" and r[\"epochs\"] == 1'" \

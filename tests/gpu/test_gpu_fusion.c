@@ -10,7 +10,9 @@
  *   dgrad_dbn    conv2d_bwd_data_bn without a mask, with ReLU's and with ReLU6's (run
  *                unfused): dx after masking, sum_dy, sum_dy_xhat, dgamma, dbeta
  *                (accumulated) within 1e-3 / 1e-2; never fused in deterministic mode;
- *   dgrad_accum  conv2d_bwd_data_accum onto a random gradient, like conv + add;
+ *   dgrad_accum  conv2d_bwd_data_accum onto a random gradient, like conv + add; with
+ *                dgrad_accum_tune too (non-deterministic: the candidates timed into a
+ *                scratch output), the gradient still added once;
  *   bn_remask    one BN + ReLU and one BN + ReLU6 node in fp32, fp16 and bf16 with outputs
  *                on the mask's edges (remask_inputs): dx, sum_dy, sum_dy_xhat, dgamma,
  *                dbeta with the mask recomputed from x are the bits of the same backend
@@ -239,8 +241,10 @@ static int check_dgrad_dbn(const conv_shape_t *s, dtype_t dt, act_kind_t act, bo
     return fused;
 }
 
-static void check_dgrad_accum(const conv_shape_t *s, dtype_t dt, unsigned fusion) {
-    pair_t p = pair_make_fused(true, false, fusion);
+/* det false: non-deterministic mode, where dgrad_accum_tune times the candidates (into a
+ * scratch output: the real dx must get the gradient added once, the first call included) */
+static void check_dgrad_accum_mode(const conv_shape_t *s, dtype_t dt, unsigned fusion, bool det) {
+    pair_t p = pair_make_fused(det, false, fusion);
     int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
     int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
     float *hdy = hrand(ny, 41, -1, 1), *hw = hrand(nw, 42, -0.5f, 0.5f), *hdx = hrand(nx, 43, -1, 1);
@@ -251,12 +255,17 @@ static void check_dgrad_accum(const conv_shape_t *s, dtype_t dt, unsigned fusion
     CHECK(p.gpu->ops->conv2d_bwd_data_accum != NULL);
     OK(p.gpu, p.gpu->ops->conv2d_bwd_data_accum(p.gpu, s, dt, dy.g, w.g, dx.g));
     char what[96];
-    snprintf(what, sizeof what, "dgrad_accum %s%s", dtype_names[dt], fusion & BACKEND_FUSE_GRAPH_CONV ? " graph" : "");
+    snprintf(what, sizeof what, "dgrad_accum %s%s%s", dtype_names[dt], fusion & BACKEND_FUSE_GRAPH_CONV ? " graph" : "",
+             fusion & BACKEND_FUSE_DGRAD_ACCUM_TUNE ? " tuned" : "");
     print_engine(p.gpu, s, 1, what);
     CHECK_INT(twin_cmp(what, &p, &dx, dt_tol(dt)), 0);
     twin_free(&p, &dy); twin_free(&p, &w); twin_free(&p, &dx); twin_free(&p, &tmp);
     free(hdy); free(hw); free(hdx);
     pair_free(&p);
+}
+
+static void check_dgrad_accum(const conv_shape_t *s, dtype_t dt, unsigned fusion) {
+    check_dgrad_accum_mode(s, dt, fusion, true);
 }
 
 static void check_ops(dtype_t dt) {
@@ -271,6 +280,8 @@ static void check_ops(dtype_t dt) {
         check_dgrad_dbn(&ss[k], dt, ACT_RELU6, false);
         check_dgrad_accum(&ss[k], dt, BACKEND_FUSE_DGRAD_ACCUM);
         check_dgrad_accum(&ss[k], dt, BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_GRAPH_CONV);
+        check_dgrad_accum_mode(&ss[k], dt, BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_GRAPH_CONV |
+                               BACKEND_FUSE_DGRAD_ACCUM_TUNE, false);
     }
 }
 
@@ -534,7 +545,7 @@ static void check_net(dtype_t dt, double loss_tol, double grad_tol) {
  * backend (plans built again, as in another process: a run and its resume) does too.
  * Prints the option and which checks held, so a failure names the option. */
 static void check_det(dtype_t dt, unsigned fusion, bool another_backend) {
-    char names[128];
+    char names[192];
     backend_fusion_format(fusion, names, sizeof names);
     pair_t p = pair_make_fused(true, false, fusion);
     step_out_t f = step(p.gpu, dt, false), f2 = step(p.gpu, dt, false), fg = step(p.gpu, dt, true);
