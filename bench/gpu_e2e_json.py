@@ -94,8 +94,8 @@ def main():
     print(f"{'config':34} {'prec':5} {'mode':6} {'graphs':6} {'s/epoch':>8} {'img/s':>8} {'status':10} val_top1")
     for r in rows:
         spe, ips = r["seconds_per_epoch"], r["images_per_second"]
-        print(f"{r['config']:34} {str(r['precision']):5} {str(r['mode']):6} {str(r['cuda_graphs']):6} "
-              f"{spe if spe is None else format(spe, '.2f'):>8} {ips if ips is None else format(ips, '.0f'):>8} "
+        print(f"{str(r['config']):34} {str(r['precision']):5} {str(r['mode']):6} {str(r['cuda_graphs']):6} "
+              f"{'-' if spe is None else format(spe, '.2f'):>8} {'-' if ips is None else format(ips, '.0f'):>8} "
               f"{str(r['status']):10} {r['val_top1']}")
     print("checks:", json.dumps(checks))
     return 0

@@ -170,7 +170,7 @@ typedef struct experiment {
         } early_stopping;
         bool cpu_winograd;        /* false (project key: Winograd 3x3 filter gradients on the CPU) */
         int n_cuda_fusion;        /* 0 = null */
-        char cuda_fusion[CFG_MAX_LIST][16]; /* null (project key: CUDA fusion options, issue 25) */
+        char cuda_fusion[CFG_MAX_LIST][32]; /* null (project key: CUDA fusion options, issue 25) */
     } train;
 
     struct {

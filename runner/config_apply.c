@@ -305,6 +305,9 @@ static int apply_list(cfg_ctx_t *c, cfg_state_t *st, int ri, const char *key, cf
             for (int j = 0; j < i && (r->flags & F_UNIQUE); j++)
                 if (!strcmp(FIELD(st, r) + (size_t)j * r->size, r->names[k]))
                     return cfg_fail(c, il, "%s: '%s' appears twice; list each once", ek, r->names[k]);
+            if (strlen(r->names[k]) >= r->size)   /* a schema defect: the field cannot hold the name */
+                return cfg_fail(c, il, "%s: '%s' does not fit the runner's %zu-byte field; this is a runner bug, "
+                                "please report it", ek, r->names[k], r->size);
             snprintf(FIELD(st, r) + (size_t)i * r->size, r->size, "%s", r->names[k]);
         } else {
             if (get_string(c, il, ek, r, items[i], r->size, FIELD(st, r) + (size_t)i * r->size))

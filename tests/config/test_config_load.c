@@ -467,6 +467,16 @@ static void test_cuda_fusion_key(void) {
     check_equal_after_trip(x, y);
     free(y);
     free(x);
+    /* the longest names are stored whole (a 16-byte field once cut dgrad_accum_tune) */
+    x = load("long.yaml", MIN "train: {cuda_fusion: [dgrad_accum_tune, bn_fold_running, bn_wide_final]}\n", NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, 3);
+    CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum_tune");
+    CHECK_STR(x->train.cuda_fusion[1], "bn_fold_running");
+    CHECK_STR(x->train.cuda_fusion[2], "bn_wide_final");
+    y = round_trip(x, "resolved_long.yaml");
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
     x = load("one.yaml", MIN "train: {cuda_fusion: dgrad_accum}\n", NULL, 0);   /* a scalar is a list of one */
     CHECK_INT(x->train.n_cuda_fusion, 1);
     CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum");

@@ -249,6 +249,10 @@ stage_e2e() {
         # train.cuda_fusion's default is [all] since the H100 run of 2026-11-26 (issue 25):
         # the rows without it are the comparison (E2E_NONE=0 leaves them out)
         [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_bf16_fusion_none "$bf16" $single --set "train.cuda_fusion=[]" || rc=1; }
+        # the options not yet in all, on top of it (E2E_CANDIDATE="" leaves the row out):
+        # what the flagship would gain if the default took them
+        local cand=${E2E_CANDIDATE-[all, bn_wide_final, bn_fold_running, dgrad_accum_tune]}
+        [ -z "$cand" ] || { e2e_run e2e_bf16_fusion_candidate "$bf16" $single --set "train.cuda_fusion=$cand" || rc=1; }
         e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
         [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_ddp1_nccl_bf16_fusion_none "$bf16" $ddp --set "train.cuda_fusion=[]" || rc=1; }
         e2e_run e2e_fp16_default "$fp16" $single || rc=1
