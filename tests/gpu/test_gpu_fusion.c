@@ -485,6 +485,10 @@ static step_out_t step(backend_t *be, dtype_t dt, bool graph) {
         fprintf(stderr, "step: %s\n", e.msg);
         exit(1);
     }
+    if (graph && !be->ops->graph_capture_begin) {   /* a dry run's cpu side records only with the recorder */
+        fprintf(stderr, "step: this backend records no graphs (a dry run needs RUNNER_CPU_GRAPHS=1)\n");
+        exit(1);
+    }
     if (graph) {   /* record forward + loss + backward, replay it onto zeroed gradients */
         void *g = NULL;
         OK(be, be->ops->graph_capture_begin(be));
