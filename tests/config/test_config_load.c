@@ -439,6 +439,21 @@ static void test_round_trip(void) {
 /* train.cuda_fusion: names matched case-insensitively and stored as spelled in the
  * schema, [all] by default ([] turns every option off), written to resolved.yaml and
  * read back. */
+/* train.cuda_fusion: LIST loads as the n names want (as the schema spells them) and
+ * survives resolved.yaml */
+static void check_fusion_names(const char *file, const char *list, int n, const char *const *want) {
+    char yaml[512], res[64];
+    snprintf(yaml, sizeof yaml, "%strain: {cuda_fusion: %s}\n", MIN, list);
+    experiment_t *x = load(file, yaml, NULL, 0);
+    CHECK_INT(x->train.n_cuda_fusion, n);
+    for (int i = 0; i < n && i < x->train.n_cuda_fusion; i++) CHECK_STR(x->train.cuda_fusion[i], want[i]);
+    snprintf(res, sizeof res, "resolved_%s", file);
+    experiment_t *y = round_trip(x, res);
+    check_equal_after_trip(x, y);
+    free(y);
+    free(x);
+}
+
 static void test_cuda_fusion_key(void) {
     experiment_t *x = load("exp.yaml", MIN, NULL, 0);
     CHECK_INT(x->train.n_cuda_fusion, 1);
@@ -458,36 +473,17 @@ static void test_cuda_fusion_key(void) {
     x = load("exp.yaml", MIN, off, 1);
     CHECK_INT(x->train.n_cuda_fusion, 0);
     free(x);
-    x = load("fuse.yaml", MIN "train: {cuda_fusion: [conv_stats, GRAPH_CONV, vec16]}\n", NULL, 0);
-    CHECK_INT(x->train.n_cuda_fusion, 3);
-    CHECK_STR(x->train.cuda_fusion[0], "conv_stats");
-    CHECK_STR(x->train.cuda_fusion[1], "graph_conv");
-    CHECK_STR(x->train.cuda_fusion[2], "vec16");
-    y = round_trip(x, "resolved_fuse.yaml");
-    check_equal_after_trip(x, y);
-    free(y);
-    free(x);
+    static const char *const fuse[] = {"conv_stats", "graph_conv", "vec16"};
+    check_fusion_names("fuse.yaml", "[conv_stats, GRAPH_CONV, vec16]", 3, fuse);
     /* the longest names are stored whole (a 16-byte field once cut dgrad_accum_tune) */
-    x = load("long.yaml", MIN "train: {cuda_fusion: [dgrad_accum_tune, bn_fold_running, bn_wide_final]}\n", NULL, 0);
-    CHECK_INT(x->train.n_cuda_fusion, 3);
-    CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum_tune");
-    CHECK_STR(x->train.cuda_fusion[1], "bn_fold_running");
-    CHECK_STR(x->train.cuda_fusion[2], "bn_wide_final");
-    y = round_trip(x, "resolved_long.yaml");
-    check_equal_after_trip(x, y);
-    free(y);
-    free(x);
+    static const char *const longest[] = {"dgrad_accum_tune", "bn_fold_running", "bn_wide_final"};
+    check_fusion_names("long.yaml", "[dgrad_accum_tune, bn_fold_running, bn_wide_final]", 3, longest);
     x = load("one.yaml", MIN "train: {cuda_fusion: dgrad_accum}\n", NULL, 0);   /* a scalar is a list of one */
     CHECK_INT(x->train.n_cuda_fusion, 1);
     CHECK_STR(x->train.cuda_fusion[0], "dgrad_accum");
     free(x);
-    x = load("rm.yaml", MIN "train: {cuda_fusion: [all, BN_Remask]}\n", NULL, 0);   /* not in all: named */
-    CHECK_INT(x->train.n_cuda_fusion, 2);
-    CHECK_STR(x->train.cuda_fusion[1], "bn_remask");
-    y = round_trip(x, "resolved_rm.yaml");
-    check_equal_after_trip(x, y);
-    free(y);
-    free(x);
+    static const char *const rm[] = {"all", "bn_remask"};   /* a name all has may be named too */
+    check_fusion_names("rm.yaml", "[all, BN_Remask]", 2, rm);
     const char *sets[] = {"train.cuda_fusion=[all]"};
     x = load("exp.yaml", MIN, sets, 1);
     CHECK_INT(x->train.n_cuda_fusion, 1);
