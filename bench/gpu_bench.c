@@ -271,7 +271,6 @@ int main(int argc, char **argv) {
     bo.deterministic = false;
     bo.allow_tf32 = strcmp(o.precision, "fp32") != 0;
     bo.cuda_fusion = o.fusion;
-    bo.graphed = o.graphs != 0;   /* the default configuration replays the step (as the runner's) */
     backend_t *be = backend_create(&bo, &e);
     if (!be) { fprintf(stderr, "gpu_bench: %s\n", e.msg); return e.code ? e.code : 1; }
     int hw = o.image_size;

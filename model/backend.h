@@ -116,9 +116,6 @@ typedef struct backend_opts {
     bool cpu_winograd;   /* cpu: Winograd for 3x3 filter gradients where oneDNN has it
                           * (faster, ~10x less precise; train.cpu_winograd) */
     unsigned cuda_fusion;/* cuda: BACKEND_FUSE_* bits (train.cuda_fusion); 0: none */
-    bool graphed;        /* cuda: the steps replay as CUDA graphs (train.cuda_graphs resolved on),
-                          * so issuing a call costs the step nothing: outside deterministic
-                          * mode the legacy API's algorithms are chosen by GPU time alone */
 } backend_opts_t;
 
 /* Fusion options of the CUDA backend (issue 25). "all" (BACKEND_FUSE_ALL), the runner's

@@ -64,7 +64,6 @@ static int setup_backend(trainer_t *t, err_t *e) {
                                             : (cuda && t->e->parallel.backend == COMM_SHM ? 0 : slot);
         o.threads = t->p->threads_per_rank;
         o.deterministic = t->e->train.deterministic;
-        o.graphed = cuda && t->p->cuda_graphs;   /* host issue time then costs the step nothing */
         o.allow_tf32 = t->e->amp.tf32;
         o.cpu_winograd = t->e->train.cpu_winograd;
         for (int k = 0; k < t->e->train.n_cuda_fusion; k++) {   /* names checked at load */

@@ -411,7 +411,6 @@ backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e) {
     cb->base.device = o->device;
     cb->base.threads = o->threads;
     cb->deterministic = o->deterministic;
-    cb->graphed = o->graphed;
     cb->allow_tf32 = o->allow_tf32;
     const char *status_str = NULL;
     cudaError_t cst;

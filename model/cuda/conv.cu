@@ -18,11 +18,8 @@
  * (~600 calls; the first H200 run: 18 ms per ResNet-50 step issuing, 7.9 ms on the GPU),
  * and cudnnFind ranks only the kernels' time, so a multi-kernel algorithm (FFT,
  * Winograd-nonfused: offered for fp16 but not bf16) can win on the GPU by microseconds
- * and lose the step by its extra launches. When the steps replay as CUDA graphs
- * (backend_opts_t.graphed: train.cuda_graphs resolved on, the default), issuing costs the
- * step nothing and the fastest kernel is taken, as cudnn.benchmark would (the H100 run of
- * 2026-11-26 had the cost rule keep a bf16 1x1 forward at 0.28 ms, 15 TFLOP/s, in the
- * replayed step). conv_engine (cu_conv_describe) reports each choice with its numbers.
+ * and lose the step by its extra launches; replaying graphs, the slack bounds the GPU
+ * time given up. conv_engine (cu_conv_describe) reports each choice with its numbers.
  * Later calls reuse the plan. The search uses a temporary workspace of up to 1 GiB (a
  * quarter of the free memory at most); the backend's shared workspace then grows to what
  * the chosen algorithms need, so nothing is allocated once every shape was seen once.
@@ -69,8 +66,7 @@ struct conv_plan {
     float host_us[3];     /* host time to issue one call (by cost), else -1 */
     int usable[3];        /* usable algorithms cudnnFind reported */
     char how[3];          /* 'c' least max(gpu, host); 'h' heuristic order (deterministic);
-                             'f' fastest (deterministic had none); 'g' fastest kernel (the
-                             steps replay as graphs: backend_opts_t.graphed) */
+                             'f' fastest (deterministic had none) */
 };
 
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
@@ -363,12 +359,7 @@ static int plan_choose(cuda_be_t *cb, struct conv_plan *p, int dir, const P *fou
     float host_us = -1.0f;
     char how = 'h';
     int i;
-    if (!cb->deterministic && cb->graphed) {   /* replayed: the fastest kernel (cudnnFind's order) */
-        how = 'g';
-        for (i = 0; i < nfound && !usable(found[i], wsz, false); i++) {
-        }
-        if (i == nfound) i = -1;
-    } else if (!cb->deterministic) {
+    if (!cb->deterministic) {
         how = 'c';
         if ((i = pick_by_cost(cb, p, dir, found, nfound, wsz, a, b, out, ws, &host_us)) == -2) return -1;
     } else if ((i = pick_algo(found, nfound, heur, nheur, wsz, true)) < 0 &&
@@ -553,11 +544,10 @@ static const char *math_name(int math) {
  * gpu 0.123 ms, host 9 us; by gpu+host cost of 5 usable". */
 static int describe_dir(const struct conv_plan *p, int dir, char *buf, size_t len) {
     static const char *const dn[3] = {"fwd", "bwd_data", "bwd_filter"};
-    static const char *const how[4][2] = {{"c", "by gpu+host cost"}, {"h", "deterministic, heuristic order"},
-                                          {"f", "fastest: no deterministic one"},
-                                          {"g", "by gpu time (steps replayed as CUDA graphs)"}};
+    static const char *const how[3][2] = {{"c", "by gpu+host cost"}, {"h", "deterministic, heuristic order"},
+                                          {"f", "fastest: no deterministic one"}};
     const char *why = "";
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if (p->how[dir] == how[i][0][0]) why = how[i][1];
     char host[32] = "";
     if (p->host_us[dir] >= 0) snprintf(host, sizeof host, ", host %.0f us", (double)p->host_us[dir]);

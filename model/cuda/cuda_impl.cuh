@@ -40,7 +40,6 @@ typedef struct cuda_be {
     cudnnHandle_t cudnn;
     cublasLtHandle_t lt;
     bool deterministic;
-    bool graphed;        /* backend_opts_t.graphed: legacy algorithms by GPU time (conv.cu) */
     bool allow_tf32;
     int sm_count;
     /* memory accounting of every cudaMalloc this backend made */

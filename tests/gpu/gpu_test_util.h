@@ -50,8 +50,7 @@ typedef struct pair {
 
 /* A CPU backend and a CUDA backend with the issue-25 fusion options `fusion`
  * (BACKEND_FUSE_*; the CPU ignores them). */
-/* graphed: backend_opts_t.graphed (the steps replay as CUDA graphs) */
-static inline pair_t pair_make_graphed(bool deterministic, bool tf32, unsigned fusion, bool graphed) {
+static inline pair_t pair_make_fused(bool deterministic, bool tf32, unsigned fusion) {
     pair_t p;
     err_t e = {0};
     backend_opts_t o = {0};
@@ -69,7 +68,6 @@ static inline pair_t pair_make_graphed(bool deterministic, bool tf32, unsigned f
         o.deterministic = deterministic;
         o.allow_tf32 = tf32;
         o.cuda_fusion = fusion;
-        o.graphed = graphed;
         p.gpu = cuda_backend_create(&o, &e);
         if (!p.gpu) { fprintf(stderr, "cuda_backend_create: %s\n", e.msg); exit(1); }
     }
@@ -77,9 +75,6 @@ static inline pair_t pair_make_graphed(bool deterministic, bool tf32, unsigned f
     return p;
 }
 
-static inline pair_t pair_make_fused(bool deterministic, bool tf32, unsigned fusion) {
-    return pair_make_graphed(deterministic, tf32, fusion, false);
-}
 static inline pair_t pair_make(bool deterministic, bool tf32) { return pair_make_fused(deterministic, tf32, 0); }
 
 static inline void pair_free(pair_t *p) {
