@@ -155,13 +155,13 @@ __device__ __forceinline__ bool sum_splits(int c, int splits, const float *part,
 
 /* The running-statistics update of channel ch from the batch's mean mu and biased
  * variance v (unbias = count / (count - 1)): run = momentum * batch + (1 - momentum) *
- * run, each step rounded as written (explicit intrinsics), one function for bn_running_k
- * and the statistics' final kernel (bn_fold_running), so the two give the same bits. */
+ * run, the expression bn_running_k always had; one function for it and the statistics'
+ * final kernel (bn_fold_running), so the two compile the same arithmetic (test_gpu_norm
+ * holds them to the same bits). */
 __device__ __forceinline__ void bn_running_one(int ch, float mu, float v, float unbias, float momentum,
                                                float *run_mean, float *run_var) {
-    float keep = __fsub_rn(1.0f, momentum);
-    run_mean[ch] = __fadd_rn(__fmul_rn(momentum, mu), __fmul_rn(keep, run_mean[ch]));
-    run_var[ch] = __fadd_rn(__fmul_rn(momentum, __fmul_rn(v, unbias)), __fmul_rn(keep, run_var[ch]));
+    run_mean[ch] = momentum * mu + (1.0f - momentum) * run_mean[ch];
+    run_var[ch] = momentum * (v * unbias) + (1.0f - momentum) * run_var[ch];
 }
 
 /* mean, var from the splits' sums; with run_mean given (bn_fold_running), then the
@@ -413,9 +413,13 @@ static float bn_unbias(int64_t count) {
     return count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
 }
 
-/* bn_stats, and with run_mean given the running update in its final kernel */
-static int bn_stats_run(cuda_be_t *cb, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+/* bn_stats, and with run_mean given (bn_fold_running) the running update in its final
+ * kernel; cu_bn_stats is this without it */
+int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
                         int64_t count, float momentum, float *run_mean, float *run_var) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
+    CB_ENTER(cb);
     float unbias = bn_unbias(count);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, x, x, x, x);
     dim3 block(BN_TX, BN_TY);
@@ -438,18 +442,7 @@ static int bn_stats_run(cuda_be_t *cb, int64_t m, int c, dtype_t dt, const void 
 
 int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
                 float *var) {
-    cuda_be_t *cb = cb_of(be);
-    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
-    CB_ENTER(cb);
-    return bn_stats_run(cb, m, c, dt, x, mean, var, 1, 0.0f, NULL, NULL);
-}
-
-int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
-                        int64_t count, float momentum, float *run_mean, float *run_var) {
-    cuda_be_t *cb = cb_of(be);
-    if (m <= 0 || c <= 0) return cb_fail(cb, "bn_stats: empty input (m %lld, c %d)", (long long)m, c);
-    CB_ENTER(cb);
-    return bn_stats_run(cb, m, c, dt, x, mean, var, count, momentum, run_mean, run_var);
+    return cu_bn_stats_running(be, m, c, dt, x, mean, var, 1, 0.0f, NULL, NULL);
 }
 
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,

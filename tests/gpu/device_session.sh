@@ -128,9 +128,8 @@ else
 fi
 # issue 24's families (stage families)
 FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mobilenet_v2}
-# issue 25's option lists the fusion stage benchmarks, per configuration in this order
-# (bn_remask: the BN backward without its y reads, predicted -0.58 GB at bf16 batch 128,
-# not yet measured)
+# issue 25's option lists the fusion stage benchmarks, per configuration in this order:
+# none, the default all, all with the three options not yet measured, then all with each
 FUSION_LISTS=${FUSION_LISTS:-none all all,bn_wide_final,bn_fold_running,dgrad_accum_tune all,bn_wide_final all,bn_fold_running all,dgrad_accum_tune}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
@@ -244,20 +243,24 @@ stage_e2e() {
     local single="--set parallel.mode=single --set parallel.world_size=1" rc=0
     local ddp="--set parallel.mode=ddp --set parallel.world_size=1 --set parallel.backend=nccl"
     [ -n "$DRY" ] && ddp="--set parallel.mode=ddp --set parallel.world_size=1 --set parallel.backend=shm"
+    # e2e_pair NAME AMP MODE...: the row with default keys, then (unless E2E_NONE=0) the
+    # same without the fusion options (train.cuda_fusion's default is [all] since the H100
+    # run of 2026-11-26, issue 25): the comparison
+    e2e_pair() {
+        local name=$1
+        shift
+        e2e_run "e2e_${name}_default" "$@" || rc=1
+        [ "${E2E_NONE:-1}" = 0 ] || e2e_run "e2e_${name}_fusion_none" "$@" --set "train.cuda_fusion=[]" || rc=1
+    }
     # shellcheck disable=SC2086
     {
-        e2e_run e2e_bf16_default "$bf16" $single || rc=1
-        # train.cuda_fusion's default is [all] since the H100 run of 2026-11-26 (issue 25):
-        # the rows without it are the comparison (E2E_NONE=0 leaves them out)
-        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_bf16_fusion_none "$bf16" $single --set "train.cuda_fusion=[]" || rc=1; }
+        e2e_pair bf16 "$bf16" $single
         # the options not yet in all, on top of it (E2E_CANDIDATE="" leaves the row out):
         # what the flagship would gain if the default took them
         local cand=${E2E_CANDIDATE-[all, bn_wide_final, bn_fold_running, dgrad_accum_tune]}
         [ -z "$cand" ] || { e2e_run e2e_bf16_fusion_candidate "$bf16" $single --set "train.cuda_fusion=$cand" || rc=1; }
-        e2e_run e2e_ddp1_nccl_bf16_default "$bf16" $ddp || rc=1
-        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_ddp1_nccl_bf16_fusion_none "$bf16" $ddp --set "train.cuda_fusion=[]" || rc=1; }
-        e2e_run e2e_fp16_default "$fp16" $single || rc=1
-        [ "${E2E_NONE:-1}" = 0 ] || { e2e_run e2e_fp16_fusion_none "$fp16" $single --set "train.cuda_fusion=[]" || rc=1; }
+        e2e_pair ddp1_nccl_bf16 "$bf16" $ddp
+        e2e_pair fp16 "$fp16" $single
         [ "${E2E_GRAPHS_FALSE:-1}" = 0 ] && return $rc
         # what the default resolved to (auto since the H100 run of 2026-11-26): the other value
         # is the comparison (last: the slow one)
