@@ -32,7 +32,9 @@ RESULT = re.compile(r"^\s*\d+/\d+\s+Test\s+#\d+:\s+(\S+)\s+\.*\s*(\**)\s*"
                     r"(Passed|Failed|Skipped|Not Run|Timeout|Exception|SEGFAULT|Child aborted|"
                     r"Subprocess aborted|\w[\w ]*?)\b")
 START = re.compile(r"^\s*Start\s+\d+:\s+(\S+)")
-SUMMARY = re.compile(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)")
+# "100% tests passed, 0 tests failed out of 186" (CTest 3.25 here) or, from newer CTest (the
+# GPU machine's), "100% tests passed out of 20" when none failed
+SUMMARY = re.compile(r"(\d+)% tests passed(?:, (\d+) tests? failed)? out of (\d+)")
 SAN = re.compile(r"ERROR SUMMARY:\s+(\d+)\s+error")
 
 

@@ -2,7 +2,7 @@
 """test_gpu_tests_json.py: gpu_tests_json.py (which writes bench/results/gpu_tests.json in
 a GPU session) on the first GPU run's ctest log (bench/results/gpu_h200_2026-11-26/ctest.log: 13
 passed, 2 failed, 2 skipped), on the same log cut off mid-run, and on sanitizer logs with
-errors, none, and no summary."""
+errors, none, and no summary; and on the fourth run's green log (newer CTest's closing line)."""
 import json
 import os
 import subprocess
@@ -66,6 +66,14 @@ with tempfile.TemporaryDirectory() as d:
     check(r["ctest_complete"] is False, "cut log marked incomplete")
     check(r["sanitizer_errors"] is None and r["device"] is None, "no sanitizer logs / versions: null")
     check(r["passed"] == 6 and r["skipped"] == 1, f"cut counts {r['passed']} {r['skipped']}")
+
+    # the fourth run's log (H200, 69bd8725f31b): every test passed but one skipped, and the GPU
+    # machine's CTest closes with "100% tests passed out of 20" (no "0 tests failed")
+    green = os.path.join(here, "..", "..", "bench", "results", "gpu_h200_2026-11-26c", "call1_ctest.log")
+    r = run("--ctest", green)
+    check((r["passed"], r["failed"], r["skipped"]) == (19, 0, 1), f"green counts {r['passed']} {r['failed']} {r['skipped']}")
+    check(r["ctest_complete"] is True, "green log complete")
+    check(r["skipped_tests"] == ["test_gpu_cli_hang_nccl"], r["skipped_tests"])
 
 print("ok" if not failures else f"{failures} checks failed")
 sys.exit(1 if failures else 0)
