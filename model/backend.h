@@ -123,7 +123,8 @@ typedef struct backend_opts {
  * (docs/benchmarks.md "Fusion options"); a backend created with 0 runs none of them
  * (train.cuda_fusion []). The cpu backend ignores them. Names as in train.cuda_fusion and
  * bench_gpu_bench --fusion; what the first GPU run (H100, bf16, ResNet-50 batch 128)
- * measured is in brackets (the second run, H100, 2026-11-26, in braces).
+ * measured is in brackets (the second run, H100, 2026-11-26, in braces; the fourth, H200,
+ * 2026-11-26, in angle brackets).
  *   graph_conv   convolutions on the cuDNN graph (backend) API, one execution plan per
  *                layer shape and direction built once, variant packs cached per layer;
  *                the legacy API where the graph API has no engine for a shape and for
@@ -151,22 +152,33 @@ typedef struct backend_opts {
  *                the loads unrolled, instead of 32 x 8 threads adding up to 128 splits
  *                each one after another (the 1024-split layers at batch 128); another
  *                fixed order of the double sums, so deterministic, the float results
- *                within an ulp of the default order's [not yet measured: the H100 profile
- *                of 2026-11-26 had bn_stats at 0.83 and bn_bwd_reduce at 1.09 TB/s
- *                against 2.0 for bn_apply over the same bytes; predicted up to -1 ms of
- *                the 3.1 ms the two took per bf16 step at batch 128]
+ *                within an ulp of the default order's (predicted up to -1 ms of the 3.1 ms
+ *                the two took per bf16 step at batch 128, from the H100 profile)
+ *                <H200, 2026-11-26, whole step replayed, on top of graph_conv + dgrad_accum
+ *                + bn_remask: -0.20 ms at bf16 batch 128 (8.19 -> 7.99), -0.28 at 256,
+ *                fp16 -0.21 / -0.27; in all since then>
  *   bn_fold_running  the running-statistics update in the kernel that finishes the
  *                statistics (bn_stats_running), one launch per BN layer and step fewer
  *                where no SyncBN reduces the statistics in between; the same float
- *                arithmetic as bn_update_running's kernel, so the same bits [not yet
- *                measured: the H100 profile of 2026-11-26 had bn_update_running's 53
- *                launches at 0.26 ms of GPU time per step, ~5 us each for 0.6 MB]
+ *                arithmetic as bn_update_running's kernel, so the same bits (predicted
+ *                -0.26 ms from the H100 profile's 53 launches of ~5 us, events included)
+ *                <H200: -0.03 ms at bf16 batch 128, -0.04 at 256, fp16 -0.04: a graph
+ *                launches a kernel of 0.6 MB in well under the 5 us the events showed;
+ *                in all since then>
  *   dgrad_accum_tune  with graph_conv and dgrad_accum, outside deterministic mode: the
  *                accumulating data gradient's engine chosen by timing the first 4 that
  *                finalize, into a zeroed scratch output (as the other graphs are timed on
- *                their buffers), instead of the heuristic's first [not yet measured: the
- *                H100 profile of 2026-11-26 had the 16 accumulating dgrads at 146 TFLOP/s
- *                against 317 for the 36 plain ones, 0.56 ms of a bf16 step at batch 128]
+ *                their buffers), instead of the heuristic's first (predicted from the
+ *                H100 profile's 16 accumulating dgrads at 146 TFLOP/s against 317 for the
+ *                36 plain ones) <H200: no gain, +0.01 / -0.01 ms: not in all>
+ *   bn_more_splits  the BN row kernels (statistics, apply, backward reduce and apply) take
+ *                at least 4 rows a thread instead of 16, so the small layers get more
+ *                blocks: at batch 128 the 8 x 8 layers (8192 rows x 256 channels) ran on
+ *                64 blocks of 256 threads and the 4 x 4 ones on 16 to 128, for 132 SMs
+ *                (the H200 profile: bn_bwd_reduce at 8192 x 256 took 23 us a call at 0.37
+ *                TB/s). More row splits change the order of the statistics' sums (still
+ *                fixed: deterministic); apply results are the same bits [not yet measured;
+ *                predicted -0.1 to -0.2 ms at bf16 batch 128]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -181,9 +193,11 @@ enum {
     BACKEND_FUSE_BN_WIDE_FINAL = 1u << 6,
     BACKEND_FUSE_BN_FOLD_RUNNING = 1u << 7,
     BACKEND_FUSE_DGRAD_ACCUM_TUNE = 1u << 8,
-    BACKEND_FUSE_COUNT = 9,
-    BACKEND_FUSE_EVERY = (1u << 9) - 1,   /* every option (measurement and tests) */
-    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK
+    BACKEND_FUSE_BN_MORE_SPLITS = 1u << 9,
+    BACKEND_FUSE_COUNT = 10,
+    BACKEND_FUSE_EVERY = (1u << 10) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
+                       BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);

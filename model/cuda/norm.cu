@@ -363,7 +363,8 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
 /* Launch geometry of the row kernels: V channels per thread, TX x TY threads a block,
  * the grid. Default: V = 8 (half only), 4 or 2 when V divides c, a warp's 32 lanes all
  * get channels, the access is at most 16 bytes and every pointer is aligned to it, else
- * 1; TX = 32, TY = 8. With vec16 (BACKEND_FUSE_VEC16): V = 16 bytes of channels wherever
+ * 1; TX = 32, TY = 8; row splits (grid.y) for ~8 blocks an SM, at least 16 rows a thread
+ * (bn_more_splits: 4, so the 8 x 8 and 4 x 4 layers fill the GPU), at most 1024. With vec16 (BACKEND_FUSE_VEC16): V = 16 bytes of channels wherever
  * that divides c and the pointers are 16-byte aligned, TX = c / V when that is below 32
  * (TY = 256 / TX rows per block step), so 64 half channels take 8 lanes of 16 bytes. */
 typedef struct bn_geom {
@@ -388,10 +389,12 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     int tx = BN_TX;
     if (wide && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
     int ty = BN_TX * BN_TY / tx;
-    /* enough row splits for ~8 blocks per SM, at least 16 rows per thread, at most 1024 */
+    /* enough row splits for ~8 blocks per SM, at least 16 rows per thread (4 with
+     * bn_more_splits), at most 1024 */
+    int rows = (cb->fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16;
     int gx = (c + tx * v - 1) / (tx * v);
     int64_t want = ((int64_t)cb->sm_count * 8 + gx - 1) / gx;
-    int64_t most = (m + (int64_t)ty * 16 - 1) / ((int64_t)ty * 16);
+    int64_t most = (m + (int64_t)ty * rows - 1) / ((int64_t)ty * rows);
     int64_t gy = want < most ? want : most;
     if (gy > 1024) gy = 1024;
     if (gy < 1) gy = 1;

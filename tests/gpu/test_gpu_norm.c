@@ -6,7 +6,8 @@
  * every channel count that is a multiple of 8: 8 lanes per row at 64 half channels, 3 at
  * 24, 5 at 40), and with the bn_wide_final option (the reductions' second pass with 32 x
  * 32 threads a block), on shapes up to the 1024 row splits of a 128 x 32 x 32 layer and
- * on splits that are not a multiple of 32; and bn_fold_running's one op against the two
+ * on splits that are not a multiple of 32; with bn_more_splits (at least 4 rows a thread:
+ * 4x the row splits of the small layers); and bn_fold_running's one op against the two
  * it replaces, bit for bit. Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
@@ -137,6 +138,19 @@ static void test_bn_wide_final(void) {
     g_fusion = 0;
 }
 
+/* bn_more_splits: the same CPU comparisons on the shapes whose geometry it changes (the
+ * batch-128 layers of 8 x 8 and 4 x 4: 256 and 128 row splits instead of 64 and 32; 32768
+ * x 128: 1024 instead of 256, the most bn_geom takes), on a shape below one block step
+ * and on one of 8 channels; with the wide second pass (as in all) and, on one shape,
+ * with the default one. */
+static void test_bn_more_splits(void) {
+    static const int shapes[][2] = {{8192, 256}, {2048, 512}, {32768, 128}, {150, 24}, {77, 8}};
+    check_bn_dtypes(BACKEND_FUSE_BN_MORE_SPLITS | BACKEND_FUSE_BN_WIDE_FINAL, shapes, 5);
+    g_fusion = BACKEND_FUSE_BN_MORE_SPLITS;
+    check_bn(8192, 256, DT_BF16);
+    g_fusion = 0;
+}
+
 /* bn_fold_running: bn_stats_running on the GPU gives what bn_stats then
  * bn_update_running give on the same GPU, bit for bit (mean, var and the running
  * statistics), with the default and the wide final pass; and the CPU's two calls within
@@ -207,6 +221,7 @@ int main(void) {
     gpu_or_skip();
     TEST_RUN(test_bn_fold_running);
     TEST_RUN(test_bn_wide_final);
+    TEST_RUN(test_bn_more_splits);
     TEST_RUN(test_bn_vec16);
     TEST_RUN(test_bn_fp32);
     TEST_RUN(test_bn_fp16);
