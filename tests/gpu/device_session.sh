@@ -218,7 +218,10 @@ stage_bench() {
     if [ -z "$DRY" ] && [ "${BENCH_TORCH:-1}" != 0 ]; then
         local confs=""
         for cfg in $BENCH_CFGS; do confs="$confs ${cfg}:eager"; done
-        box 150 "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs bf16:256:eager:224:1000" --warmup 15 --steps 40 \
+        # the 224-px row only where the runner's is measured (IMNET="": neither; the fourth
+        # run's second call measured PyTorch's alone)
+        [ -n "$IMNET" ] && confs="$confs bf16:256:eager:224:1000"
+        box 150 "$PY" "$R/bench/gpu_vs_torch.py" --configs "$confs" --warmup 15 --steps 40 \
             >>"$TJ" 2>"$L/torch_eager.err" || { rc=1; tail -3 "$L/torch_eager.err"; }
         cat "$TJ" >>"$BJ"
     fi
