@@ -52,6 +52,11 @@
  * time per op kind, bytes each kind must move, FLOPs); the table and the convolution
  * algorithms chosen (conv_engine, per shape and direction) go to stderr, and the line
  * gets "profile": {...} and "conv_engines": [...]. Profiled steps are not in the rates.
+ * With graphs (a CUDA backend, the recording worked), a second table after the timed
+ * replays: the profiler's replayed mode, the step recorded once more with events as graph
+ * nodes and replayed --profile-steps times, GPU time per op kind and shape inside the
+ * replayed step ("replayed: ..." on stderr, "profile_replayed": {...} in the line; a
+ * failure there is reported and leaves the rates).
  * --image-size 224 --stem imagenet: the ImageNet-shaped network (default: 32, cifar).
  * --versions: prints {device, driver, cuda, cudnn, nccl} of device 0 and exits.
  * --backend cpu: the same on the CPU backend (a dry run of the bench and of the
@@ -229,6 +234,46 @@ out:
 #endif
 }
 
+/* --profile with graphs: the op kinds' GPU time inside the replayed step. A trainer of
+ * its own records the step with the profiler in its replayed mode (events as graph nodes)
+ * on its second step and launches it, then replays it profile_steps - 1 more times; each
+ * replay's events are collected. The table goes to stderr, *json gets the fragment. */
+static int profile_replayed(net_t *n, optim_t *opt, const bench_opts_t *o, dtype_t dt, char **json, err_t *e) {
+#ifdef RUNNER_HAVE_CUDA
+    backend_t *be = net_backend(n);
+    gpu_prof_t *p = gpu_prof_attach(be, 500.0, e);
+    if (!p) return -1;
+    train_bench_t *tp = NULL;
+    int rc = -1;
+    if (gpu_prof_replayed(p, true, e) || !(tp = train_bench_create(n, opt, o->batch, dt, true, 0, e)) ||
+        train_bench_step(tp, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0))
+        goto out;
+    gpu_prof_reset(p);   /* the normal first step: nothing was recorded */
+    for (int s = 0; s < o->profile_steps; s++)   /* the recording's own launch, then replays */
+        if (train_bench_step(tp, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) || gpu_prof_collect(p, e))
+            goto out;
+    if (!train_bench_graphs(tp) || gpu_prof_recorded_calls(p) == 0) {
+        err_set(e, ERR_RUNTIME, "the replayed profile recorded no calls (the recording failed: %s)",
+                be->err.msg[0] ? be->err.msg : "no graph");
+        goto out;
+    }
+    gpu_prof_print(p, o->profile_steps, stderr);
+    size_t len = 0;
+    FILE *f = open_memstream(json, &len);
+    if (!f) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
+    gpu_prof_json(p, o->profile_steps, f);
+    fclose(f);
+    rc = 0;
+out:
+    train_bench_free(tp);
+    gpu_prof_detach(p);
+    return rc;
+#else
+    (void)n; (void)opt; (void)o; (void)dt; (void)json;
+    return err_set(e, ERR_INPUT, "--profile needs a build with CUDA");
+#endif
+}
+
 /* warm steps, then steps timed by the wall clock until the last one's record is read back
  * (which waits for the device) into *secs; *issue_s: the host time issuing the timed
  * steps (nothing waited for inside one); *loss_sum: the last step's loss sum. */
@@ -278,7 +323,7 @@ int main(int argc, char **argv) {
                                  o.classes, false, &e);
     optim_t *opt = NULL;
     train_bench_t *tb = NULL, *tg = NULL;
-    char *prof_json = NULL, *conv_json = NULL;
+    char *prof_json = NULL, *conv_json = NULL, *prof_graph_json = NULL;
     float *img = NULL;
     int32_t *labels = NULL;
     int rc = 1;
@@ -323,6 +368,12 @@ int main(int argc, char **argv) {
             graph_s = -1;
         }
     }
+    /* the replayed profile: where the replayed step's GPU time goes (CUDA, graphs recorded) */
+    if (o.profile && graph_s > 0 && be->kind == BACKEND_CUDA &&
+        profile_replayed(n, opt, &o, dt, &prof_graph_json, &e)) {
+        fprintf(stderr, "gpu_bench: the replayed profile failed: %s\n", e.msg);   /* the rates stand */
+        e = (err_t){0};
+    }
     /* the default configuration: train.cuda_graphs' default in single mode on this backend
      * (plan.c: auto and true record wherever the backend has graph ops) */
     experiment_t defaults;
@@ -353,13 +404,14 @@ int main(int argc, char **argv) {
            "\"stem\": \"%s\", \"runner_img_per_s\": %.1f, \"default_graphs\": %s, \"runner_normal_img_per_s\": %.1f, "
            "\"step_ms\": %.3f, \"host_ms\": %.3f, \"runner_graphs_img_per_s\": %s, \"graphs_scope\": \"step\", "
            "\"graph_recordings\": %lld, \"graph_launches\": %lld, \"model_tflops_per_s\": %.1f, \"mfu\": %s, "
-           "\"last_loss\": %.6g, \"peak_memory_bytes\": %zu%s%s%s%s, \"fusion\": \"%s\", \"nonconv_gb_model\": %.3f, "
+           "\"last_loss\": %.6g, \"peak_memory_bytes\": %zu%s%s%s%s%s%s, \"fusion\": \"%s\", \"nonconv_gb_model\": %.3f, "
            "\"conv_epilogue_gb_model\": %.3f}\n",
            dev, o.precision, o.batch, o.arch, hw, o.stem, default_img_s, default_graphs ? "true" : "false",
            normal_img_s, dt_s * 1e3 / o.steps, issue_s * 1e3 / o.steps, graphs_json, (long long)recordings,
            (long long)launches, tflops, mfu_json, last_loss / o.batch, be->ops->peak_memory(be),
            prof_json ? ", \"profile\": " : "", prof_json ? prof_json : "", conv_json ? ", \"conv_engines\": " : "",
-           conv_json ? conv_json : "", fusion, tr.total / 1e9, tr.conv_epilogue / 1e9);
+           conv_json ? conv_json : "", prof_graph_json ? ", \"profile_replayed\": " : "",
+           prof_graph_json ? prof_graph_json : "", fusion, tr.total / 1e9, tr.conv_epilogue / 1e9);
     if (be->notice[0]) fprintf(stderr, "gpu_bench: backend notice: %s\n", be->notice);
     rc = 0;
 fail:
@@ -370,6 +422,7 @@ fail:
     free(labels);
     free(prof_json);
     free(conv_json);
+    free(prof_graph_json);
     optim_free(opt);
     net_free(n);
     backend_free(be);

@@ -77,6 +77,9 @@ static bool memory_bound(int k) { return k > K_linear_bwd && k != K_upload && k 
 
 typedef struct call_rec {
     int kind;
+    double flops;          /* replayed mode: what collect adds per replay (kind sums, then) */
+    double fallback_bytes; /* replayed mode: a fused op's unfused fallback (fused_fallback) */
+    bool fallback;
     int64_t m;      /* the call's rows and channels (BN: m x c; conv: n*p*q x k), 0: not said */
     int c;
     double bytes;
@@ -102,6 +105,8 @@ struct gpu_prof {
     const backend_ops_t *orig;
     backend_ops_t ops;
     bool timing;
+    bool replayed;            /* gpu_prof_replayed: events as graph nodes, sums per replay */
+    int replays;              /* replayed mode: collects with the recorded calls */
     double head_us;
     long long spin_cycles;
     void *stream;
@@ -138,20 +143,42 @@ static void shape_add(gpu_prof_t *p, const call_rec_t *r, double ms) {
 static double es_of(const backend_t *be, dtype_t dt) { return (double)backend_elem_size(be, dt); }
 #define es(dt) es_of(be, dt)
 
+/* Room for cap records and their event pairs. */
+static int prof_reserve(gpu_prof_t *p, int cap) {
+    if (cap <= p->cap_recs) return 0;
+    call_rec_t *r = realloc(p->recs, (size_t)cap * sizeof *r);
+    if (r) p->recs = r;
+    cudaEvent_t *ev = r ? realloc(p->ev, (size_t)cap * 2 * sizeof *ev) : NULL;
+    if (ev) p->ev = ev;
+    if (!r || !ev) return -1;
+    for (int i = 2 * p->cap_recs; i < 2 * cap; i++)
+        if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
+            for (int j = 2 * p->cap_recs; j < i; j++) cudaEventDestroy(p->ev[j]);
+            return -1;
+        }
+    p->cap_recs = cap;
+    return 0;
+}
+
+/* Replayed mode: the first event of a new record as a graph node, only while the stream
+ * is being captured (the trainer's normal first step is not profiled) and only into the
+ * events made beforehand (nothing is created during a capture). */
+static int prof_enter_replayed(gpu_prof_t *p) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)p->stream, &st) != cudaSuccess || st != cudaStreamCaptureStatusActive ||
+        p->n_recs == p->cap_recs)
+        return -1;
+    int slot = p->n_recs;
+    if (cudaEventRecordWithFlags(p->ev[2 * slot], (cudaStream_t)p->stream, cudaEventRecordExternal) != cudaSuccess)
+        return -1;
+    return slot;
+}
+
 /* Before a call: with timing, the head start and the first event of a new record. */
 static int prof_enter(gpu_prof_t *p) {
     if (!p->timing) return -1;
-    if (p->n_recs == p->cap_recs) {
-        int cap = p->cap_recs ? 2 * p->cap_recs : 1024;
-        call_rec_t *r = realloc(p->recs, (size_t)cap * sizeof *r);
-        cudaEvent_t *ev = realloc(p->ev, (size_t)cap * 2 * sizeof *ev);
-        if (r) p->recs = r;
-        if (ev) p->ev = ev;
-        if (!r || !ev) return -1;
-        for (int i = 2 * p->cap_recs; i < 2 * cap; i++)
-            if (cudaEventCreate(&p->ev[i]) != cudaSuccess) return -1;
-        p->cap_recs = cap;
-    }
+    if (p->replayed) return prof_enter_replayed(p);
+    if (p->n_recs == p->cap_recs && prof_reserve(p, p->cap_recs ? 2 * p->cap_recs : 1024)) return -1;
     int slot = p->n_recs;
     if (gpu_prof_spin(p->stream, p->spin_cycles) ||
         cudaEventRecord(p->ev[2 * slot], (cudaStream_t)p->stream) != cudaSuccess)
@@ -159,8 +186,27 @@ static int prof_enter(gpu_prof_t *p) {
     return slot;
 }
 
+/* Replayed mode, after a captured call: its second event as a graph node and its record
+ * (the sums are added per replay, by collect). */
+static void prof_leave_replayed(gpu_prof_t *p, int kind, int slot, double bytes, double flops, bool fallback,
+                                double fallback_bytes) {
+    if (slot >= 0 &&
+        cudaEventRecordWithFlags(p->ev[2 * slot + 1], (cudaStream_t)p->stream, cudaEventRecordExternal) ==
+            cudaSuccess) {
+        p->recs[slot] = (call_rec_t){.kind = kind, .flops = flops, .fallback_bytes = fallback_bytes,
+                                     .fallback = fallback, .m = g_shape_m, .c = g_shape_c, .bytes = bytes};
+        p->n_recs++;
+    }
+    g_shape_m = 0;
+    g_shape_c = 0;
+}
+
 /* After a call: host time, the second event, the sums. */
 static void prof_leave(gpu_prof_t *p, int kind, int slot, double t0, double bytes, double flops) {
+    if (p->replayed) {
+        prof_leave_replayed(p, kind, slot, bytes, flops, false, 0.0);
+        return;
+    }
     double host_us = (now_s() - t0) * 1e6;
     kind_sum_t *s = &p->k[kind];
     s->calls++;
@@ -175,7 +221,7 @@ static void prof_leave(gpu_prof_t *p, int kind, int slot, double t0, double byte
         p->n_recs++;
         s->late += host_us > p->head_us;
     } else if (!p->timing && g_shape_m > 0) {   /* untimed (a cpu backend): calls and bytes per shape */
-        call_rec_t r = {kind, g_shape_m, g_shape_c, bytes};
+        call_rec_t r = {.kind = kind, .m = g_shape_m, .c = g_shape_c, .bytes = bytes};
         shape_add(p, &r, 0.0);
     }
     g_shape_m = 0;
@@ -193,17 +239,22 @@ static void prof_leave(gpu_prof_t *p, int kind, int slot, double t0, double byte
 
 /* A fused op's call (see the top): the conv kind with conv_b + epi_b when it ran fused,
  * else conv_b there and unfused_b under fused_fallback. */
-#define PROF_FUSED(kname, call, conv_b, epi_b, unfused_b, flops)                     \
-    gpu_prof_t *p = g_prof;                                                         \
-    int slot = prof_enter(p);                                                       \
-    double t0 = now_s();                                                            \
-    int rc = p->orig->call;                                                         \
-    bool fused = be->kind == BACKEND_CUDA && cuda_backend_last_fused(be);           \
+#define PROF_FUSED(kname, call, conv_b, epi_b, unfused_b, flops)                      \
+    gpu_prof_t *p = g_prof;                                                          \
+    int slot = prof_enter(p);                                                        \
+    double t0 = now_s();                                                             \
+    int rc = p->orig->call;                                                          \
+    bool fused = be->kind == BACKEND_CUDA && cuda_backend_last_fused(be);            \
+    if (p->replayed) {                                                               \
+        prof_leave_replayed(p, K_##kname, slot, (conv_b) + (fused ? (epi_b) : 0.0), (flops), !fused, \
+                            (unfused_b));                                            \
+        return rc;                                                                   \
+    }                                                                                \
     prof_leave(p, K_##kname, slot, t0, (conv_b) + (fused ? (epi_b) : 0.0), (flops)); \
-    if (!fused) {                                                                   \
-        p->k[K_fused_fallback].calls++;                                             \
-        p->k[K_fused_fallback].bytes += (unfused_b);                                \
-    }                                                                               \
+    if (!fused) {                                                                    \
+        p->k[K_fused_fallback].calls++;                                              \
+        p->k[K_fused_fallback].bytes += (unfused_b);                                 \
+    }                                                                                \
     return rc
 
 static double conv_flops(const conv_shape_t *s) {
@@ -488,11 +539,25 @@ gpu_prof_t *gpu_prof_attach(backend_t *be, double head_start_us, err_t *e) {
 
 void gpu_prof_timing(gpu_prof_t *p, bool on) { p->timing = on && p->stream; }
 
+int gpu_prof_replayed(gpu_prof_t *p, bool on, err_t *e) {
+    if (on && !p->stream) return err_set(e, ERR_INPUT, "gpu_prof: the replayed mode needs a CUDA backend");
+    if (on && prof_reserve(p, GPU_PROF_GRAPH_CALLS))
+        return err_set(e, ERR_RUNTIME, "gpu_prof: cannot make %d event pairs for the replayed mode",
+                       GPU_PROF_GRAPH_CALLS);
+    gpu_prof_reset(p);
+    p->replayed = on;
+    p->timing = on || p->timing;
+    return 0;
+}
+
 void gpu_prof_reset(gpu_prof_t *p) {
     memset(p->k, 0, sizeof p->k);
     p->n_recs = 0;
     p->n_shapes = 0;
+    p->replays = 0;
 }
+
+int gpu_prof_recorded_calls(const gpu_prof_t *p) { return p->replayed ? p->n_recs : 0; }
 
 
 int gpu_prof_collect(gpu_prof_t *p, err_t *e) {
@@ -501,8 +566,23 @@ int gpu_prof_collect(gpu_prof_t *p, err_t *e) {
         cudaError_t st = cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]);
         if (st != cudaSuccess)
             return err_set(e, ERR_RUNTIME, "gpu_prof: cudaEventElapsedTime: %s", cudaGetErrorString(st));
-        p->k[p->recs[i].kind].gpu_ms += ms;
-        if (p->recs[i].m > 0) shape_add(p, &p->recs[i], ms);
+        const call_rec_t *r = &p->recs[i];
+        kind_sum_t *s = &p->k[r->kind];
+        s->gpu_ms += ms;
+        if (p->replayed) {   /* the recorded call once more, with this replay's time */
+            s->calls++;
+            s->bytes += r->bytes;
+            s->flops += r->flops;
+            if (r->fallback) {
+                p->k[K_fused_fallback].calls++;
+                p->k[K_fused_fallback].bytes += r->fallback_bytes;
+            }
+        }
+        if (r->m > 0) shape_add(p, r, ms);
+    }
+    if (p->replayed) {
+        p->replays += p->n_recs > 0;
+        return 0;   /* the same calls again at the next replay */
     }
     p->n_recs = 0;
     return 0;
@@ -527,7 +607,11 @@ static totals_t sum_up(const gpu_prof_t *p) {
 
 void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f) {
     double n = steps > 0 ? steps : 1;
-    fprintf(f, "per step (%d profiled; GPU time behind a %.0f us head start):\n", steps, p->head_us);
+    if (p->replayed)
+        fprintf(f, "replayed: per step (%d replays of the recorded step; GPU time between event nodes of the "
+                "graph, no host time):\n", steps);
+    else
+        fprintf(f, "per step (%d profiled; GPU time behind a %.0f us head start):\n", steps, p->head_us);
     fprintf(f, "%-22s %6s %9s %9s %9s %8s %8s %5s\n", "op kind", "calls", "gpu ms", "host ms", "MB", "GB/s", "TFLOP/s",
             "late");
     for (int k = 0; k < K_COUNT; k++) {
@@ -563,8 +647,9 @@ void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f) {
 void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f) {
     double n = steps > 0 ? steps : 1;
     totals_t t = sum_up(p);
-    fprintf(f, "{\"steps\": %d, \"head_start_us\": %.0f, \"gpu_ms\": %.4f, \"host_ms\": %.4f, "
-            "\"nonconv_bytes\": %.0f, \"nonconv_gpu_ms\": %.4f, \"kinds\": [", steps, p->head_us, t.gpu_ms / n,
+    fprintf(f, "{\"mode\": \"%s\", \"steps\": %d, \"head_start_us\": %.0f, \"gpu_ms\": %.4f, \"host_ms\": %.4f, "
+            "\"nonconv_bytes\": %.0f, \"nonconv_gpu_ms\": %.4f, \"kinds\": [", p->replayed ? "replayed" : "eager", steps,
+            p->replayed ? 0.0 : p->head_us, t.gpu_ms / n,
             t.host_ms / n, t.mem_bytes / n, t.mem_gpu_ms / n);
     int first = 1;
     for (int k = 0; k < K_COUNT; k++) {

@@ -207,6 +207,8 @@ stage_bench() {
         box 45 env "$RENV" "$BENCH_ENV" "$B/bench/bench_gpu_bench" $BACKEND_OPT --arch "$ARCH" --precision "${cfg%%:*}" \
             --batch "${cfg##*:}" $BENCH_STEPS --profile 1 >>"$RJ" 2>"$L/bench_${cfg/:/_}.err" || { rc=1; tail -3 "$L/bench_${cfg/:/_}.err"; }
         grep -A40 "^op kind" "$L/bench_${cfg/:/_}.err" | head -40 >"$L/profile_${cfg/:/_}.txt"
+        # the replayed table (op times inside the recorded step's graph), where it ran
+        awk '/^replayed: per step/{on=1} on' "$L/bench_${cfg/:/_}.err" | head -50 >"$L/profile_replayed_${cfg/:/_}.txt"
     done
     if [ -n "$IMNET" ]; then
         box 70 env "$RENV" "$B/bench/bench_gpu_bench" --arch resnet50 --classes 1000 --precision bf16 --batch 256 \
