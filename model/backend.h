@@ -178,7 +178,19 @@ typedef struct backend_opts {
  *                (the H200 profile: bn_bwd_reduce at 8192 x 256 took 23 us a call at 0.37
  *                TB/s). More row splits change the order of the statistics' sums (still
  *                fixed: deterministic); apply results are the same bits [not yet measured;
- *                predicted -0.1 to -0.2 ms at bf16 batch 128]
+ *                predicted -0.1 to -0.2 ms at bf16 batch 128] <H200: slower, +0.05 ms at bf16
+ *                batch 128, +0.40 at 256: not in all>
+ *   pdl          the backend's own kernels (BN, elementwise, loss, optimizer, pooling,
+ *                bias) launched with programmatic dependent launch (Hopper's
+ *                cudaLaunchAttributeProgrammaticStreamSerialization, kept as programmatic
+ *                edges when a step is recorded as a CUDA graph): the next kernel's blocks
+ *                may be scheduled while this one's last blocks finish, and each kernel
+ *                waits for its predecessor's completion and memory
+ *                (cudaGridDependencySynchronize) before its first access, so the results
+ *                are the same bits; what it removes is the gap between dependent kernels
+ *                (~330 own kernels a ResNet-50 step) [not yet measured: the H200 run had
+ *                9.30 ms of per-op GPU time in an eager step against 7.89 ms replayed, the
+ *                per-launch cost that remains in a graph unknown]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -194,8 +206,9 @@ enum {
     BACKEND_FUSE_BN_FOLD_RUNNING = 1u << 7,
     BACKEND_FUSE_DGRAD_ACCUM_TUNE = 1u << 8,
     BACKEND_FUSE_BN_MORE_SPLITS = 1u << 9,
-    BACKEND_FUSE_COUNT = 10,
-    BACKEND_FUSE_EVERY = (1u << 10) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_PDL = 1u << 10,
+    BACKEND_FUSE_COUNT = 11,
+    BACKEND_FUSE_EVERY = (1u << 11) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };

@@ -113,6 +113,42 @@ static inline unsigned cb_blocks(const cuda_be_t *cb, int64_t n, int threads) {
     return (unsigned)b;
 }
 
+/* ---- launching the backend's own kernels ----
+ * cb_launch(cb, kernel, grid, block, smem, args...) is kernel<<<grid, block, smem,
+ * cb->stream>>>(args...), or with the pdl fusion option (BACKEND_FUSE_PDL) the same
+ * launch with programmatic stream serialization (cudaLaunchKernelEx): the kernel may be
+ * scheduled before its predecessor on the stream has finished, so every kernel launched
+ * through here starts with pdl_enter(), which waits for that predecessor's completion and
+ * memory (a no-op for a kernel launched without the attribute) and then lets the next
+ * kernel be scheduled. Nothing a kernel computes changes, only when its blocks may start.
+ * Errors are left for KERNEL_CHECK (cudaGetLastError). */
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cb_launch(const cuda_be_t *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                             Args &&...args) {
+    if (!(cb->fusion & BACKEND_FUSE_PDL)) {   /* (the lambda converts as a call would) */
+        [&](KArgs... a) { kernel<<<grid, block, smem, cb->stream>>>(a...); }(static_cast<Args &&>(args)...);
+        return;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
 /* ---- device element conversions ---- */
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }

@@ -18,6 +18,7 @@ template <typename T> constexpr int vec_n() { return (int)(16 / sizeof(T)); }
 
 template <typename T, int N>
 __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
+    pdl_enter();
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> a = reinterpret_cast<const pack_t<T, N> *>(x)[i];
@@ -34,6 +35,7 @@ __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
 template <typename T, int N>
 __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy,
                            T *dx) {
+    pdl_enter();
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> a = reinterpret_cast<const pack_t<T, N> *>(y)[i];
@@ -51,6 +53,7 @@ __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy,
 template <typename T, int N>
 __global__ void add_k(int64_t n, const T *a, const T *b,
                       T *y) {
+    pdl_enter();
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<T, N> u = reinterpret_cast<const pack_t<T, N> *>(a)[i];
@@ -69,6 +72,7 @@ __global__ void add_k(int64_t n, const T *a, const T *b,
  * consecutive channels, so the loads of a warp are contiguous. */
 template <typename T>
 __global__ void avgpool_fwd_k(int n, int hw, int c, const T *__restrict__ x, T *__restrict__ y) {
+    pdl_enter();
     int64_t total = (int64_t)n * c, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int64_t b = i / c, ch = i % c;
@@ -81,6 +85,7 @@ __global__ void avgpool_fwd_k(int n, int hw, int c, const T *__restrict__ x, T *
 
 template <typename T>
 __global__ void avgpool_bwd_k(int n, int hw, int c, const T *__restrict__ dy, T *__restrict__ dx) {
+    pdl_enter();
     int64_t total = (int64_t)n * hw * c, stride = (int64_t)gridDim.x * blockDim.x;
     float fhw = (float)hw;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -91,6 +96,7 @@ __global__ void avgpool_bwd_k(int n, int hw, int c, const T *__restrict__ dy, T 
 
 template <typename S, typename D>
 __global__ void cast_k(int64_t n, const S *__restrict__ src, D *__restrict__ dst) {
+    pdl_enter();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         dst[i] = from_f32<D>(to_f32(src[i]));
@@ -100,6 +106,7 @@ __global__ void cast_k(int64_t n, const S *__restrict__ src, D *__restrict__ dst
  * race is benign; one write per block at most). */
 template <int N>
 __global__ void unscale_k(int64_t n, float *__restrict__ g, step_ctl_t *ctl) {
+    pdl_enter();
     /* inv_scale in fp32 as GradScaler computes it (scale.double().reciprocal().float());
      * the check looks at the value before scaling, as torch's does */
     float inv = (float)(1.0 / (double)ctl->loss_scale);
@@ -125,6 +132,7 @@ __global__ void unscale_k(int64_t n, float *__restrict__ g, step_ctl_t *ctl) {
 
 template <int N>
 __global__ void scale_k(int64_t n, float *__restrict__ x, float alpha) {
+    pdl_enter();
     int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
         pack_t<float, N> a = reinterpret_cast<pack_t<float, N> *>(x)[i];
@@ -138,6 +146,7 @@ __global__ void scale_k(int64_t n, float *__restrict__ x, float alpha) {
 
 template <typename T>
 __global__ void accumulate_k(int64_t n, const T *__restrict__ src, float *__restrict__ dw) {
+    pdl_enter();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         dw[i] += to_f32(src[i]);
@@ -146,8 +155,8 @@ __global__ void accumulate_k(int64_t n, const T *__restrict__ src, float *__rest
 /* Launches kernel K<T, vec_n<T>()> when all pointers are 16-byte aligned, else K<T, 1>. */
 #define LAUNCH_VEC(cb, K, T, aligned, n, ...) do { \
     constexpr int VN_ = vec_n<T>(); \
-    if (aligned) K<T, VN_><<<cb_blocks(cb, (n) / VN_ + 1, 256), 256, 0, (cb)->stream>>>(n, __VA_ARGS__); \
-    else K<T, 1><<<cb_blocks(cb, n, 256), 256, 0, (cb)->stream>>>(n, __VA_ARGS__); \
+    if (aligned) cb_launch((cb), (K<T, VN_>), cb_blocks(cb, (n) / VN_ + 1, 256), 256, 0, n, __VA_ARGS__); \
+    else cb_launch((cb), (K<T, 1>), cb_blocks(cb, n, 256), 256, 0, n, __VA_ARGS__); \
     KERNEL_CHECK(cb, #K); } while (0)
 
 int cu_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
@@ -183,7 +192,7 @@ int cu_avgpool_fwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     CB_ENTER(cb);
     int64_t total = (int64_t)n * c;
-    DISPATCH_DT(cb, dt, T, avgpool_fwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (avgpool_fwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                n, hw, c, (const T *)x, (T *)y));
     KERNEL_CHECK(cb, "avgpool_fwd_k");
     return 0;
@@ -194,7 +203,7 @@ int cu_avgpool_bwd(backend_t *be, int n, int hw, int c, dtype_t dt, const void *
     if (n <= 0 || c <= 0 || hw <= 0) return 0;
     CB_ENTER(cb);
     int64_t total = (int64_t)n * hw * c;
-    DISPATCH_DT(cb, dt, T, avgpool_bwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (avgpool_bwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                n, hw, c, (const T *)dy, (T *)dx));
     KERNEL_CHECK(cb, "avgpool_bwd_k");
     return 0;
@@ -211,7 +220,7 @@ int cu_cast(backend_t *be, int64_t n, const void *src, dtype_t src_dt, void *dst
     }
     unsigned blocks = cb_blocks(cb, n, 256);
     DISPATCH_DT(cb, src_dt, S, DISPATCH_DT(cb, dst_dt, D,
-        cast_k<S, D><<<blocks, 256, 0, cb->stream>>>(n, (const S *)src, (D *)dst)));
+        cb_launch(cb, (cast_k<S, D>), blocks, 256, 0, n, (const S *)src, (D *)dst)));
     KERNEL_CHECK(cb, "cast_k");
     return 0;
 }
@@ -221,9 +230,9 @@ int cu_unscale_check_finite(backend_t *be, int64_t n, float *g, step_ctl_t *ctl)
     if (n <= 0) return 0;
     CB_ENTER(cb);
     if (cb_aligned(g, 16))
-        unscale_k<4><<<cb_blocks(cb, n / 4 + 1, 256), 256, 0, cb->stream>>>(n, g, ctl);
+        cb_launch(cb, (unscale_k<4>), cb_blocks(cb, n / 4 + 1, 256), 256, 0, n, g, ctl);
     else
-        unscale_k<1><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, g, ctl);
+        cb_launch(cb, (unscale_k<1>), cb_blocks(cb, n, 256), 256, 0, n, g, ctl);
     KERNEL_CHECK(cb, "unscale_k");
     return 0;
 }
@@ -233,9 +242,9 @@ int cu_scale(backend_t *be, int64_t n, float *x, float alpha) {
     if (n <= 0) return 0;
     CB_ENTER(cb);
     if (cb_aligned(x, 16))
-        scale_k<4><<<cb_blocks(cb, n / 4 + 1, 256), 256, 0, cb->stream>>>(n, x, alpha);
+        cb_launch(cb, (scale_k<4>), cb_blocks(cb, n / 4 + 1, 256), 256, 0, n, x, alpha);
     else
-        scale_k<1><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, x, alpha);
+        cb_launch(cb, (scale_k<1>), cb_blocks(cb, n, 256), 256, 0, n, x, alpha);
     KERNEL_CHECK(cb, "scale_k");
     return 0;
 }
@@ -244,7 +253,7 @@ int cu_accumulate(backend_t *be, int64_t n, dtype_t src_dt, const void *src, flo
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    DISPATCH_DT(cb, src_dt, T, accumulate_k<T><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, src_dt, T, cb_launch(cb, (accumulate_k<T>), cb_blocks(cb, n, 256), 256, 0,
                                    n, (const T *)src, dw));
     KERNEL_CHECK(cb, "accumulate_k");
     return 0;

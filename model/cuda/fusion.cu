@@ -59,6 +59,7 @@ void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
 
 __global__ void stats_from_sums_k(int c, double inv_m, const float *sum, const float *sq, float *mean,
                                   float *var) {
+    pdl_enter();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     double ms = (double)sum[ch] * inv_m, v = (double)sq[ch] * inv_m - ms * ms;
@@ -68,6 +69,7 @@ __global__ void stats_from_sums_k(int c, double inv_m, const float *sum, const f
 
 __global__ void dbn_from_sums_k(int c, const float *s1, const float *s2, const float *var, float eps,
                                 float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    pdl_enter();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as bn_bwd_final_k */
@@ -180,7 +182,7 @@ static int stats_path(cuda_be_t *cb, const void *args, bool fused) {
     int r = cu_conv_graph_run(cb, CG_FPROP_STATS, s, a->dt, t);
     if (r) return r;
     double inv_m = 1.0 / ((double)s->n * s->p * s->q);
-    stats_from_sums_k<<<(s->k + 127) / 128, 128, 0, cb->stream>>>(s->k, inv_m, (const float *)t[3],
+    cb_launch(cb, stats_from_sums_k, (s->k + 127) / 128, 128, 0, s->k, inv_m, (const float *)t[3],
                                                                   (const float *)t[4], a->mean, a->var);
     KERNEL_CHECK(cb, "stats_from_sums_k");
     return 0;
@@ -249,7 +251,7 @@ static int dbn_path(cuda_be_t *cb, const void *args, bool fused) {
     int r = cu_conv_graph_run(cb, kind, s, a->dt, t);
     if (r) return r;
     const float *s1 = (const float *)t[kind == CG_DGRAD_DBN ? 5 : 6], *s2 = s1 + ((size_t)s->c + 3) / 4 * 4;
-    dbn_from_sums_k<<<(s->c + 127) / 128, 128, 0, cb->stream>>>(s->c, s1, s2, a->var, a->eps, a->sum_dy,
+    cb_launch(cb, dbn_from_sums_k, (s->c + 127) / 128, 128, 0, s->c, s1, s2, a->var, a->eps, a->sum_dy,
                                                                 a->sum_dy_xhat, a->dgamma, a->dbeta);
     KERNEL_CHECK(cb, "dbn_from_sums_k");
     return 0;

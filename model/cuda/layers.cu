@@ -19,6 +19,7 @@
 /* ---- relu6 -------------------------------------------------------------------------- */
 template <typename T>
 __global__ void relu6_fwd_k(int64_t n, const T *x, T *y) {
+    pdl_enter();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float v = to_f32(x[i]);
@@ -31,6 +32,7 @@ __global__ void relu6_fwd_k(int64_t n, const T *x, T *y) {
 /* torch's hardtanh_backward on the output: 0 where y <= 0 or y >= 6 (NaN passes). */
 template <typename T>
 __global__ void relu6_bwd_k(int64_t n, const T *y, const T *dy, T *dx) {
+    pdl_enter();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float v = to_f32(y[i]);
@@ -42,7 +44,7 @@ int cu_relu6_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    DISPATCH_DT(cb, dt, T, relu6_fwd_k<T><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (relu6_fwd_k<T>), cb_blocks(cb, n, 256), 256, 0,
                                n, (const T *)x, (T *)y));
     KERNEL_CHECK(cb, "relu6_fwd_k");
     return 0;
@@ -52,7 +54,7 @@ int cu_relu6_bwd(backend_t *be, int64_t n, dtype_t dt, const void *y, const void
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    DISPATCH_DT(cb, dt, T, relu6_bwd_k<T><<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (relu6_bwd_k<T>), cb_blocks(cb, n, 256), 256, 0,
                                n, (const T *)y, (const T *)dy, (T *)dx));
     KERNEL_CHECK(cb, "relu6_bwd_k");
     return 0;
@@ -63,6 +65,7 @@ enum { BIAS_TX = 32, BIAS_TY = 8 };
 
 template <typename T>
 __global__ void bias_fwd_k(int64_t m, int c, const float *b, T *y) {
+    pdl_enter();
     int64_t total = m * c, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
         y[i] = from_f32<T>(__fadd_rn(to_f32(y[i]), b[i % c]));
@@ -72,6 +75,7 @@ __global__ void bias_fwd_k(int64_t m, int c, const float *b, T *y) {
  * 8 row-threads of a block added in a fixed order; part is [splits][c]. */
 template <typename T>
 __global__ void bias_bwd_partial_k(int64_t m, int c, const T *dy, double *part) {
+    pdl_enter();
     __shared__ double sh[BIAS_TY][BIAS_TX];
     int ch = blockIdx.x * BIAS_TX + threadIdx.x;
     double a = 0.0;
@@ -87,6 +91,7 @@ __global__ void bias_bwd_partial_k(int64_t m, int c, const T *dy, double *part) 
 }
 
 __global__ void bias_bwd_final_k(int c, int splits, const double *part, float *db) {
+    pdl_enter();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     double s = 0.0;
@@ -98,7 +103,7 @@ int cu_channel_bias_fwd(backend_t *be, int64_t m, int c, dtype_t dt, const float
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     CB_ENTER(cb);
-    DISPATCH_DT(cb, dt, T, bias_fwd_k<T><<<cb_blocks(cb, m * c, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (bias_fwd_k<T>), cb_blocks(cb, m * c, 256), 256, 0,
                                m, c, b, (T *)y));
     KERNEL_CHECK(cb, "bias_fwd_k");
     return 0;
@@ -116,9 +121,9 @@ int cu_channel_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void 
     if (cb_grow(cb, &cb->scratch, (size_t)gy * c * sizeof(double), "bias gradient scratch")) return -1;
     double *part = (double *)cb->scratch.p;
     dim3 grid((unsigned)gx, (unsigned)gy), block(BIAS_TX, BIAS_TY);
-    DISPATCH_DT(cb, dt, T, bias_bwd_partial_k<T><<<grid, block, 0, cb->stream>>>(m, c, (const T *)dy, part));
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (bias_bwd_partial_k<T>), grid, block, 0, m, c, (const T *)dy, part));
     KERNEL_CHECK(cb, "bias_bwd_partial_k");
-    bias_bwd_final_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, (int)gy, part, db);
+    cb_launch(cb, bias_bwd_final_k, (c + 255) / 256, 256, 0, c, (int)gy, part, db);
     KERNEL_CHECK(cb, "bias_bwd_final_k");
     return 0;
 }
@@ -129,6 +134,7 @@ int cu_channel_bias_bwd(backend_t *be, int64_t m, int c, dtype_t dt, const void 
 template <typename T>
 __global__ void dropout_k(int n, int64_t per, const dropout_key_t *key, uint32_t node, uint64_t thresh,
                           float scale, const T *x, T *y) {
+    pdl_enter();
     int64_t bps = (per + 3) / 4, total = (int64_t)n * bps, stride = (int64_t)gridDim.x * blockDim.x;
     dropout_key_t k = *key;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -151,7 +157,7 @@ static int dropout_run(backend_t *be, int n, int64_t per, dtype_t dt, double p, 
     uint64_t thresh = dropout_threshold(p);
     float scale = dropout_scale(p);
     int64_t blocks = (int64_t)n * ((per + 3) / 4);
-    DISPATCH_DT(cb, dt, T, dropout_k<T><<<cb_blocks(cb, blocks, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (dropout_k<T>), cb_blocks(cb, blocks, 256), 256, 0,
                                n, per, key, node, thresh, scale, (const T *)x, (T *)y));
     KERNEL_CHECK(cb, "dropout_k");
     return 0;
@@ -178,6 +184,7 @@ __device__ __forceinline__ void adaptive_span(int i, int p, int n, int *lo, int 
  * column) order divided once, as the CPU backend. */
 template <typename T>
 __global__ void apool_fwd_k(pool_shape_t s, const T *__restrict__ x, T *__restrict__ y) {
+    pdl_enter();
     int64_t total = (int64_t)s.n * s.p * s.q * s.c, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int ch = (int)(i % s.c);
@@ -201,6 +208,7 @@ __global__ void apool_fwd_k(pool_shape_t s, const T *__restrict__ x, T *__restri
  * output order, summed in double and rounded once (the CPU backend's order). */
 template <typename T>
 __global__ void apool_bwd_k(pool_shape_t s, const T *__restrict__ dy, T *__restrict__ dx) {
+    pdl_enter();
     int64_t total = (int64_t)s.n * s.h * s.w * s.c, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int ch = (int)(i % s.c);
@@ -237,7 +245,7 @@ int cu_adaptive_avgpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, co
     if (apool_check(cb, s, "adaptive_avgpool_fwd")) return -1;
     CB_ENTER(cb);
     int64_t total = (int64_t)s->n * s->p * s->q * s->c;
-    DISPATCH_DT(cb, dt, T, apool_fwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (apool_fwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                *s, (const T *)x, (T *)y));
     KERNEL_CHECK(cb, "apool_fwd_k");
     return 0;
@@ -248,7 +256,7 @@ int cu_adaptive_avgpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, co
     if (apool_check(cb, s, "adaptive_avgpool_bwd")) return -1;
     CB_ENTER(cb);
     int64_t total = (int64_t)s->n * s->h * s->w * s->c;
-    DISPATCH_DT(cb, dt, T, apool_bwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (apool_bwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                *s, (const T *)dy, (T *)dx));
     KERNEL_CHECK(cb, "apool_bwd_k");
     return 0;

@@ -133,6 +133,7 @@ static int lt_matmul(cuda_be_t *cb, bool ta, bool tb, int m, int n, int k, dtype
 /* y[i, j] = round(acc[i, j] + b[j]) (acc may equal y when T is float). */
 template <typename T>
 __global__ void bias_out_k(int64_t total, int out, const float *acc, const float *b, T *y) {
+    pdl_enter();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
         y[i] = from_f32<T>(acc[i] + (b ? b[i % out] : 0.0f));
@@ -141,6 +142,7 @@ __global__ void bias_out_k(int64_t total, int out, const float *acc, const float
 /* db[j] += sum_i dy[i, j]. */
 template <typename T>
 __global__ void colsum_k(int n, int out, const T *dy, float *db) {
+    pdl_enter();
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= out) return;
     float s = 0.0f;
@@ -162,7 +164,7 @@ int cu_linear_fwd(backend_t *be, int n, int in, int out, dtype_t dt, const void 
     }
     if (lt_matmul(cb, true, false, out, n, in, dt, w, in, x, in, acc, out, 0.0f)) return -1;
     if (dt != DT_F32 || b) {
-        DISPATCH_DT(cb, dt, T, bias_out_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+        DISPATCH_DT(cb, dt, T, cb_launch(cb, (bias_out_k<T>), cb_blocks(cb, total, 256), 256, 0,
             total, out, acc, b, (T *)y));
         KERNEL_CHECK(cb, "bias_out_k");
     }
@@ -184,14 +186,14 @@ int cu_linear_bwd(backend_t *be, int n, int in, int out, dtype_t dt, const void 
         }
         if (lt_matmul(cb, false, false, in, n, out, dt, w, in, dy, out, acc, in, 0.0f)) return -1;
         if (dt != DT_F32) {
-            DISPATCH_DT(cb, dt, T, bias_out_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+            DISPATCH_DT(cb, dt, T, cb_launch(cb, (bias_out_k<T>), cb_blocks(cb, total, 256), 256, 0,
                 total, in, acc, (const float *)NULL, (T *)dx));
             KERNEL_CHECK(cb, "bias_out_k");
         }
     }
     if (dw && lt_matmul(cb, false, true, in, out, n, dt, x, in, dy, out, dw, in, 1.0f)) return -1;
     if (db) {
-        DISPATCH_DT(cb, dt, T, colsum_k<T><<<(out + 127) / 128, 128, 0, cb->stream>>>(
+        DISPATCH_DT(cb, dt, T, cb_launch(cb, (colsum_k<T>), (out + 127) / 128, 128, 0,
             n, out, (const T *)dy, db));
         KERNEL_CHECK(cb, "colsum_k");
     }

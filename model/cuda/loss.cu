@@ -37,6 +37,7 @@ template <typename T>
 __global__ void xent_row_k(int classes, const T *logits, const int32_t *labels, float smoothing,
                            float grad_scale, const step_ctl_t *ctl, T *dlogits, float *row_loss,
                            int32_t *row_hits) {
+    pdl_enter();
     __shared__ float redf[32];
     __shared__ int redi[32];
     int row = blockIdx.x;
@@ -98,6 +99,7 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int j) {
 template <typename T>
 __global__ void xent_soft_row_k(int classes, const T *logits, const float *targets, float grad_scale,
                                 const step_ctl_t *ctl, T *dlogits, float *row_loss, int32_t *row_hits) {
+    pdl_enter();
     __shared__ float redf[32];
     __shared__ int redi[32];
     __shared__ unsigned long long redu[32];
@@ -153,6 +155,7 @@ __global__ void xent_soft_row_k(int classes, const T *logits, const float *targe
  * the block reduction in warp order). */
 __global__ void xent_sum_k(int n, const float *row_loss, const int32_t *row_hits, float *loss_sum,
                            int32_t *correct) {
+    pdl_enter();
     __shared__ double red[1024];
     __shared__ int r1[1024], r5[1024];
     double s = 0.0;
@@ -200,10 +203,10 @@ int cu_softmax_xent_soft(backend_t *be, int n, int classes, dtype_t dt, const vo
     int32_t *row_hits;
     if (xent_scratch(cb, n, &row_loss, &row_hits)) return -1;
     int threads = classes <= 128 ? 128 : (classes <= 512 ? 256 : 512);
-    DISPATCH_DT(cb, dt, T, xent_soft_row_k<T><<<n, threads, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (xent_soft_row_k<T>), n, threads, 0,
         classes, (const T *)logits, targets, grad_scale, ctl, (T *)dlogits, row_loss, row_hits));
     KERNEL_CHECK(cb, "xent_soft_row_k");
-    xent_sum_k<<<1, 256, 0, cb->stream>>>(n, row_loss, row_hits, loss_sum, correct);
+    cb_launch(cb, xent_sum_k, 1, 256, 0, n, row_loss, row_hits, loss_sum, correct);
     KERNEL_CHECK(cb, "xent_sum_k");
     return 0;
 }
@@ -219,10 +222,10 @@ int cu_softmax_xent(backend_t *be, int n, int classes, dtype_t dt, const void *l
     int32_t *row_hits;
     if (xent_scratch(cb, n, &row_loss, &row_hits)) return -1;
     int threads = classes <= 128 ? 128 : (classes <= 512 ? 256 : 512);
-    DISPATCH_DT(cb, dt, T, xent_row_k<T><<<n, threads, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (xent_row_k<T>), n, threads, 0,
         classes, (const T *)logits, labels, smoothing, grad_scale, ctl, (T *)dlogits, row_loss, row_hits));
     KERNEL_CHECK(cb, "xent_row_k");
-    xent_sum_k<<<1, 256, 0, cb->stream>>>(n, row_loss, row_hits, loss_sum, correct);
+    cb_launch(cb, xent_sum_k, 1, 256, 0, n, row_loss, row_hits, loss_sum, correct);
     KERNEL_CHECK(cb, "xent_sum_k");
     return 0;
 }

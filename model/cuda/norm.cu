@@ -92,6 +92,7 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
 template <typename T, int V>
 __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, const T *x,
                                                           float *part) {
+    pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
     float s[V], ss[V], shift[V];
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(BN_TX * TY) bn_stats_final_k(int64_t m, int c,
                                                                const float *part, float *mean, float *var,
                                                                float unbias, float momentum, float *run_mean,
                                                                float *run_var) {
+    pdl_enter();
     double s, ss;
     if (!sum_splits<TY>(c, splits, part, &s, &ss)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
@@ -218,6 +220,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
                                                   const float *var, const float *gamma,
                                                   const float *beta, float eps, const T *z,
                                                   int act, T *y) {
+    pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
     float mu[V], sc[V], bt[V];
@@ -239,6 +242,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
 
 __global__ void bn_running_k(int c, const float *mean, const float *var, float unbias,
                              float momentum, float *run_mean, float *run_var) {
+    pdl_enter();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     bn_running_one(ch, mean[ch], var[ch], unbias, momentum, run_mean, run_var);
@@ -263,6 +267,7 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
                                                         int act, const T *dy, const float *mean,
                                                         const float *var, const float *gamma,
                                                         const float *beta, float eps, float *part) {
+    pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
     float s[V], sx[V], mu[V], sc[V], bt[V];
@@ -303,6 +308,7 @@ template <int TY>
 __global__ void __launch_bounds__(BN_TX * TY) bn_bwd_final_k(int c, int splits, const float *part, const float *var,
                                                              float eps, float *sum_dy, float *sum_dy_xhat,
                                                              float *dgamma, float *dbeta) {
+    pdl_enter();
     double s, sx;
     if (!sum_splits<TY>(c, splits, part, &s, &sx)) return;
     int ch = blockIdx.x * BN_TX + threadIdx.x;
@@ -323,6 +329,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
                                                       const float *beta, float eps, const float *sum_dy,
                                                       const float *sum_dy_xhat, float inv_count,
                                                       T *dx, T *dz) {
+    pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
     float mu[V], is[V], a[V], mdy[V], mdyx[V], sc[V], bt[V];
@@ -429,14 +436,14 @@ int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void 
     if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        bn_stats_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, part)));
+        cb_launch(cb, (bn_stats_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, part)));
     KERNEL_CHECK(cb, "bn_stats_partial_k");
     dim3 fgrid((c + BN_TX - 1) / BN_TX);
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL) {
-        DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY_WIDE><<<fgrid, dim3(BN_TX, BN_TY_WIDE), 0, cb->stream>>>(
+        DISPATCH_DT(cb, dt, T, cb_launch(cb, (bn_stats_final_k<T, BN_TY_WIDE>), fgrid, dim3(BN_TX, BN_TY_WIDE), 0,
             m, c, (int)g.grid.y, (const T *)x, part, mean, var, unbias, momentum, run_mean, run_var));
     } else {
-        DISPATCH_DT(cb, dt, T, bn_stats_final_k<T, BN_TY><<<fgrid, block, 0, cb->stream>>>(
+        DISPATCH_DT(cb, dt, T, cb_launch(cb, (bn_stats_final_k<T, BN_TY>), fgrid, block, 0,
             m, c, (int)g.grid.y, (const T *)x, part, mean, var, unbias, momentum, run_mean, run_var));
     }
     KERNEL_CHECK(cb, "bn_stats_final_k");
@@ -456,7 +463,7 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
     CB_ENTER(cb);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, z ? z : x, y, y, y);
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        bn_apply_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, mean, var, gamma,
+        cb_launch(cb, (bn_apply_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma,
                                                              beta, eps, (const T *)z, (int)act, (T *)y)));
     KERNEL_CHECK(cb, "bn_apply_k");
     return 0;
@@ -468,7 +475,7 @@ int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *v
     if (c <= 0) return 0;
     CB_ENTER(cb);
     float unbias = bn_unbias(count);
-    bn_running_k<<<(c + 255) / 256, 256, 0, cb->stream>>>(c, mean, var, unbias, momentum,
+    cb_launch(cb, bn_running_k, (c + 255) / 256, 256, 0, c, mean, var, unbias, momentum,
                                                            run_mean, run_var);
     KERNEL_CHECK(cb, "bn_running_k");
     return 0;
@@ -498,15 +505,15 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     const float *rb = remask_beta(cb, y, act, gamma, beta, NULL);
     cb->last_fused = rb != NULL;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        bn_bwd_partial_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(m, c, (const T *)x, (const T *)y, (int)act,
+        cb_launch(cb, (bn_bwd_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y, (int)act,
                                                                    (const T *)dy, mean, var, gamma, rb, eps,
                                                                    part)));
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL)
-        bn_bwd_final_k<BN_TY_WIDE><<<(c + BN_TX - 1) / BN_TX, dim3(BN_TX, BN_TY_WIDE), 0, cb->stream>>>(
+        cb_launch(cb, (bn_bwd_final_k<BN_TY_WIDE>), (c + BN_TX - 1) / BN_TX, dim3(BN_TX, BN_TY_WIDE), 0,
             c, (int)g.grid.y, part, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
     else
-        bn_bwd_final_k<BN_TY><<<(c + BN_TX - 1) / BN_TX, block, 0, cb->stream>>>(c, (int)g.grid.y, part, var, eps,
+        cb_launch(cb, (bn_bwd_final_k<BN_TY>), (c + BN_TX - 1) / BN_TX, block, 0, c, (int)g.grid.y, part, var, eps,
                                                                                  sum_dy, sum_dy_xhat, dgamma, dbeta);
     KERNEL_CHECK(cb, "bn_bwd_final_k");
     return 0;
@@ -525,7 +532,7 @@ int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     const float *rb = remask_beta(cb, y, act, gamma, beta, dz);
     cb->last_fused = rb != NULL;
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        bn_bwd_apply_k<T, V><<<g.grid, g.block, 0, cb->stream>>>(
+        cb_launch(cb, (bn_bwd_apply_k<T, V>), g.grid, g.block, 0,
             m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
             sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
     KERNEL_CHECK(cb, "bn_bwd_apply_k");

@@ -34,6 +34,7 @@
 __global__ void sgd_k(int64_t n, float *__restrict__ p, const float *__restrict__ g,
                       float *__restrict__ buf, float lr_arg, bool lr_from_ctl, float momentum,
                       float one_minus_damp, float wd, bool nesterov, const step_ctl_t *__restrict__ ctl) {
+    pdl_enter();
     if (ctl->found_inf) return;
     bool first = ctl->optim_steps == 0;
     float lr = lr_from_ctl ? (float)ctl->lr : lr_arg;
@@ -54,6 +55,7 @@ __global__ void adamw_k(int64_t n, float *__restrict__ p, const float *__restric
                         float *__restrict__ m, float *__restrict__ v, double lr_arg, bool lr_from_ctl,
                         double wd, double b1d, double b2d, float b1, float b2, float one_minus_b1,
                         float one_minus_b2, float eps, const step_ctl_t *__restrict__ ctl) {
+    pdl_enter();
     if (ctl->found_inf) return;
     double lr = lr_from_ctl ? ctl->lr : lr_arg;
     /* (float)(1 - lr * wd) as the host forms it: no fused multiply-add */
@@ -73,7 +75,8 @@ __global__ void adamw_k(int64_t n, float *__restrict__ p, const float *__restric
     }
 }
 
-__global__ void step_ctl_k(step_ctl_t *ctl) { step_ctl_advance(ctl); }
+__global__ void step_ctl_k(step_ctl_t *ctl) {
+    pdl_enter(); step_ctl_advance(ctl); }
 
 enum { CLIP_THREADS = 256 };
 
@@ -90,6 +93,7 @@ __device__ double block_sum(double v) {
 }
 
 __global__ void sumsq_k(int64_t n, const float *__restrict__ g, double *__restrict__ partial) {
+    pdl_enter();
     double acc = 0;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -104,6 +108,7 @@ __global__ void sumsq_k(int64_t n, const float *__restrict__ g, double *__restri
  * gradients alone: found_inf, norm only, or within the bound). */
 __global__ void clip_finish_k(int nb, const double *__restrict__ partial, float max_norm,
                               const step_ctl_t *__restrict__ ctl, float *norm_out, float *coef) {
+    pdl_enter();
     double acc = 0;
     for (int i = threadIdx.x; i < nb; i += CLIP_THREADS) acc += partial[i];
     double total = block_sum(acc);
@@ -117,6 +122,7 @@ __global__ void clip_finish_k(int nb, const double *__restrict__ partial, float 
 }
 
 __global__ void clip_scale_k(int64_t n, float *__restrict__ g, const float *__restrict__ coef) {
+    pdl_enter();
     float c = *coef;
     if (!(c < 1.0f)) return;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -126,6 +132,7 @@ __global__ void clip_scale_k(int64_t n, float *__restrict__ g, const float *__re
 
 __global__ void ema_k(int64_t n, float *__restrict__ ema, const float *__restrict__ x, float w_arg,
                       const double *__restrict__ decay) {
+    pdl_enter();
     float w = decay ? (float)__dsub_rn(1.0, *decay) : w_arg;
     float omw = __fsub_rn(1.0f, w);
     bool small = fabsf(w) < 0.5f;
@@ -147,12 +154,12 @@ int cu_clip_grad_norm(backend_t *be, int64_t n, float *g, double max_norm, const
     if (cb_grow(cb, &cb->scratch, need, "clip scratch")) return -1;
     double *partial = (double *)cb->scratch.p;
     float *coef = (float *)((char *)cb->scratch.p + need - 256);
-    sumsq_k<<<nb, CLIP_THREADS, 0, cb->stream>>>(n, g, partial);
+    cb_launch(cb, sumsq_k, nb, CLIP_THREADS, 0, n, g, partial);
     KERNEL_CHECK(cb, "sumsq_k");
-    clip_finish_k<<<1, CLIP_THREADS, 0, cb->stream>>>((int)nb, partial, (float)max_norm, ctl, norm, coef);
+    cb_launch(cb, clip_finish_k, 1, CLIP_THREADS, 0, (int)nb, partial, (float)max_norm, ctl, norm, coef);
     KERNEL_CHECK(cb, "clip_finish_k");
     if (max_norm <= 0 || n <= 0) return 0;
-    clip_scale_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, g, coef);
+    cb_launch(cb, clip_scale_k, cb_blocks(cb, n, 256), 256, 0, n, g, coef);
     KERNEL_CHECK(cb, "clip_scale_k");
     return 0;
 }
@@ -161,7 +168,7 @@ int cu_ema_update(backend_t *be, int64_t n, float *ema, const float *x, double d
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, (float)(1.0 - decay), NULL);
+    cb_launch(cb, ema_k, cb_blocks(cb, n, 256), 256, 0, n, ema, x, (float)(1.0 - decay), (const double *)NULL);
     KERNEL_CHECK(cb, "ema_k");
     return 0;
 }
@@ -170,7 +177,7 @@ int cu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, cons
     cuda_be_t *cb = cb_of(be);
     if (n <= 0) return 0;
     CB_ENTER(cb);
-    ema_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, ema, x, 0.0f, decay);
+    cb_launch(cb, ema_k, cb_blocks(cb, n, 256), 256, 0, n, ema, x, 0.0f, decay);
     KERNEL_CHECK(cb, "ema_k");
     return 0;
 }
@@ -178,6 +185,7 @@ int cu_ema_update_dev(backend_t *be, int64_t n, float *ema, const float *x, cons
 /* SyncBN: one thread per channel, model/bn_combine.h over the gathered records. */
 __global__ void bn_combine_k(int world, int c, const float *__restrict__ gathered, int64_t count,
                              float *__restrict__ mean, float *__restrict__ var) {
+    pdl_enter();
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
     float m, v;
@@ -191,7 +199,7 @@ int cu_bn_combine(backend_t *be, int world, int c, const float *gathered, int64_
     cuda_be_t *cb = cb_of(be);
     if (c <= 0) return 0;
     CB_ENTER(cb);
-    bn_combine_k<<<(c + 127) / 128, 128, 0, cb->stream>>>(world, c, gathered, count, mean, var);
+    cb_launch(cb, bn_combine_k, (c + 127) / 128, 128, 0, world, c, gathered, count, mean, var);
     KERNEL_CHECK(cb, "bn_combine_k");
     return 0;
 }
@@ -204,7 +212,7 @@ int cu_sgd_step(backend_t *be, int64_t n, float *p, const float *g, float *buf, 
     if (momentum != 0.0 && !buf) return cb_fail(cb, "sgd_step: momentum %g needs a buffer", momentum);
     CB_ENTER(cb);
     bool from_ctl = isnan(lr);
-    sgd_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(n, p, g, buf, from_ctl ? 0.0f : (float)lr, from_ctl,
+    cb_launch(cb, sgd_k, cb_blocks(cb, n, 256), 256, 0, n, p, g, buf, from_ctl ? 0.0f : (float)lr, from_ctl,
                                                           (float)momentum, (float)(1.0 - dampening),
                                                           (float)weight_decay, nesterov, ctl);
     KERNEL_CHECK(cb, "sgd_k");
@@ -218,7 +226,7 @@ int cu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, 
     if (n <= 0) return 0;
     CB_ENTER(cb);
     bool from_ctl = isnan(lr);
-    adamw_k<<<cb_blocks(cb, n, 256), 256, 0, cb->stream>>>(
+    cb_launch(cb, adamw_k, cb_blocks(cb, n, 256), 256, 0,
         n, p, g, m, v, from_ctl ? 0.0 : lr, from_ctl, weight_decay, beta1, beta2, (float)beta1, (float)beta2,
         (float)(1.0 - beta1), (float)(1.0 - beta2), (float)eps, ctl);
     KERNEL_CHECK(cb, "adamw_k");
@@ -228,7 +236,7 @@ int cu_adamw_step(backend_t *be, int64_t n, float *p, const float *g, float *m, 
 int cu_step_ctl_update(backend_t *be, step_ctl_t *ctl) {
     cuda_be_t *cb = cb_of(be);
     CB_ENTER(cb);
-    step_ctl_k<<<1, 1, 0, cb->stream>>>(ctl);
+    cb_launch(cb, step_ctl_k, 1, 1, 0, ctl);
     KERNEL_CHECK(cb, "step_ctl_k");
     return 0;
 }

@@ -51,6 +51,7 @@ __device__ __forceinline__ int window_argmax(const T *__restrict__ xs, pool_shap
 
 template <typename T>
 __global__ void maxpool_fwd_k(pool_shape_t s, const T *__restrict__ x, T *__restrict__ y) {
+    pdl_enter();
     int64_t total = (int64_t)s.n * s.p * s.q * s.c, stride = (int64_t)gridDim.x * blockDim.x;
     int64_t plane = (int64_t)s.h * s.w * s.c;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -68,6 +69,7 @@ __global__ void maxpool_fwd_k(pool_shape_t s, const T *__restrict__ x, T *__rest
 template <typename T>
 __global__ void maxpool_bwd_k(pool_shape_t s, const T *__restrict__ x, const T *__restrict__ dy,
                               T *__restrict__ dx) {
+    pdl_enter();
     int64_t total = (int64_t)s.n * s.h * s.w * s.c, stride = (int64_t)gridDim.x * blockDim.x;
     int64_t plane = (int64_t)s.h * s.w * s.c, oplane = (int64_t)s.p * s.q * s.c;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -110,7 +112,7 @@ int cu_maxpool_fwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void 
     if (check_shape(cb, s, "maxpool_fwd")) return -1;
     CB_ENTER(cb);
     int64_t total = (int64_t)s->n * s->p * s->q * s->c;
-    DISPATCH_DT(cb, dt, T, maxpool_fwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (maxpool_fwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                *s, (const T *)x, (T *)y));
     KERNEL_CHECK(cb, "maxpool_fwd_k");
     return 0;
@@ -122,7 +124,7 @@ int cu_maxpool_bwd(backend_t *be, const pool_shape_t *s, dtype_t dt, const void 
     if (check_shape(cb, s, "maxpool_bwd")) return -1;
     CB_ENTER(cb);
     int64_t total = (int64_t)s->n * s->h * s->w * s->c;
-    DISPATCH_DT(cb, dt, T, maxpool_bwd_k<T><<<cb_blocks(cb, total, 256), 256, 0, cb->stream>>>(
+    DISPATCH_DT(cb, dt, T, cb_launch(cb, (maxpool_bwd_k<T>), cb_blocks(cb, total, 256), 256, 0,
                                *s, (const T *)x, (const T *)dy, (T *)dx));
     KERNEL_CHECK(cb, "maxpool_bwd_k");
     return 0;

@@ -74,7 +74,7 @@ check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\
 check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
 check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_candidate\", \"e2e_bf16_fusion_none\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_default\", \"e2e_fp16_fusion_none\"] and \"checks\" in r[-1]'" \
     "gpu_e2e.json: eight configurations completed (default, graphs false, DDP world 1, fp16; fusion none of bf16, DDP world 1, fp16; bf16 with the candidate options), the checks"
-check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if \"all\" not in str(x.get(\"cuda_fusion\"))) == [\"e2e_bf16_fusion_none\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_fusion_none\"] and [x[\"config\"] for x in r[:-1] if \"bn_more_splits\" in str(x.get(\"cuda_fusion\"))] == [\"e2e_bf16_fusion_candidate\"]'" \
+check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if \"all\" not in str(x.get(\"cuda_fusion\"))) == [\"e2e_bf16_fusion_none\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_fusion_none\"] and [x[\"config\"] for x in r[:-1] if \"pdl\" in str(x.get(\"cuda_fusion\"))] == [\"e2e_bf16_fusion_candidate\"]'" \
     "gpu_e2e.json: the rows say their cuda_fusion (the default all, but in the three fusion-none rows; the candidate row its list)"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
     "gpu_e2e.json: the default is auto, compared with false"
@@ -86,8 +86,8 @@ check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0
     "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
 check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
     "the fusion stage: the exactness tests skipped without a GPU, the stage ok"
-check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-5:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,bn_more_splits\", \"graph_conv,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,bn_more_splits\"] else 1)' '$o/bench.jsonl'" \
-    "the fusion stage: one bench row per option list (none, all, all + bn_more_splits, all + vec16, all + both)"
+check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-5:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl\", \"graph_conv,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,pdl\"] else 1)' '$o/bench.jsonl'" \
+    "the fusion stage: one bench row per option list (none, all, all + pdl, all + vec16, all + both)"
 check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
     "bench.jsonl: the profile and the conv engines"
 check "py '$o/fashion_mnist_gpu_vs_torch.json' 'len(r[\"runner\"]) == 1 and r[\"runner\"][0][\"status\"] == \"completed\" and r[\"epochs\"] == 1'" \

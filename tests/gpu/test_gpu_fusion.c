@@ -22,6 +22,9 @@
  *   bn_fold_running  a resnet20 step with it repeats the unfused step's loss, gradients
  *                and buffers (the running statistics) bit for bit, replayed too (fp32,
  *                bf16; the op itself against the two it replaces: test_gpu_norm);
+ *   pdl          the same bits as without it, a step and its graph replay (where the
+ *                launches become programmatic edges): alone in fp32, fp16 and bf16, and
+ *                with all against all in bf16 and fp16;
  *   nets         one resnet20 training step with every option in non-deterministic mode
  *                against the CPU (test_gpu_net's tolerances in fp32; in half no more than
  *                25% above the unfused GPU's own distance to the CPU, which exceeded them
@@ -584,14 +587,15 @@ static void check_det_options(dtype_t dt) {
     check_det(dt, BACKEND_FUSE_EVERY, false);
 }
 
-/* An option whose results are the same bits as without it (bn_remask, bn_fold_running)
- * against no option, deterministic mode: one resnet20 step (and the step recorded as a
- * CUDA graph and replayed) gives the unfused step's loss, gradients and BN buffers (the
- * running statistics among them) bit for bit. */
-static void check_same_bits_net(dtype_t dt, unsigned option) {
-    char name[64];
+/* An option set whose results are the same bits as the base set's (bn_remask,
+ * bn_fold_running, pdl against no option; pdl with all against all), deterministic
+ * mode: one resnet20 step (and the step recorded as a CUDA graph and replayed) gives the
+ * base step's loss, gradients and BN buffers (the running statistics among them) bit for
+ * bit. */
+static void check_same_bits_vs(dtype_t dt, unsigned option, unsigned base) {
+    char name[192];
     backend_fusion_format(option, name, sizeof name);
-    pair_t r = pair_make_fused(true, false, option), u = pair_make(true, false);
+    pair_t r = pair_make_fused(true, false, option), u = pair_make_fused(true, false, base);
     step_out_t a = step(r.gpu, dt, false), ag = step(r.gpu, dt, true), b = step(u.gpu, dt, false);
     bool same = !memcmp(a.grads, b.grads, a.np * 4) && !memcmp(a.bufs, b.bufs, a.nb * 4) && a.loss == b.loss;
     bool sameg = !memcmp(ag.grads, b.grads, a.np * 4) && !memcmp(ag.bufs, b.bufs, a.nb * 4);
@@ -604,6 +608,8 @@ static void check_same_bits_net(dtype_t dt, unsigned option) {
     pair_free(&u);
 }
 
+static void check_same_bits_net(dtype_t dt, unsigned option) { check_same_bits_vs(dt, option, 0); }
+
 static void test_remask_net(void) {
     check_same_bits_net(DT_F32, BACKEND_FUSE_BN_REMASK);
     check_same_bits_net(DT_F16, BACKEND_FUSE_BN_REMASK);
@@ -614,6 +620,17 @@ static void test_remask_net(void) {
 static void test_fold_running_net(void) {
     check_same_bits_net(DT_F32, BACKEND_FUSE_BN_FOLD_RUNNING);
     check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_FOLD_RUNNING);
+}
+
+/* pdl: the own kernels launched with programmatic dependent launch compute what they
+ * computed, so a step and its graph replay are the unfused step's bits, alone and with
+ * the default options (where the BN kernels follow cuDNN's and each other) */
+static void test_pdl_net(void) {
+    check_same_bits_net(DT_F32, BACKEND_FUSE_PDL);
+    check_same_bits_net(DT_F16, BACKEND_FUSE_PDL);
+    check_same_bits_net(DT_BF16, BACKEND_FUSE_PDL);
+    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_PDL, BACKEND_FUSE_ALL);
+    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_PDL, BACKEND_FUSE_ALL);
 }
 
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
@@ -638,6 +655,7 @@ int main(void) {
     TEST_RUN(test_remask_node_bf16);
     TEST_RUN(test_remask_net);
     TEST_RUN(test_fold_running_net);
+    TEST_RUN(test_pdl_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);
