@@ -266,6 +266,10 @@ stage_e2e() {
         # what the flagship would gain if the default took them
         local cand=${E2E_CANDIDATE-[all, pdl]}
         [ -z "$cand" ] || { e2e_run e2e_bf16_fusion_candidate "$bf16" $single --set "train.cuda_fusion=$cand" || rc=1; }
+        # what train.deterministic (the recipe's default, true) costs the flagship: cuDNN's
+        # engines without the deterministic filter (E2E_NONDET=0 leaves the row out)
+        [ "${E2E_NONDET:-1}" = 0 ] ||
+            { e2e_run e2e_bf16_nondeterministic "$bf16" $single --set train.deterministic=false || rc=1; }
         e2e_pair ddp1_nccl_bf16 "$bf16" $ddp
         e2e_pair fp16 "$fp16" $single
         [ "${E2E_GRAPHS_FALSE:-1}" = 0 ] && return $rc

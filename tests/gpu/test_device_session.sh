@@ -72,8 +72,8 @@ check "py '$o/gpu_tests.json' 'r[\"device\"] == \"NVIDIA H200\" and r[\"driver\"
 check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\", \"commit\", \"date\", \"sanitizer_errors\"))'" \
     "gpu_tests.json: versions, commit, date, sanitizer_errors"
 check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
-check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_candidate\", \"e2e_bf16_fusion_none\", \"e2e_bf16_graphs_false\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_default\", \"e2e_fp16_fusion_none\"] and \"checks\" in r[-1]'" \
-    "gpu_e2e.json: eight configurations completed (default, graphs false, DDP world 1, fp16; fusion none of bf16, DDP world 1, fp16; bf16 with the candidate options), the checks"
+check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_candidate\", \"e2e_bf16_fusion_none\", \"e2e_bf16_graphs_false\", \"e2e_bf16_nondeterministic\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_default\", \"e2e_fp16_fusion_none\"] and \"checks\" in r[-1]'" \
+    "gpu_e2e.json: nine configurations completed (default, graphs false, DDP world 1, fp16; fusion none of bf16, DDP world 1, fp16; bf16 with the candidate options; bf16 non-deterministic), the checks"
 check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if \"all\" not in str(x.get(\"cuda_fusion\"))) == [\"e2e_bf16_fusion_none\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_fusion_none\"] and [x[\"config\"] for x in r[:-1] if \"pdl\" in str(x.get(\"cuda_fusion\"))] == [\"e2e_bf16_fusion_candidate\"]'" \
     "gpu_e2e.json: the rows say their cuda_fusion (the default all, but in the three fusion-none rows; the candidate row its list)"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
