@@ -184,6 +184,28 @@ static double peak_tflops(const char *dev, const char *precision) {
     return 0;
 }
 
+#ifdef RUNNER_HAVE_CUDA
+/* steps trainer steps, each waited for and its events collected */
+static int prof_run(gpu_prof_t *p, train_bench_t *tb, int steps, err_t *e) {
+    backend_t *be = gpu_prof_backend(p);
+    for (int s = 0; s < steps; s++)
+        if (train_bench_step(tb, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) || gpu_prof_collect(p, e))
+            return -1;
+    return 0;
+}
+
+/* The table per step to stderr and its JSON fragment into *json (malloc'd). */
+static int prof_report(const gpu_prof_t *p, int steps, char **json, err_t *e) {
+    gpu_prof_print(p, steps, stderr);
+    size_t len = 0;
+    FILE *f = open_memstream(json, &len);
+    if (!f) return err_set(e, ERR_RUNTIME, "out of memory");
+    gpu_prof_json(p, steps, f);
+    fclose(f);
+    return 0;
+}
+#endif
+
 /* --profile: profile_steps steps with the op-kind profiler; the table and the conv
  * algorithms to stderr; prof_json / conv_json get the JSON fragments (malloc'd, or NULL). */
 static int profile_steps(net_t *n, train_bench_t *tb, const bench_opts_t *o, char **prof_json, char **conv_json,
@@ -213,19 +235,8 @@ static int profile_steps(net_t *n, train_bench_t *tb, const bench_opts_t *o, cha
 #ifdef RUNNER_HAVE_CUDA
     gpu_prof_t *p = gpu_prof_attach(be, 500.0, e);
     if (!p) return -1;
-    int rc = -1;
     gpu_prof_timing(p, true);
-    for (int s = 0; s < o->profile_steps; s++)
-        if (train_bench_step(tb, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) ||
-            gpu_prof_collect(p, e))
-            goto out;
-    gpu_prof_print(p, o->profile_steps, stderr);
-    f = open_memstream(prof_json, &len);
-    if (!f) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
-    gpu_prof_json(p, o->profile_steps, f);
-    fclose(f);
-    rc = 0;
-out:
+    int rc = prof_run(p, tb, o->profile_steps, e) || prof_report(p, o->profile_steps, prof_json, e) ? -1 : 0;
     gpu_prof_detach(p);
     return rc;
 #else
@@ -249,21 +260,13 @@ static int profile_replayed(net_t *n, optim_t *opt, const bench_opts_t *o, dtype
         train_bench_step(tp, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0))
         goto out;
     gpu_prof_reset(p);   /* the normal first step: nothing was recorded */
-    for (int s = 0; s < o->profile_steps; s++)   /* the recording's own launch, then replays */
-        if (train_bench_step(tp, 0.1, e) || (be->ops->sync(be) ? (*e = be->err, 1) : 0) || gpu_prof_collect(p, e))
-            goto out;
+    if (prof_run(p, tp, o->profile_steps, e)) goto out;   /* the recording's own launch, then replays */
     if (!train_bench_graphs(tp) || gpu_prof_recorded_calls(p) == 0) {
         err_set(e, ERR_RUNTIME, "the replayed profile recorded no calls (the recording failed: %s)",
                 be->err.msg[0] ? be->err.msg : "no graph");
         goto out;
     }
-    gpu_prof_print(p, o->profile_steps, stderr);
-    size_t len = 0;
-    FILE *f = open_memstream(json, &len);
-    if (!f) { err_set(e, ERR_RUNTIME, "out of memory"); goto out; }
-    gpu_prof_json(p, o->profile_steps, f);
-    fclose(f);
-    rc = 0;
+    rc = prof_report(p, o->profile_steps, json, e);
 out:
     train_bench_free(tp);
     gpu_prof_detach(p);

@@ -671,6 +671,8 @@ void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f) {
     fprintf(f, "]}");
 }
 
+backend_t *gpu_prof_backend(const gpu_prof_t *p) { return p->be; }
+
 void gpu_prof_detach(gpu_prof_t *p) {
     if (!p) return;
     p->be->ops = p->orig;

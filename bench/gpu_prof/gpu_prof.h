@@ -70,6 +70,8 @@ void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f);
  * wrapper names its shape (the convolutions by output: n*p*q rows of k channels; the BN
  * ops: m rows of c; bn_update_running: 1 row of c), which the table prints the top of. */
 void gpu_prof_json(const gpu_prof_t *p, int steps, FILE *f);
+/* The backend it profiles. */
+backend_t *gpu_prof_backend(const gpu_prof_t *p);
 /* Restores the backend's own ops and frees the profiler. */
 void gpu_prof_detach(gpu_prof_t *p);
 

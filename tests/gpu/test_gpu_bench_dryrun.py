@@ -27,14 +27,7 @@ import subprocess
 import sys
 
 bench = sys.argv[1]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed:", what)
+from pycheck import check, finish
 
 
 B = 4
@@ -117,5 +110,4 @@ check(g["last_loss"] > 0 and g["last_loss"] < 1e3, f"last_loss {g['last_loss']}"
 check(line["default_graphs"] is False and line["runner_graphs_img_per_s"] is None and
       line["runner_img_per_s"] == line["runner_normal_img_per_s"] and line["graph_recordings"] == 0,
       "without the recorder: normal launches are the default")
-print("ok" if not failures else f"{failures} checks failed")
-sys.exit(1 if failures else 0)
+finish()

@@ -22,14 +22,7 @@ if v.returncode != 0 or json.loads(v.stdout or "{}").get("driver") in (None, "no
     print("no GPU: skipped")
     sys.exit(77)
 
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed:", what)
+from pycheck import check, finish
 
 
 r = subprocess.run([bench, "--arch", "resnet20", "--classes", "10", "--batch", "32", "--precision", "bf16",
@@ -41,8 +34,7 @@ eager, rep = line.get("profile"), line.get("profile_replayed")
 check(eager is not None and eager.get("mode") == "eager", "the eager table, mode eager")
 check(rep is not None, "a profile_replayed object: " + r.stderr[-1500:])
 if rep is None:
-    print(f"{failures} checks failed")
-    sys.exit(1)
+    finish()
 check(rep["mode"] == "replayed" and rep["steps"] == 3, f"mode {rep.get('mode')} steps {rep.get('steps')}")
 check("replayed: per step (3 replays" in r.stderr, "the replayed table on stderr")
 outside = {"upload", "download", "copy"}   # the host's writes and the record's copy: not in the graph
@@ -69,5 +61,4 @@ for name in ("conv_fwd", "bn_stats", "bn_bwd_reduce"):
 step_ms = line.get("graphs_step_ms")
 check(step_ms and rep["gpu_ms"] <= 1.25 * step_ms, f"ops {rep['gpu_ms']} ms within the replayed step {step_ms} ms")
 check(rep["gpu_ms"] > 0, "a replayed total")
-print("ok" if not failures else f"{failures} checks failed")
-sys.exit(1 if failures else 0)
+finish()

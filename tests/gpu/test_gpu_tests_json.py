@@ -12,14 +12,7 @@ import tempfile
 here = os.path.dirname(os.path.abspath(__file__))
 script = os.path.join(here, "gpu_tests_json.py")
 log = os.path.join(here, "..", "..", "bench", "results", "gpu_h200_2026-11-26", "ctest.log")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("CHECK failed:", what)
+from pycheck import check, finish
 
 
 def run(*args):
@@ -75,5 +68,4 @@ with tempfile.TemporaryDirectory() as d:
     check(r["ctest_complete"] is True, "green log complete")
     check(r["skipped_tests"] == ["test_gpu_cli_hang_nccl"], r["skipped_tests"])
 
-print("ok" if not failures else f"{failures} checks failed")
-sys.exit(1 if failures else 0)
+finish()
