@@ -28,7 +28,7 @@ const char *const dtype_names[DT_COUNT] = {"fp32", "fp16", "bf16"};
 static const char *const FUSION_NAMES[BACKEND_FUSE_COUNT] = {"graph_conv", "conv_stats", "dgrad_dbn",
                                                              "dgrad_accum", "vec16", "bn_remask", "bn_wide_final",
                                                              "bn_fold_running", "dgrad_accum_tune",
-                                                             "bn_more_splits", "pdl"};
+                                                             "bn_more_splits", "pdl", "heur_b"};
 
 const char *backend_fusion_name(int bit) {
     return bit >= 0 && bit < BACKEND_FUSE_COUNT ? FUSION_NAMES[bit] : NULL;
@@ -50,7 +50,7 @@ int backend_fusion_parse(const char *list, unsigned *mask, err_t *e) {
         else if (!(len == 4 && !strncmp(q, "none", 4)) && len)
             return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use graph_conv, conv_stats, "
                            "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, "
-                           "dgrad_accum_tune, bn_more_splits, pdl, all or none", (int)len, q);
+                           "dgrad_accum_tune, bn_more_splits, pdl, heur_b, all or none", (int)len, q);
         p += strcspn(p, ",");
         if (*p == ',') p++;
     }

@@ -191,6 +191,14 @@ typedef struct backend_opts {
  *                (~330 own kernels a ResNet-50 step) [not yet measured: the H200 run had
  *                9.30 ms of per-op GPU time in an eager step against 7.89 ms replayed, the
  *                per-launch cost that remains in a graph unknown]
+ *   heur_b       with graph_conv, the engines of a convolution's graph ranked by cuDNN's
+ *                neural-net heuristic (CUDNN_HEUR_MODE_B; mode A's ranking where it has
+ *                none) before mode A's list: in deterministic mode, which takes the first
+ *                usable engine untimed so that every run and resume picks the same one,
+ *                that first engine is mode B's; outside it, mode B's first 4 are timed.
+ *                Another engine: rounding, not the result; deterministic mode still
+ *                repeats its bits [not yet measured: the flagship (deterministic) stepped
+ *                at 8.03 ms against 7.89 replayed by the non-deterministic bench, H200]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -207,8 +215,9 @@ enum {
     BACKEND_FUSE_DGRAD_ACCUM_TUNE = 1u << 8,
     BACKEND_FUSE_BN_MORE_SPLITS = 1u << 9,
     BACKEND_FUSE_PDL = 1u << 10,
-    BACKEND_FUSE_COUNT = 11,
-    BACKEND_FUSE_EVERY = (1u << 11) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_HEUR_B = 1u << 11,
+    BACKEND_FUSE_COUNT = 12,
+    BACKEND_FUSE_EVERY = (1u << 12) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };

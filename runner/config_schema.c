@@ -42,7 +42,7 @@ static const char *const GRAPHS[] = {"false", "true", "auto"};   /* graphs_mode_
 /* backend_fusion_name's names, and all (BACKEND_FUSE_ALL: the options measured faster; the default) */
 static const char *const FUSIONS[] = {"graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask",
                                        "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl",
-                                       "all"};
+                                       "heur_b", "all"};
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 /* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
 #define HASH_NEW (F_HASH | F_HASH_SET)
@@ -231,7 +231,7 @@ const cfg_row_t cfg_rows[] = {
     {"train.cuda_fusion", K_STRS, OFF(train.cuda_fusion), SZ(train.cuda_fusion[0]), 0, 0, F_NULLABLE | F_UNIQUE,
      0, CFG_MAX_LIST, OFF(train.n_cuda_fusion), NAMES(FUSIONS),
      "project key: CUDA fusion options [graph_conv, conv_stats, dgrad_dbn, dgrad_accum, vec16, bn_remask, "
-     "bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl]; all = "
+     "bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b]; all = "
      "[graph_conv, dgrad_accum, bn_remask, bn_wide_final, bn_fold_running], the ones a GPU run showed exact "
      "and faster (the default); [] for none"},
 

@@ -248,7 +248,14 @@ static void cg_notice(cuda_be_t *cb, const char *text) {
 /* Builds p's graph and chooses its plan (p->ready), or leaves p not ready with the
  * reason in the notice. -1 only on a CUDA error. */
 static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
+    /* the engine lists asked for, in order, until one gives a usable plan; with heur_b
+     * cuDNN's neural-net heuristic (mode B) first, which falls back to mode A's ranking
+     * itself where it has no model, then A and the fallback list as without it */
     static const cudnnBackendHeurMode_t MODES[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    static const cudnnBackendHeurMode_t MODES_B[3] = {CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    bool heur_b = (cb->fusion & BACKEND_FUSE_HEUR_B) != 0;
+    const cudnnBackendHeurMode_t *modes = heur_b ? MODES_B : MODES;
+    int nmodes = heur_b ? 3 : 2;
     static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad (beta 1)",
                                                      "fprop + genStats", "dgrad + dBN sums",
                                                      "dgrad + dReLU + dBN sums"};
@@ -274,11 +281,11 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     /* an accumulating graph is timed only with dgrad_accum_tune, into a scratch output */
     bool tune_accum = (cb->fusion & BACKEND_FUSE_DGRAD_ACCUM_TUNE) != 0;
     int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) ? 1 : CG_TUNE;
-    for (int m = 0; og && m < 2 && ncand == 0; m++) {
+    for (int m = 0; og && m < nmodes && ncand == 0; m++) {
         bd_t heur = NULL;
         int64_t count = 0;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) break;
-        cudnnBackendHeurMode_t mode = MODES[m];
+        cudnnBackendHeurMode_t mode = modes[m];
         bd_t cfgs[CG_MAX_CFG];
         int ncfg = 0;
         if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,

@@ -270,6 +270,10 @@ stage_e2e() {
         # engines without the deterministic filter (E2E_NONDET=0 leaves the row out)
         [ "${E2E_NONDET:-1}" = 0 ] ||
             { e2e_run e2e_bf16_nondeterministic "$bf16" $single --set train.deterministic=false || rc=1; }
+        # the deterministic engines ranked by cuDNN's neural-net heuristic (heur_b; the
+        # bench is not deterministic, so only the flagship shows it; E2E_HEUR=0: left out)
+        [ "${E2E_HEUR:-1}" = 0 ] ||
+            { e2e_run e2e_bf16_heur_b "$bf16" $single --set "train.cuda_fusion=[all, heur_b]" || rc=1; }
         e2e_pair ddp1_nccl_bf16 "$bf16" $ddp
         e2e_pair fp16 "$fp16" $single
         [ "${E2E_GRAPHS_FALSE:-1}" = 0 ] && return $rc
@@ -329,7 +333,7 @@ stage_compile() {
 # ---- stage fusion (issue 25): the fusion options' exactness and speed ----
 # Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
 # (train, resume, paths, graphs) with the options the default [all] leaves out on as well
-# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,
+# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,
 # the runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
 # "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
@@ -347,7 +351,7 @@ stage_fusion() {
     elif [ -n "$DRY" ]; then
         echo "fusion: dry run: the exactness tests need a GPU"
     else
-        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl ctest \
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b ctest \
             -R 'test_gpu_cli_(train|resume|paths|graphs)' -j3 --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi

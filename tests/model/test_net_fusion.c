@@ -180,23 +180,25 @@ static void test_fusion_names(void) {
     backend_fusion_format(m, buf, sizeof buf);
     /* measured faster; the others stay selectable */
     CHECK_STR(buf, "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running");
-    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl", &m, &e), 0);
+    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b", &m, &e),
+              0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,"
-                   "dgrad_accum_tune,bn_more_splits,pdl");
+                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b");
     CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running", &m, &e), 0);
     /* bn_remask measured faster (H100, 2026-11-26), bn_wide_final and bn_fold_running (H200) */
     CHECK_INT(m, BACKEND_FUSE_ALL);
     CHECK(!(BACKEND_FUSE_ALL & (BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_VEC16 |
                                 BACKEND_FUSE_DGRAD_ACCUM_TUNE | BACKEND_FUSE_BN_MORE_SPLITS |
-                                BACKEND_FUSE_PDL)));   /* no gain, slower, or not measured */
+                                BACKEND_FUSE_PDL | BACKEND_FUSE_HEUR_B)));   /* no gain, slower, or not measured */
     CHECK_STR(backend_fusion_name(5), "bn_remask");
     CHECK_STR(backend_fusion_name(6), "bn_wide_final");
     CHECK_STR(backend_fusion_name(7), "bn_fold_running");
     CHECK_STR(backend_fusion_name(8), "dgrad_accum_tune");
     CHECK_STR(backend_fusion_name(9), "bn_more_splits");
     CHECK_STR(backend_fusion_name(10), "pdl");
+    CHECK_STR(backend_fusion_name(11), "heur_b");
     CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
