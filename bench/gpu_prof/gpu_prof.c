@@ -106,7 +106,6 @@ struct gpu_prof {
     backend_ops_t ops;
     bool timing;
     bool replayed;            /* gpu_prof_replayed: events as graph nodes, sums per replay */
-    int replays;              /* replayed mode: collects with the recorded calls */
     double head_us;
     long long spin_cycles;
     void *stream;
@@ -554,7 +553,6 @@ void gpu_prof_reset(gpu_prof_t *p) {
     memset(p->k, 0, sizeof p->k);
     p->n_recs = 0;
     p->n_shapes = 0;
-    p->replays = 0;
 }
 
 int gpu_prof_recorded_calls(const gpu_prof_t *p) { return p->replayed ? p->n_recs : 0; }
@@ -580,10 +578,7 @@ int gpu_prof_collect(gpu_prof_t *p, err_t *e) {
         }
         if (r->m > 0) shape_add(p, r, ms);
     }
-    if (p->replayed) {
-        p->replays += p->n_recs > 0;
-        return 0;   /* the same calls again at the next replay */
-    }
+    if (p->replayed) return 0;   /* the same calls again at the next replay */
     p->n_recs = 0;
     return 0;
 }
