@@ -5,8 +5,8 @@ graph). One resnet20 configuration (bf16 AMP, batch 32, 10 classes) with --profi
 --profile-steps 3 must give, besides the eager table ("profile", mode "eager"), a
 "profile_replayed" object (mode "replayed", 3 steps) whose op kinds are the eager step's
 with the same calls and bytes per step (but the host transfers and the record's copy,
-which run outside the recorded graph), a GPU time for every kind the graph runs (the
-convolutions, BN, the loss, the optimizer), by-shape lines whose calls add up to their
+which run outside the recorded graph), a GPU time for the kinds that do the work (the
+convolutions, BN, the loss, the optimizer, the weight cast), by-shape lines whose calls add up to their
 kinds', and op times that add up to no more than the replayed step itself (events bracket
 disjoint parts of one replay; a quarter of slack for the event nodes' own cost, since the
 step's time was measured without them). Exit 77 (skipped) without a GPU.
@@ -47,8 +47,11 @@ for name, k in ek.items():
         continue
     check(abs(q["calls"] - k["calls"]) < 1e-9, f"{name}: calls {q['calls']} vs eager {k['calls']}")
     check(abs(q["bytes"] - k["bytes"]) <= 1e-9 * max(1.0, k["bytes"]), f"{name}: bytes {q['bytes']} vs {k['bytes']}")
-    if name != "fused_fallback":   # a pseudo-kind: its time is in the conv kinds
-        check(q["gpu_ms"] > 0, f"{name}: replayed GPU time {q['gpu_ms']}")
+    check(q["gpu_ms"] >= 0, f"{name}: replayed GPU time {q['gpu_ms']}")
+    # the kinds that move megabytes or do the convolutions take measurable time (the
+    # one-thread step control or a memset may be under the events' resolution)
+    if name.startswith(("conv_", "bn_")) or name in ("sgd_step", "softmax_xent", "cast"):
+        check(q["gpu_ms"] > 0, f"{name}: replayed GPU time {q['gpu_ms']}, none measured")
 check(rk.get("conv_fwd", {}).get("calls") == 21, f"resnet20: 21 forward convolutions, got {rk.get('conv_fwd')}")
 for name in ("bn_stats", "bn_apply", "bn_bwd_reduce", "bn_bwd_apply", "softmax_xent", "sgd_step"):
     check(name in rk, f"{name} in the replayed step")
