@@ -25,10 +25,8 @@ void cuda_versions(char *buf, size_t len);
 
 const char *const dtype_names[DT_COUNT] = {"fp32", "fp16", "bf16"};
 
-static const char *const FUSION_NAMES[BACKEND_FUSE_COUNT] = {"graph_conv", "conv_stats", "dgrad_dbn",
-                                                             "dgrad_accum", "vec16", "bn_remask", "bn_wide_final",
-                                                             "bn_fold_running", "dgrad_accum_tune",
-                                                             "bn_more_splits", "pdl", "heur_b"};
+static const char *const FUSION_NAMES[] = {BACKEND_FUSION_NAMES};
+_Static_assert(sizeof FUSION_NAMES / sizeof FUSION_NAMES[0] == BACKEND_FUSE_COUNT, "one name per fusion option");
 
 const char *backend_fusion_name(int bit) {
     return bit >= 0 && bit < BACKEND_FUSE_COUNT ? FUSION_NAMES[bit] : NULL;
@@ -47,10 +45,13 @@ int backend_fusion_parse(const char *list, unsigned *mask, err_t *e) {
             if (strlen(FUSION_NAMES[i]) == len && !strncmp(q, FUSION_NAMES[i], len)) bit = i;
         if (bit >= 0) *mask |= 1u << bit;
         else if (len == 3 && !strncmp(q, "all", 3)) *mask |= BACKEND_FUSE_ALL;
-        else if (!(len == 4 && !strncmp(q, "none", 4)) && len)
-            return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use graph_conv, conv_stats, "
-                           "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, "
-                           "dgrad_accum_tune, bn_more_splits, pdl, heur_b, all or none", (int)len, q);
+        else if (!(len == 4 && !strncmp(q, "none", 4)) && len) {
+            char known[256] = "";
+            for (int i = 0; i < BACKEND_FUSE_COUNT; i++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s, ", FUSION_NAMES[i]);
+            return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use %sall or none", (int)len, q,
+                           known);
+        }
         p += strcspn(p, ",");
         if (*p == ',') p++;
     }

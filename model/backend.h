@@ -221,6 +221,10 @@ enum {
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };
+/* The option names in bit order: the one list backend_fusion_name, the parser's message
+ * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
+#define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
+    "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an

@@ -82,7 +82,9 @@ void config_defaults(experiment_t *e) {
     /* [all] since the H100 run of 2026-11-26 (commit e89b7c7) showed graph_conv,
      * dgrad_accum and bn_remask exact (test_gpu_cli_train / resume / paths / graphs with
      * them on) and faster (the flagship's epoch 3.68 s against 3.86 s, bf16; the whole
-     * step replayed, batch 128: 9.08 ms against 13.93 ms). [] turns them off. */
+     * step replayed, batch 128: 9.08 ms against 13.93 ms); all has also held bn_wide_final
+     * and bn_fold_running since the H200 run of the same day (model/backend.h). [] turns
+     * them off. */
     e->train.n_cuda_fusion = 1;
     snprintf(e->train.cuda_fusion[0], sizeof e->train.cuda_fusion[0], "all");
     e->train.ema.warmup_gamma = 1.0;

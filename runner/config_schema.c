@@ -8,6 +8,7 @@
  */
 #include "runner/config_internal.h"
 #include "model/arch/arch_table.h"
+#include "model/backend.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -40,9 +41,7 @@ static const char *const METRICS[] = {NULL, "val_loss", "val_top1", "val_top5", 
 static const char *const STOP_MODES[] = {"auto", "min", "max"};
 static const char *const GRAPHS[] = {"false", "true", "auto"};   /* graphs_mode_t */
 /* backend_fusion_name's names, and all (BACKEND_FUSE_ALL: the options measured faster; the default) */
-static const char *const FUSIONS[] = {"graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask",
-                                       "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl",
-                                       "heur_b", "all"};
+static const char *const FUSIONS[] = {BACKEND_FUSION_NAMES, "all"};
 _Static_assert(sizeof METRICS / sizeof METRICS[0] == METRIC_COUNT, "one name per metric_t");
 /* rows added after the hash was pinned: hashed only when used (F_HASH_SET) */
 #define HASH_NEW (F_HASH | F_HASH_SET)

@@ -207,6 +207,10 @@ static void test_fusion_names(void) {
     CHECK_INT(backend_fusion_parse("graph_conv,bogus", &m, &e), -1);
     CHECK_INT(e.code, ERR_INPUT);
     CHECK_CONTAINS(e.msg, "unknown option 'bogus'");
+    /* the names come from the one list (BACKEND_FUSION_NAMES), as they did spelled out */
+    CHECK_STR(e.msg, "cuda fusion: unknown option 'bogus'; use graph_conv, conv_stats, dgrad_dbn, dgrad_accum, "
+                     "vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, "
+                     "heur_b, all or none");
 }
 
 /* ---- the net's calls, on the CPU ---- */
