@@ -199,6 +199,15 @@ typedef struct backend_opts {
  *                Another engine: rounding, not the result; deterministic mode still
  *                repeats its bits [not yet measured: the flagship (deterministic) stepped
  *                at 8.03 ms against 7.89 replayed by the non-deterministic bench, H200]
+ *   bn_mask_bits the BN + add + ReLU layers (a residual block's last BN, whose mask
+ *                bn_remask cannot recompute without the residual) store their ReLU mask
+ *                as bits while the forward writes y (bn_apply_mask), and both BN backward
+ *                passes read the bits instead of y (bn_bwd_reduce_mask, bn_bwd_apply_mask):
+ *                the same mask, so the same bits in every result; in ResNet-50 (CIFAR
+ *                stem, batch 128, 16 such layers, 230M elements) the two passes read 0.92
+ *                GB of y and 0.06 GB of bits instead, the forward writes 0.03 GB more
+ *                (predicted -0.83 GB: -0.17 to -0.25 ms at 4.8 to 3.35 TB/s) [not yet
+ *                measured]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -216,15 +225,17 @@ enum {
     BACKEND_FUSE_BN_MORE_SPLITS = 1u << 9,
     BACKEND_FUSE_PDL = 1u << 10,
     BACKEND_FUSE_HEUR_B = 1u << 11,
-    BACKEND_FUSE_COUNT = 12,
-    BACKEND_FUSE_EVERY = (1u << 12) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_MASK_BITS = 1u << 12,
+    BACKEND_FUSE_COUNT = 13,
+    BACKEND_FUSE_EVERY = (1u << 13) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };
 /* The option names in bit order: the one list backend_fusion_name, the parser's message
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
 #define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
-    "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b"
+    "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b", \
+    "bn_mask_bits"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
@@ -459,6 +470,29 @@ typedef struct backend_ops {
      * uses it only where nothing changes the statistics in between (no SyncBN). */
     int (*bn_stats_running)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
                             float *var, int64_t count, float momentum, float *run_mean, float *run_var);
+    /* The activation's mask kept as bits (optional, all three or none: NULL, and the net
+     * reads y; the cuda backend's bn_mask_bits). The mask of m rows of c channels is
+     * (m * c + 7) / 8 bytes, element i = row * c + channel at bit i & 7 of byte i >> 3.
+     * bn_apply_mask: bn_apply (act RELU or RELU6), and the mask's bit i set where
+     *   bn_bwd_reduce / bn_bwd_apply keep the gradient at the y[i] it stored (y > 0 for
+     *   relu, not (y <= 0 or y >= 6) for relu6); returns 1 with nothing written where the
+     *   backend cannot for this shape or alignment (call bn_apply then, and read y).
+     * bn_bwd_reduce_mask, bn_bwd_apply_mask: bn_bwd_reduce / bn_bwd_apply with y (and
+     *   act) as given there and beta NULL, the mask taken from the bits bn_apply_mask
+     *   wrote with that y instead of reading y: the same results, bit for bit (y is
+     *   passed for the launch geometry only). */
+    int (*bn_apply_mask)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                         const float *var, const float *gamma, const float *beta, float eps,
+                         const void *z, act_kind_t act, void *y, uint8_t *mask);
+    int (*bn_bwd_reduce_mask)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                              const void *y, act_kind_t act, const void *dy, const float *mean,
+                              const float *var, const float *gamma, float eps, float *sum_dy,
+                              float *sum_dy_xhat, float *dgamma, float *dbeta, const uint8_t *mask);
+    int (*bn_bwd_apply_mask)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
+                             const void *y, act_kind_t act, const void *dy, const float *mean,
+                             const float *var, const float *gamma, float eps, const float *sum_dy,
+                             const float *sum_dy_xhat, int64_t count, void *dx, void *dz,
+                             const uint8_t *mask);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

@@ -610,6 +610,13 @@ int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t
         d->c = p.c[i];
         d->gslot = p.slot[i];
         if (!(d->y = balloc(n, B * net_node_elems(n, i) * n->esz, e))) goto done;
+        /* the mask of a BN + add + ReLU as bits where the backend keeps it so (its
+         * bn_mask_bits); bn_remask recomputes the other BN + ReLUs' from x */
+        d->mask = NULL;
+        d->mask_ok = false;
+        if (d->kind == NODE_BN_ADD_RELU && be->ops->bn_apply_mask && be->ops->bn_bwd_reduce_mask &&
+            be->ops->bn_bwd_apply_mask && !(d->mask = balloc(n, (B * net_node_elems(n, i) + 7) / 8, e)))
+            goto done;
         if (net_is_bn(d->kind)) {
             d->mean = n->bn_mem + d->buf_off;
             d->var = n->bn_mem + d->buf_off + d->c;

@@ -53,6 +53,7 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
     double a = dt == DT_F32 ? 4.0 : 2.0;
     bool stats = fusion & BACKEND_FUSE_CONV_STATS, dbn = fusion & BACKEND_FUSE_DGRAD_DBN;
     bool accum = fusion & BACKEND_FUSE_DGRAD_ACCUM, remask = fusion & BACKEND_FUSE_BN_REMASK;
+    bool bits = fusion & BACKEND_FUSE_BN_MASK_BITS;
     /* a node's input gradient is summed (not written) by every consumer after the first
      * to run backward, i.e. all but the one latest in forward order */
     int *seen = calloc((size_t)nn + 1, sizeof(int));
@@ -69,19 +70,24 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
             bool relu = net_bn_act(d->kind) != ACT_NONE, add = d->kind == NODE_BN_ADD_RELU;
             /* forward: statistics (read x), apply (read x [+ z], write y) */
             bool fs = stats && d->in[0] >= 0 && net_fused_stats_bn(n, d->in[0]) == i;
+            /* bn_mask_bits: a BN + add + ReLU writes its mask (a bit an element) with y,
+             * and its backward passes read the bits instead of y */
+            bool mb = bits && add;
             t->fused_stats += fs;
-            t->bytes[NT_BN_FWD] += a * E * ((fs ? 0 : 1) + 2 + (add ? 1 : 0));
+            t->mask_bits += mb;
+            t->bytes[NT_BN_FWD] += a * E * ((fs ? 0 : 1) + 2 + (add ? 1 : 0)) + (mb ? E / 8.0 : 0.0);
             /* backward: reduce (x, dy [, y]), apply (x, dy [, y], write dx [, dz]); with
              * bn_remask the BN kernels of a relu / relu6 BN without a residual recompute
              * the mask from x and read no y (a fused dgrad_dbn conv still reads it) */
-            double reduce = a * E * (2 + (relu ? 1 : 0));
+            double ymask = mb ? E / 8.0 : a * E;   /* what a pass reads for the mask */
+            double reduce = a * E * 2 + (relu ? ymask : 0.0);
             bool fd = dbn && i + 1 < nn && net_fused_dbn_bn(n, i + 1) == i;
             bool rm = remask && relu && !add;
             t->fused_dbn += fd;
             t->remasked += rm;
-            if (fd) t->conv_epilogue += reduce - a * E;   /* the conv reads x [and y], not dy again */
+            if (fd) t->conv_epilogue += a * E * (1 + (relu ? 1 : 0));   /* the conv reads x [and y], not dy again */
             t->bytes[NT_BN_BWD] += (fd ? 0 : reduce - (rm ? a * E : 0)) +
-                                   a * E * (3 + (relu && !rm ? 1 : 0) + (add ? 1 : 0));
+                                   a * E * (3 + (add ? 1 : 0)) + (relu && !rm ? ymask : 0.0);
         }
         for (int k = 0; k < 2; k++) {
             int in = d->in[k];

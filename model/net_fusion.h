@@ -68,12 +68,13 @@ typedef struct net_traffic {
     int fused_dbn;            /* BN nodes whose backward reduction is in a conv */
     int fused_accum;          /* residual sums done by the conv (beta = 1) */
     int remasked;             /* BN nodes whose backward kernels recompute the mask (bn_remask) */
+    int mask_bits;            /* BN add-relu nodes whose mask is kept as bits (bn_mask_bits) */
 } net_traffic_t;
 
 /* The model for one training step of batch rows at in_h x in_w with activations of dt
  * (2 bytes for half, as on the GPU), SGD with momentum (adamw false) or AdamW, and the
- * fusion options `fusion` (BACKEND_FUSE_*; only conv_stats, dgrad_dbn, dgrad_accum
- * and bn_remask change bytes). 0, or -1 with e set. */
+ * fusion options `fusion` (BACKEND_FUSE_*; only conv_stats, dgrad_dbn, dgrad_accum,
+ * bn_remask and bn_mask_bits change bytes). 0, or -1 with e set. */
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
                 net_traffic_t *t, err_t *e);
 

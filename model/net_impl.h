@@ -31,6 +31,9 @@ typedef struct node {
     int gslot;             /* gradient slot of the output */
     float *mean, *var;     /* bn: batch statistics of the last training forward */
     int64_t count;         /* bn: rows the statistics cover (global under SyncBN) */
+    uint8_t *mask;         /* bn add-relu with the backend's bn_apply_mask: the mask bits
+                            * (backend memory, max_batch rows), else NULL */
+    bool mask_ok;          /* the last training forward wrote them (else read y) */
 } node_t;
 
 #define NET_NO_INPUT (-2)

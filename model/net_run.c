@@ -213,8 +213,16 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
                 var = d->var;
             }
             const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
-            OP(be->ops->bn_apply(be, m, d->c, n->dt, in0, mean, var, n->params + d->w_off,
-                                 n->params + d->b_off, NET_BN_EPS, z, net_bn_act(d->kind), d->y),
+            const float *gamma = n->params + d->w_off, *beta = n->params + d->b_off;
+            if (train && d->mask) {   /* with the mask bits where the backend can (1: cannot) */
+                int r = be->ops->bn_apply_mask(be, m, d->c, n->dt, in0, mean, var, gamma, beta, NET_BN_EPS, z,
+                                               net_bn_act(d->kind), d->y, d->mask);
+                OP(r, "bn apply (mask bits)");
+                d->mask_ok = r == 0;
+                if (r == 0) break;
+            }
+            OP(be->ops->bn_apply(be, m, d->c, n->dt, in0, mean, var, gamma, beta, NET_BN_EPS, z,
+                                 net_bn_act(d->kind), d->y),
                "bn apply");
             break;
         }
@@ -425,7 +433,14 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
         /* y = act(bn(x)) with these parameters and no residual: the mask may come from x */
         const float *gamma = n->params + d->w_off;
         const float *beta = y && d->kind != NODE_BN_ADD_RELU ? n->params + d->b_off : NULL;
-        if (*reduced != i)
+        /* the mask from the bits the training forward wrote with y (bn_mask_bits) */
+        const uint8_t *bits = d->mask && d->mask_ok ? d->mask : NULL;
+        if (*reduced != i && bits)
+            OP(be->ops->bn_bwd_reduce_mask(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, NET_BN_EPS,
+                                           n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off,
+                                           bits),
+               "bn backward (reduce, mask bits)");
+        else if (*reduced != i)
             OP(be->ops->bn_bwd_reduce(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta,
                                       NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off,
                                       n->grads + d->b_off),
@@ -437,9 +452,14 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
         if (dx || dz) {
             /* bn_bwd_apply always writes dx; without a real target use scratch */
             void *dxt = dx ? dx : n->scratch[0];
-            OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta,
-                                     NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, d->count, dxt, dz),
-               "bn backward (apply)");
+            if (bits)
+                OP(be->ops->bn_bwd_apply_mask(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma,
+                                              NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, d->count, dxt, dz, bits),
+                   "bn backward (apply, mask bits)");
+            else
+                OP(be->ops->bn_bwd_apply(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta,
+                                         NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, d->count, dxt, dz),
+                   "bn backward (apply)");
         }
         break;
     }

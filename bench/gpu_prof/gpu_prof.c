@@ -14,6 +14,8 @@
  *   bn_bwd_apply        read 2*m*c*e [+ m*c*e (y)] + 5c*4; write m*c*e (dx) [+ m*c*e (dz)]
  *     either with the mask recomputed (bn_remask; cuda_backend_last_fused 1 after the
  *     call): not y but + 2c*4 (gamma, beta; the apply has gamma already: + c*4)
+ *   bn_mask_bits' ops, under the same kinds: bn_apply_mask + m*c/8 written (the bits);
+ *     bn_bwd_reduce_mask, bn_bwd_apply_mask: m*c/8 read (the bits) instead of y
  *   relu_fwd            2n*e;  relu_bwd, add: 3n*e
  *   avgpool_fwd/bwd     n*hw*c*e + n*c*e;  maxpool_fwd n*h*w*c*e + n*p*q*c*e;
  *   maxpool_bwd         2 * n*h*w*c*e (x read, dx written) + n*p*q*c*e (dy)
@@ -332,6 +334,13 @@ static int w_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     PROF_CALL(bn_apply, bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y),
               es(dt) * m * c * (z ? 3 : 2) + 16.0 * c, 0);
 }
+static int w_bn_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                           const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                           act_kind_t act, void *y, uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_apply, bn_apply_mask(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y, mask),
+              es(dt) * m * c * (z ? 3 : 2) + m * c / 8.0 + 16.0 * c, 0);
+}
 static int w_bn_update_running(backend_t *be, int c, const float *mean, const float *var, int64_t count,
                                float momentum, float *run_mean, float *run_var) {
     SHAPE(1, c);
@@ -361,6 +370,26 @@ static int w_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const voi
                            dz),
               remasked(be) ? es(dt) * m * c * (3 + (dz ? 1 : 0)) + 24.0 * c
                            : es(dt) * m * c * (3 + (y ? 1 : 0) + (dz ? 1 : 0)) + 20.0 * c, 0);
+}
+static int w_bn_bwd_reduce_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                                act_kind_t act, const void *dy, const float *mean, const float *var,
+                                const float *gamma, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                                float *dbeta, const uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_bwd_reduce,
+              bn_bwd_reduce_mask(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, dgamma,
+                                 dbeta, mask),
+              es(dt) * m * c * 2 + m * c / 8.0 + 32.0 * c, 0);
+}
+static int w_bn_bwd_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                               act_kind_t act, const void *dy, const float *mean, const float *var,
+                               const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                               int64_t count, void *dx, void *dz, const uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_bwd_apply,
+              bn_bwd_apply_mask(be, m, c, dt, x, y, act, dy, mean, var, gamma, eps, sum_dy, sum_dy_xhat, count, dx,
+                                dz, mask),
+              es(dt) * m * c * (3 + (dz ? 1 : 0)) + m * c / 8.0 + 20.0 * c, 0);
 }
 static int w_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     PROF_CALL(relu_fwd, relu_fwd(be, n, dt, x, y), 2.0 * es(dt) * n, 0);
@@ -485,6 +514,8 @@ static void wrap_all(gpu_prof_t *p) {
     WRAP(channel_bias_bwd, w_channel_bias_bwd); WRAP(dropout_fwd, w_dropout_fwd); WRAP(dropout_bwd, w_dropout_bwd);
     WRAP(adaptive_avgpool_fwd, w_adaptive_avgpool_fwd); WRAP(adaptive_avgpool_bwd, w_adaptive_avgpool_bwd);
     WRAP(copy, w_copy); WRAP(upload, w_upload); WRAP(download, w_download);
+    WRAP(bn_apply_mask, w_bn_apply_mask); WRAP(bn_bwd_reduce_mask, w_bn_bwd_reduce_mask);
+    WRAP(bn_bwd_apply_mask, w_bn_bwd_apply_mask);
 }
 
 /* Spin cycles for head_us: one spin of a known count timed with events. */

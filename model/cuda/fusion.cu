@@ -19,6 +19,8 @@
  *     ReLU's mask only): dgrad, then bn_bwd_reduce with the op's act, as unfused.
  *   bn_stats_running (bn_fold_running; norm.cu): bn_stats with the running update in its
  *     final kernel (not a convolution, installed here with the others).
+ *   bn_apply_mask, bn_bwd_reduce_mask, bn_bwd_apply_mask (bn_mask_bits; norm.cu): the
+ *     mask of a BN + add + ReLU kept as bits (not convolutions either).
  * The sums live at the start of the backend's scratch buffer (2 x channels floats), read
  * by the next kernel on the stream before any BN kernel uses the buffer.
  * Measured per layer (conv_stats, dgrad_dbn; not in deterministic mode, where their
@@ -53,6 +55,11 @@ void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
     if (fusion & BACKEND_FUSE_CONV_STATS) o->conv2d_fwd_bn_stats = cu_conv2d_fwd_bn_stats;
     if (fusion & BACKEND_FUSE_DGRAD_DBN) o->conv2d_bwd_data_bn = cu_conv2d_bwd_data_bn;
     if (fusion & BACKEND_FUSE_BN_FOLD_RUNNING) o->bn_stats_running = cu_bn_stats_running;
+    if (fusion & BACKEND_FUSE_BN_MASK_BITS) {
+        o->bn_apply_mask = cu_bn_apply_mask;
+        o->bn_bwd_reduce_mask = cu_bn_bwd_reduce_mask;
+        o->bn_bwd_apply_mask = cu_bn_bwd_apply_mask;
+    }
     if (fusion & (BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_DGRAD_ACCUM))
         o->conv_engine = graph_first_engine;
 }

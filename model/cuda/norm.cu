@@ -24,6 +24,12 @@
  * IEEE intrinsics (nothing left for the compiler to contract differently per kernel),
  * and the recompute rounds it to T as the forward stored it, so the mask and every
  * result are the same bits as with y (tests/gpu/test_gpu_fusion.c).
+ * With the bn_mask_bits fusion option, a BN + add + ReLU (whose mask needs the residual,
+ * so bn_remask cannot recompute it) keeps its mask as bits: bn_apply_mask writes, with y,
+ * bit i = act_keeps(stored y[i]) (element i = row * c + channel, bit i & 7 of byte
+ * i >> 3), each thread one byte (8 channels a thread, whatever the default geometry's
+ * V), and the backward kernels read the bits in place of y with their usual geometry:
+ * the same mask, so the same bits in every result.
  * Numerics: statistics in fp32 per thread over values shifted by the channel's first
  * row (no catastrophic cancellation of sum(x^2) - sum(x)^2 when |mean| >> std), combined
  * in double; biased variance. apply/backward compute in fp32 and round the outputs once.
@@ -214,12 +220,28 @@ __device__ __forceinline__ bool remask_keeps(int act, float v, float mu, float s
     return act_keeps(act, to_f32(from_f32<T>(bn_out(act, v, mu, sc, bt, false, 0.0f))));
 }
 
-/* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). */
-template <typename T, int V>
+/* The mask bits of elements i .. i + V - 1 (bn_mask_bits) as bit k of the result: one
+ * byte load for V = 8 (i is then a multiple of 8: V divides c and the channel offset). */
+template <int V>
+__device__ __forceinline__ unsigned mask_bits(const uint8_t *mask, int64_t i) {
+    if constexpr (V == 8) {
+        return mask[i >> 3];
+    } else {
+        unsigned b = 0;
+#pragma unroll
+        for (int k = 0; k < V; k++) b |= ((unsigned)(mask[(i + k) >> 3] >> ((i + k) & 7)) & 1u) << k;
+        return b;
+    }
+}
+
+/* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). MASK (V = 8 only): also
+ * the mask byte of the thread's 8 elements, act_keeps of each as stored in y. */
+template <typename T, int V, bool MASK = false>
 __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, const float *mean,
                                                   const float *var, const float *gamma,
                                                   const float *beta, float eps, const T *z,
-                                                  int act, T *y) {
+                                                  int act, T *y, uint8_t *mask) {
+    static_assert(!MASK || V == 8, "a mask byte is 8 elements of one thread");
     pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
@@ -237,6 +259,12 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
 #pragma unroll
         for (int k = 0; k < V; k++) v[k] = bn_out(act, v[k], mu[k], sc[k], bt[k], z != NULL, z ? w[k] : 0.0f);
         store_v<T, V>(y + r * c + ch0, v);
+        if constexpr (MASK) {
+            unsigned b = 0;
+#pragma unroll
+            for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
+            mask[(r * c + ch0) >> 3] = (uint8_t)b;
+        }
     }
 }
 
@@ -261,12 +289,14 @@ __device__ __forceinline__ void remask_params(int ch0, const float *var, const f
 }
 
 /* Partial sums of g and g * (x - mean), g = dy masked by the activation: recomputed from
- * x when beta is given (bn_remask; y is not read), else seen from y when y is given. */
-template <typename T, int V>
+ * x when beta is given (bn_remask; y is not read), read from the mask bits with MASK
+ * (bn_mask_bits; y is not read), else seen from y when y is given. */
+template <typename T, int V, bool MASK = false>
 __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
                                                         int act, const T *dy, const float *mean,
                                                         const float *var, const float *gamma,
-                                                        const float *beta, float eps, float *part) {
+                                                        const float *beta, float eps, float *part,
+                                                        const uint8_t *mask) {
     pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
@@ -284,7 +314,12 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
             float xv[V], g[V], yv[V];
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
-            if (beta) {
+            if constexpr (MASK) {
+                unsigned b = mask_bits<V>(mask, r * c + ch0);
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (!((b >> k) & 1u)) g[k] = 0.0f;
+            } else if (beta) {
 #pragma unroll
                 for (int k = 0; k < V; k++)
                     if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
@@ -321,14 +356,14 @@ __global__ void __launch_bounds__(BN_TX * TY) bn_bwd_final_k(int c, int splits, 
 }
 
 /* dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count); dz = g. The
- * mask of g as in bn_bwd_partial_k (beta given: recomputed from x). */
-template <typename T, int V>
+ * mask of g as in bn_bwd_partial_k (beta given: recomputed from x; MASK: the bits). */
+template <typename T, int V, bool MASK = false>
 __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T *x, const T *y,
                                                       int act, const T *dy, const float *mean,
                                                       const float *var, const float *gamma,
                                                       const float *beta, float eps, const float *sum_dy,
                                                       const float *sum_dy_xhat, float inv_count,
-                                                      T *dx, T *dz) {
+                                                      T *dx, T *dz, const uint8_t *mask) {
     pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (ch0 >= c) return;
@@ -347,7 +382,12 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
         int64_t off = r * c + ch0;
         load_v<T, V>(x + off, xv);
         load_v<T, V>(dy + off, g);
-        if (beta) {
+        if constexpr (MASK) {
+            unsigned b = mask_bits<V>(mask, off);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                if (!((b >> k) & 1u)) g[k] = 0.0f;
+        } else if (beta) {
 #pragma unroll
             for (int k = 0; k < V; k++)
                 if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
@@ -384,17 +424,10 @@ static bool all_aligned(const void *a, const void *b, const void *d, const void 
     return cb_aligned(a, al) && cb_aligned(b, al) && cb_aligned(d, al) && cb_aligned(e, al) && cb_aligned(f, al);
 }
 
-static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, const void *a,
-                         const void *b, const void *d, const void *e, const void *f) {
-    bool wide = cb->fusion & BACKEND_FUSE_VEC16;
-    int v = 1;
-    if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
-    for (int k = 8; v == 1 && k > 1; k /= 2) {
-        size_t al = esz * (size_t)k;
-        if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
-    }
+/* The geometry for V = v channels a thread; narrow: TX = c / v where that is below 32. */
+static bn_geom_t bn_geom_v(const cuda_be_t *cb, int64_t m, int c, int v, bool narrow) {
     int tx = BN_TX;
-    if (wide && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
+    if (narrow && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
     int ty = BN_TX * BN_TY / tx;
     /* enough row splits for ~8 blocks per SM, at least 16 rows per thread (4 with
      * bn_more_splits), at most 1024 */
@@ -410,6 +443,18 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     g.grid = dim3((unsigned)gx, (unsigned)gy, 1);
     g.block = dim3((unsigned)tx, (unsigned)ty, 1);
     return g;
+}
+
+static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, const void *a,
+                         const void *b, const void *d, const void *e, const void *f) {
+    bool wide = cb->fusion & BACKEND_FUSE_VEC16;
+    int v = 1;
+    if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
+    for (int k = 8; v == 1 && k > 1; k /= 2) {
+        size_t al = esz * (size_t)k;
+        if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
+    }
+    return bn_geom_v(cb, m, c, v, wide);
 }
 
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
@@ -464,8 +509,28 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, z ? z : x, y, y, y);
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
         cb_launch(cb, (bn_apply_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma,
-                                                             beta, eps, (const T *)z, (int)act, (T *)y)));
+                                                             beta, eps, (const T *)z, (int)act, (T *)y,
+                                                             (uint8_t *)NULL)));
     KERNEL_CHECK(cb, "bn_apply_k");
+    return 0;
+}
+
+/* bn_apply with the mask bits (bn_mask_bits): 8 channels a thread, so each thread writes
+ * whole bytes; 1 (nothing run) without a relu / relu6, where 8 does not divide c or a
+ * pointer is not aligned to 8 elements. */
+int cu_bn_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                     const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                     act_kind_t act, void *y, uint8_t *mask) {
+    cuda_be_t *cb = cb_of(be);
+    if (m <= 0 || c <= 0) return 0;
+    size_t al = 8 * dt_size(dt);
+    if (act == ACT_NONE || !mask || c % 8 != 0 || !all_aligned(x, z ? z : x, y, y, y, al)) return 1;
+    CB_ENTER(cb);
+    bn_geom_t g = bn_geom_v(cb, m, c, 8, true);
+    DISPATCH_DT(cb, dt, T,
+        cb_launch(cb, (bn_apply_k<T, 8, true>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma, beta, eps,
+                  (const T *)z, (int)act, (T *)y, mask));
+    KERNEL_CHECK(cb, "bn_apply_k (mask)");
     return 0;
 }
 
@@ -489,10 +554,11 @@ static const float *remask_beta(const cuda_be_t *cb, const void *y, act_kind_t a
     return on ? beta : NULL;
 }
 
-int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                     act_kind_t act, const void *dy, const float *mean, const float *var,
-                     const float *gamma, const float *beta, float eps, float *sum_dy,
-                     float *sum_dy_xhat, float *dgamma, float *dbeta) {
+/* bn_bwd_reduce; mask given (bn_mask_bits): the mask from its bits, y not read */
+static int bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                      const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                      float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                      const uint8_t *mask) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return cb_fail(cb, "bn_bwd_reduce: empty input (m %lld, c %d)", (long long)m, c);
     CB_ENTER(cb);
@@ -502,12 +568,17 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     dim3 block(BN_TX, BN_TY);
     if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
-    const float *rb = remask_beta(cb, y, act, gamma, beta, NULL);
-    cb->last_fused = rb != NULL;
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        cb_launch(cb, (bn_bwd_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y, (int)act,
-                                                                   (const T *)dy, mean, var, gamma, rb, eps,
-                                                                   part)));
+    const float *rb = mask ? NULL : remask_beta(cb, y, act, gamma, beta, NULL);
+    cb->last_fused = rb != NULL || mask != NULL;
+    if (mask) {
+        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+            cb_launch(cb, (bn_bwd_partial_k<T, V, true>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
+                      (int)act, (const T *)dy, mean, var, gamma, (const float *)NULL, eps, part, mask)));
+    } else {
+        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+            cb_launch(cb, (bn_bwd_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
+                      (int)act, (const T *)dy, mean, var, gamma, rb, eps, part, (const uint8_t *)NULL)));
+    }
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL)
         cb_launch(cb, (bn_bwd_final_k<BN_TY_WIDE>), (c + BN_TX - 1) / BN_TX, dim3(BN_TX, BN_TY_WIDE), 0,
@@ -519,22 +590,66 @@ int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     return 0;
 }
 
-int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
-                    act_kind_t act, const void *dy, const float *mean, const float *var,
-                    const float *gamma, const float *beta, float eps, const float *sum_dy,
-                    const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+int cu_bn_bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                     act_kind_t act, const void *dy, const float *mean, const float *var,
+                     const float *gamma, const float *beta, float eps, float *sum_dy,
+                     float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    return bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, dgamma, dbeta,
+                      NULL);
+}
+
+int cu_bn_bwd_reduce_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                          act_kind_t act, const void *dy, const float *mean, const float *var,
+                          const float *gamma, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                          float *dbeta, const uint8_t *mask) {
+    if (!mask || !y || act == ACT_NONE)
+        return cb_fail(cb_of(be), "bn_bwd_reduce_mask: needs the mask, y and a relu / relu6");
+    return bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat, dgamma, dbeta,
+                      mask);
+}
+
+/* bn_bwd_apply; mask given (bn_mask_bits): the mask from its bits, y not read */
+static int bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                     const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                     float eps, const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz,
+                     const uint8_t *mask) {
     cuda_be_t *cb = cb_of(be);
     if (m <= 0 || c <= 0) return 0;
     if (count <= 0) return cb_fail(cb, "bn_bwd_apply: count %lld must be positive", (long long)count);
     CB_ENTER(cb);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y ? y : x, dy, dz ? dz : dx, dx);
     float inv_count = (float)(1.0 / (double)count);
-    const float *rb = remask_beta(cb, y, act, gamma, beta, dz);
-    cb->last_fused = rb != NULL;
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        cb_launch(cb, (bn_bwd_apply_k<T, V>), g.grid, g.block, 0,
-            m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
-            sum_dy_xhat, inv_count, (T *)dx, (T *)dz)));
+    const float *rb = mask ? NULL : remask_beta(cb, y, act, gamma, beta, dz);
+    cb->last_fused = rb != NULL || mask != NULL;
+    if (mask) {
+        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+            cb_launch(cb, (bn_bwd_apply_k<T, V, true>), g.grid, g.block, 0,
+                m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, (const float *)NULL,
+                eps, sum_dy, sum_dy_xhat, inv_count, (T *)dx, (T *)dz, mask)));
+    } else {
+        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+            cb_launch(cb, (bn_bwd_apply_k<T, V>), g.grid, g.block, 0,
+                m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
+                sum_dy_xhat, inv_count, (T *)dx, (T *)dz, (const uint8_t *)NULL)));
+    }
     KERNEL_CHECK(cb, "bn_bwd_apply_k");
     return 0;
+}
+
+int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                    act_kind_t act, const void *dy, const float *mean, const float *var,
+                    const float *gamma, const float *beta, float eps, const float *sum_dy,
+                    const float *sum_dy_xhat, int64_t count, void *dx, void *dz) {
+    return bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, beta, eps, sum_dy, sum_dy_xhat, count, dx, dz,
+                     NULL);
+}
+
+int cu_bn_bwd_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                         act_kind_t act, const void *dy, const float *mean, const float *var,
+                         const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                         int64_t count, void *dx, void *dz, const uint8_t *mask) {
+    if (!mask || !y || act == ACT_NONE)
+        return cb_fail(cb_of(be), "bn_bwd_apply_mask: needs the mask, y and a relu / relu6");
+    return bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat, count, dx, dz,
+                     mask);
 }

@@ -26,5 +26,18 @@ int cu_bn_bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
                     act_kind_t act, const void *dy, const float *mean, const float *var,
                     const float *gamma, const float *beta, float eps, const float *sum_dy,
                     const float *sum_dy_xhat, int64_t count, void *dx, void *dz);
+/* the mask kept as bits (bn_mask_bits; backend_ops_t.bn_apply_mask, bn_bwd_reduce_mask,
+ * bn_bwd_apply_mask) */
+int cu_bn_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                     const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                     act_kind_t act, void *y, uint8_t *mask);
+int cu_bn_bwd_reduce_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                          act_kind_t act, const void *dy, const float *mean, const float *var,
+                          const float *gamma, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                          float *dbeta, const uint8_t *mask);
+int cu_bn_bwd_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                         act_kind_t act, const void *dy, const float *mean, const float *var,
+                         const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                         int64_t count, void *dx, void *dz, const uint8_t *mask);
 
 #endif

@@ -25,6 +25,13 @@
  *   pdl          the same bits as without it, a step and its graph replay (where the
  *                launches become programmatic edges): alone in fp32, fp16 and bf16, and
  *                with all against all in bf16 and fp16;
+ *   bn_mask_bits one BN + add + ReLU / ReLU6 node at 256, 64 and 24 channels in fp32,
+ *                fp16 and bf16 with outputs on the mask's edges (mask_inputs): y, the
+ *                bits (against the stored y's mask), dx, dz, sum_dy, sum_dy_xhat, dgamma,
+ *                dbeta read from the bits are the bits of the same backend reading y and
+ *                of a backend without the option; the shapes it refuses answer 1; a
+ *                resnet20 step and its graph replay are the bits of the step without it
+ *                (alone, and with all against all);
  *   nets         one resnet20 training step with every option in non-deterministic mode
  *                against the CPU (test_gpu_net's tolerances in fp32; in half no more than
  *                25% above the unfused GPU's own distance to the CPU, which exceeded them
@@ -452,6 +459,221 @@ static void test_remask_node_fp32(void) { check_remask_node(DT_F32, ACT_RELU); c
 static void test_remask_node_fp16(void) { check_remask_node(DT_F16, ACT_RELU); check_remask_node(DT_F16, ACT_RELU6); }
 static void test_remask_node_bf16(void) { check_remask_node(DT_BF16, ACT_RELU); check_remask_node(DT_BF16, ACT_RELU6); }
 
+/* ---- bn_mask_bits ---- */
+
+enum { MB_M = 256, MB_IN = 8 };
+
+/* Host inputs of one BN + add + ReLU node of c channels (x, z, dy, mean, var, gamma,
+ * beta, dz's start: the order of MB_IN) with outputs on the mask's edges: in every 4th
+ * row x = mean (mean rounded to dt, so xhat = 0 and the output is beta + z), and by
+ * channel k % 4: 0 z = -beta rounded to dt (the output is beta's rounding residue, which
+ * fp16 may store as 0), 1 beta 6 and z 0 (exactly 6: relu6 masks it), 2 beta 0 and z 0
+ * (y = 0, masked), 3 random. Channel c - 1 has x = NaN in row 1 (relu masks, relu6
+ * passes it). Other rows x in [-2, 2), z in [-1, 1). */
+static void mask_inputs(int c, dtype_t dt, float *h[MB_IN]) {
+    const int64_t n = (int64_t)MB_M * c;
+    h[0] = hrand(n, 71, -2.0f, 2.0f);
+    h[1] = hrand(n, 72, -1.0f, 1.0f);
+    h[2] = hrand(n, 73, -1.0f, 1.0f);
+    h[3] = hrand(c, 74, -0.2f, 0.2f);
+    h[4] = hrand(c, 75, 0.5f, 2.0f);
+    h[5] = hrand(c, 76, 0.4f, 1.0f);
+    h[6] = hrand(c, 77, -1.0f, 1.0f);
+    h[7] = hrand(n, 78, -1.0f, 1.0f);   /* unused: a dz target starts with garbage */
+    for (int k = 0; k < c; k++) {
+        h[3][k] = round_dt(h[3][k], dt);
+        if (k % 4 == 1) h[6][k] = 6.0f;
+        if (k % 4 == 2) h[6][k] = 0.0f;
+        for (int r = 0; r < MB_M; r += 4) {
+            h[0][(int64_t)r * c + k] = h[3][k];
+            h[1][(int64_t)r * c + k] = k % 4 == 0 ? -round_dt(h[6][k], dt) : k % 4 == 3 ? h[1][(int64_t)r * c + k] : 0.0f;
+        }
+    }
+    h[0][(int64_t)1 * c + c - 1] = NAN;
+}
+
+/* act_keeps on the host: what bn_bwd_* keep at stored y */
+static bool host_keeps(act_kind_t act, float y) { return act == ACT_RELU6 ? !(y <= 0.0f || y >= 6.0f) : y > 0.0f; }
+
+/* The CPU dry run's stand-ins for the mask ops (the cuda backend's contract, on the
+ * "gpu" side's CPU ops; rounded floats, 4 bytes an element), so the checks below run on
+ * the CPU too: the refusals as the cuda backend's, bits from the stored y, y made of the
+ * bits for the backward ops (they use y for the mask only). */
+static const backend_ops_t *g_dry;
+static int d_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                        const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                        act_kind_t act, void *y, uint8_t *mask) {
+    if (act == ACT_NONE || c % 8 || (uintptr_t)x % 32 || (uintptr_t)y % 32 || (z && (uintptr_t)z % 32)) return 1;
+    if (g_dry->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y)) return -1;
+    memset(mask, 0, (size_t)(m * c + 7) / 8);
+    for (int64_t i = 0; i < m * c; i++)
+        if (host_keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return 0;
+}
+static float *d_y_of_bits(int64_t m, int c, const uint8_t *mask) {
+    float *r = hbuf(m * c);
+    for (int64_t i = 0; i < m * c; i++) r[i] = (mask[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f;
+    return r;
+}
+static int d_bred_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                       float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, const uint8_t *mask) {
+    (void)y;
+    float *r = d_y_of_bits(m, c, mask);
+    int rc = g_dry->bn_bwd_reduce(be, m, c, dt, x, r, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat,
+                                  dgamma, dbeta);
+    free(r);
+    return rc;
+}
+static int d_bapp_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                       const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz,
+                       const uint8_t *mask) {
+    (void)y;
+    float *r = d_y_of_bits(m, c, mask);
+    int rc = g_dry->bn_bwd_apply(be, m, c, dt, x, r, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat, count,
+                                 dx, dz);
+    free(r);
+    return rc;
+}
+
+/* The node's forward and both backward passes on be: with the mask bits (bits: the mask
+ * ops, which must run) or reading y. out: y, dx, dz, sum_dy, sum_dy_xhat, dgamma, dbeta
+ * (caller frees); *mask_out (bits only): the bits, host. */
+static void mask_node(pair_t *p, dtype_t dt, act_kind_t act, int c, float *h[MB_IN], bool bits, float *out[7],
+                      uint8_t **mask_out) {
+    const int64_t n = (int64_t)MB_M * c;
+    const float eps = 1e-5f;
+    backend_t *g = p->gpu;
+    float *hdg = hrand(c, 79, -0.1f, 0.1f), *hdb = hrand(c, 80, -0.1f, 0.1f);
+    twin_t x = twin_new(p, n, dt, h[0]), z = twin_new(p, n, dt, h[1]), dy = twin_new(p, n, dt, h[2]);
+    twin_t mean = twin_new(p, c, DT_F32, h[3]), var = twin_new(p, c, DT_F32, h[4]), ga = twin_new(p, c, DT_F32, h[5]);
+    twin_t bt = twin_new(p, c, DT_F32, h[6]), y = twin_new(p, n, dt, NULL), dx = twin_new(p, n, dt, NULL);
+    twin_t dz = twin_new(p, n, dt, h[7]), sdy = twin_new(p, c, DT_F32, NULL), sdx = twin_new(p, c, DT_F32, NULL);
+    twin_t dg = twin_new(p, c, DT_F32, hdg), db = twin_new(p, c, DT_F32, hdb);
+    size_t mbytes = (size_t)(n + 7) / 8;
+    uint8_t *mask = bits ? (uint8_t *)g->ops->alloc(g, mbytes) : NULL;
+    const float *fm = (const float *)mean.g, *fv = (const float *)var.g, *fg = (const float *)ga.g;
+    if (bits) {
+        CHECK_INT(g->ops->bn_apply_mask(g, MB_M, c, dt, x.g, fm, fv, fg, (float *)bt.g, eps, z.g, act, y.g, mask), 0);
+        OK(g, g->ops->bn_bwd_reduce_mask(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
+                                         (float *)sdx.g, (float *)dg.g, (float *)db.g, mask));
+        if (g->kind == BACKEND_CUDA) CHECK_INT(cuda_backend_last_fused(g), 1);
+        OK(g, g->ops->bn_bwd_apply_mask(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
+                                        (float *)sdx.g, MB_M, dx.g, dz.g, mask));
+        *mask_out = (uint8_t *)malloc(mbytes);
+        OK(g, g->ops->download(g, *mask_out, mask, mbytes));
+        g->ops->release(g, mask);
+    } else {
+        OK(g, g->ops->bn_apply(g, MB_M, c, dt, x.g, fm, fv, fg, (float *)bt.g, eps, z.g, act, y.g));
+        OK(g, g->ops->bn_bwd_reduce(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, NULL, eps, (float *)sdy.g,
+                                    (float *)sdx.g, (float *)dg.g, (float *)db.g));
+        OK(g, g->ops->bn_bwd_apply(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, NULL, eps, (float *)sdy.g,
+                                   (float *)sdx.g, MB_M, dx.g, dz.g));
+    }
+    twin_t *res[7] = {&y, &dx, &dz, &sdy, &sdx, &dg, &db};
+    for (int i = 0; i < 7; i++) {
+        float *cv;
+        twin_get(p, res[i], &cv, &out[i]);
+        free(cv);
+    }
+    twin_t *all[] = {&x, &z, &dy, &mean, &var, &ga, &bt, &y, &dx, &dz, &sdy, &sdx, &dg, &db};
+    for (int i = 0; i < 14; i++) twin_free(p, all[i]);
+    free(hdg);
+    free(hdb);
+}
+
+/* The mask bits of a BN + add + ReLU / ReLU6 node: bn_apply_mask stores the y bn_apply
+ * stores, and bit i is act_keeps of the stored y[i] (the edge rows of mask_inputs
+ * included); both backward passes reading the bits give the bits of the same backend
+ * reading y and of a backend without the option (dx, dz, sum_dy, sum_dy_xhat, dgamma,
+ * dbeta). c = 256: 8 channels a thread in the backward too (one mask byte); 64 and 24
+ * (half): 2 and 1 (bits picked out of bytes). Then the refusals: no activation, c not a
+ * multiple of 8, y not aligned to 8 elements: 1, nothing run. */
+static void check_mask_node(dtype_t dt, act_kind_t act, int c) {
+    pair_t b = pair_make_fused(true, false, BACKEND_FUSE_BN_MASK_BITS), u = pair_make(true, false);
+    static backend_ops_t dry;
+    if (b.gpu->kind != BACKEND_CUDA) {   /* the CPU dry run: the stand-ins above */
+        CHECK(b.gpu->ops->bn_apply_mask == NULL);
+        g_dry = b.gpu->ops;
+        dry = *b.gpu->ops;
+        dry.bn_apply_mask = d_apply_mask;
+        dry.bn_bwd_reduce_mask = d_bred_mask;
+        dry.bn_bwd_apply_mask = d_bapp_mask;
+        b.gpu->ops = &dry;
+    }
+    CHECK(b.gpu->ops->bn_apply_mask != NULL);
+    float *h[MB_IN], *fb[7], *fy[7], *fu[7];
+    uint8_t *mask = NULL;
+    mask_inputs(c, dt, h);
+    mask_node(&b, dt, act, c, h, true, fb, &mask);
+    mask_node(&b, dt, act, c, h, false, fy, NULL);
+    mask_node(&u, dt, act, c, h, false, fu, NULL);
+    static const char *const NAMES[7] = {"y", "dx", "dz", "sum_dy", "sum_dy_xhat", "dgamma", "dbeta"};
+    const int64_t n = (int64_t)MB_M * c;
+    int same = 0;
+    for (int i = 0; i < 7; i++) {
+        size_t len = (size_t)(i < 3 ? n : c) * 4;
+        bool a = !memcmp(fb[i], fy[i], len), d = !memcmp(fb[i], fu[i], len);
+        if (!a || !d)
+            fprintf(stderr, "  bn_mask_bits %s %s c %d: %s differs (reading y: %s, without the option: %s)\n",
+                    dtype_names[dt], act == ACT_RELU6 ? "relu6" : "relu", c, NAMES[i], a ? "same" : "DIFFERS",
+                    d ? "same" : "DIFFERS");
+        same += a && d;
+    }
+    int wrong = 0, masked_edge = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool bit = (mask[i >> 3] >> (i & 7)) & 1u;
+        wrong += bit != host_keeps(act, fb[0][i]);
+        masked_edge += !bit && (i / c) % 4 == 0;
+    }
+    fprintf(stderr, "  bn_mask_bits %s %s c %d: %d of 7 outputs the same bits; %d bits differ from y's mask; "
+            "%d edge-row elements masked\n", dtype_names[dt], act == ACT_RELU6 ? "relu6" : "relu", c, same, wrong,
+            masked_edge);
+    CHECK_INT(same, 7);
+    CHECK_INT(wrong, 0);
+    CHECK(masked_edge >= MB_M / 4 * (c / 4));   /* group 2 at least (y = 0) */
+    /* refusals */
+    backend_t *g = b.gpu;
+    size_t esz = dt == DT_F32 || g->kind != BACKEND_CUDA ? 4 : 2;   /* the dry run stores floats */
+    void *buf = g->ops->alloc(g, (size_t)(n + 16) * esz);
+    uint8_t *mb = (uint8_t *)g->ops->alloc(g, (size_t)(n + 7) / 8);
+    float *vec = (float *)g->ops->alloc(g, (size_t)c * 4 * 4);
+    OK(g, g->ops->zero(g, buf, (size_t)(n + 16) * esz));
+    OK(g, g->ops->zero(g, vec, (size_t)c * 16));
+    float *one = hbuf(c);
+    for (int k = 0; k < c; k++) one[k] = 1.0f;
+    OK(g, g->ops->upload(g, vec + c, one, (size_t)c * 4));
+    CHECK_INT(g->ops->bn_apply_mask(g, MB_M, c, dt, buf, vec, vec + c, vec + c, vec, 1e-5f, buf, ACT_NONE, buf, mb), 1);
+    CHECK_INT(g->ops->bn_apply_mask(g, MB_M, 12, dt, buf, vec, vec + c, vec + c, vec, 1e-5f, buf, act, buf, mb), 1);
+    CHECK_INT(g->ops->bn_apply_mask(g, MB_M, c, dt, buf, vec, vec + c, vec + c, vec, 1e-5f, buf, act,
+                                    (char *)buf + esz, mb), 1);
+    CHECK_INT(g->ops->bn_apply_mask(g, MB_M, c, dt, buf, vec, vec + c, vec + c, vec, 1e-5f, buf, act, buf, mb), 0);
+    free(one);
+    g->ops->release(g, buf);
+    g->ops->release(g, mb);
+    g->ops->release(g, vec);
+    for (int i = 0; i < 7; i++) {
+        free(fb[i]); free(fy[i]); free(fu[i]);
+    }
+    for (int i = 0; i < MB_IN; i++) free(h[i]);
+    free(mask);
+    if (b.gpu->ops == &dry) b.gpu->ops = g_dry;
+    pair_free(&b);
+    pair_free(&u);
+}
+
+static void check_mask_nodes(dtype_t dt) {
+    static const int C[3] = {256, 64, 24};
+    for (int i = 0; i < 3; i++) {
+        check_mask_node(dt, ACT_RELU, C[i]);
+        check_mask_node(dt, ACT_RELU6, C[i]);
+    }
+}
+static void test_mask_bits_node_fp32(void) { check_mask_nodes(DT_F32); }
+static void test_mask_bits_node_fp16(void) { check_mask_nodes(DT_F16); }
+static void test_mask_bits_node_bf16(void) { check_mask_nodes(DT_BF16); }
+
 /* ---- a whole step ---- */
 
 enum { BATCH = 8, CLASSES = 10 };
@@ -633,6 +855,16 @@ static void test_pdl_net(void) {
     check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_PDL, BACKEND_FUSE_ALL);
 }
 
+/* bn_mask_bits: the 9 add-relu BNs of resnet20 read their mask from bits, the same bits
+ * as reading y, a step and its graph replay; alone and with all against all */
+static void test_mask_bits_net(void) {
+    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_MASK_BITS);
+    check_same_bits_net(DT_F16, BACKEND_FUSE_BN_MASK_BITS);
+    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_MASK_BITS);
+    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, BACKEND_FUSE_ALL);
+    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, BACKEND_FUSE_ALL);
+}
+
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
 static void test_net_fp16(void) { check_net(DT_F16, 1e-2, 3e-2); }
 static void test_net_bf16(void) { check_net(DT_BF16, 3e-2, 8e-2); }
@@ -656,6 +888,10 @@ int main(void) {
     TEST_RUN(test_remask_net);
     TEST_RUN(test_fold_running_net);
     TEST_RUN(test_pdl_net);
+    TEST_RUN(test_mask_bits_node_fp32);
+    TEST_RUN(test_mask_bits_node_fp16);
+    TEST_RUN(test_mask_bits_node_bf16);
+    TEST_RUN(test_mask_bits_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);

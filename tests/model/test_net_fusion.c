@@ -167,6 +167,41 @@ static void test_traffic_bn_remask_kinds(void) {
     net_free(n);
 }
 
+/* bn_mask_bits: the 16 bn3 (add-relu) layers of ResNet-50, E = 230686720 elements at
+ * batch 128 (3 x 128x32x32x256 + 4 x 128x16x16x512 + 6 x 128x8x8x1024 + 3 x
+ * 128x4x4x2048): the forward writes E / 8 bytes of bits more, each backward pass reads E / 8
+ * instead of 2E (bf16 y): BN backward -2 x 1.875 E, forward +E / 8. No other row moves;
+ * the mixed net's one add-relu BN (bn5) likewise. */
+static void test_traffic_bn_mask_bits(void) {
+    net_t *n = resnet50();
+    if (!n) return;
+    err_t e = {0};
+    net_traffic_t all, mb;
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_ALL, &all, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, &mb, &e), 0);
+    const double E = 230686720.0;
+    CHECK_INT(all.mask_bits, 0);
+    CHECK_INT(mb.mask_bits, 16);
+    CHECK_NEAR(all.bytes[NT_BN_BWD] - mb.bytes[NT_BN_BWD], 2.0 * (2.0 * E - E / 8.0), 0.5, 0);
+    CHECK_NEAR(mb.bytes[NT_BN_FWD] - all.bytes[NT_BN_FWD], E / 8.0, 0.5, 0);
+    CHECK_NEAR(all.total - mb.total, 836239360.0, 0.5, 0);
+    printf("  non-conv GB: all %.3f, all + bn_mask_bits %.3f\n", all.total / 1e9, mb.total / 1e9);
+    CHECK_NEAR(mb.total / 1e9, 8.98, 0.005, 0);   /* as --predict prints it */
+    for (int k = 0; k < NT_COUNT; k++)
+        if (k != NT_BN_BWD && k != NT_BN_FWD) CHECK(mb.bytes[k] == all.bytes[k]);
+    CHECK(mb.conv_epilogue == all.conv_epilogue && mb.remasked == all.remasked);
+    net_free(n);
+    n = build_mixed(&e);
+    CHECK(n != NULL);
+    if (!n) return;
+    CHECK_INT(net_traffic(n, 4, 16, 16, DT_F32, false, 0, &all, &e), 0);
+    CHECK_INT(net_traffic(n, 4, 16, 16, DT_F32, false, BACKEND_FUSE_BN_MASK_BITS, &mb, &e), 0);
+    CHECK_INT(mb.mask_bits, 1);
+    const double e5 = 4 * 16 * 16 * 16;   /* bn5's elements, fp32 */
+    CHECK_NEAR(all.bytes[NT_BN_BWD] - mb.bytes[NT_BN_BWD], 2.0 * (4.0 * e5 - e5 / 8.0), 0.5, 0);
+    net_free(n);
+}
+
 static void test_fusion_names(void) {
     unsigned m = 0;
     err_t e = {0};
@@ -180,18 +215,19 @@ static void test_fusion_names(void) {
     backend_fusion_format(m, buf, sizeof buf);
     /* measured faster; the others stay selectable */
     CHECK_STR(buf, "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running");
-    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b", &m, &e),
-              0);
+    CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,"
+                                   "bn_mask_bits", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,"
-                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b");
+                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits");
     CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running", &m, &e), 0);
     /* bn_remask measured faster (H100, 2026-11-26), bn_wide_final and bn_fold_running (H200) */
     CHECK_INT(m, BACKEND_FUSE_ALL);
     CHECK(!(BACKEND_FUSE_ALL & (BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_VEC16 |
                                 BACKEND_FUSE_DGRAD_ACCUM_TUNE | BACKEND_FUSE_BN_MORE_SPLITS |
-                                BACKEND_FUSE_PDL | BACKEND_FUSE_HEUR_B)));   /* no gain, slower, or not measured */
+                                BACKEND_FUSE_PDL | BACKEND_FUSE_HEUR_B |
+                                BACKEND_FUSE_BN_MASK_BITS)));   /* no gain, slower, or not measured */
     CHECK_STR(backend_fusion_name(5), "bn_remask");
     CHECK_STR(backend_fusion_name(6), "bn_wide_final");
     CHECK_STR(backend_fusion_name(7), "bn_fold_running");
@@ -199,6 +235,7 @@ static void test_fusion_names(void) {
     CHECK_STR(backend_fusion_name(9), "bn_more_splits");
     CHECK_STR(backend_fusion_name(10), "pdl");
     CHECK_STR(backend_fusion_name(11), "heur_b");
+    CHECK_STR(backend_fusion_name(12), "bn_mask_bits");
     CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
@@ -210,7 +247,7 @@ static void test_fusion_names(void) {
     /* the names come from the one list (BACKEND_FUSION_NAMES), as they did spelled out */
     CHECK_STR(e.msg, "cuda fusion: unknown option 'bogus'; use graph_conv, conv_stats, dgrad_dbn, dgrad_accum, "
                      "vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, "
-                     "heur_b, all or none");
+                     "heur_b, bn_mask_bits, all or none");
 }
 
 /* ---- the net's calls, on the CPU ---- */
@@ -462,6 +499,120 @@ static void check_remask_promise(net_t *(*build)(err_t *), dtype_t dt, int remas
     free_result(&rm);
 }
 
+/* ---- the net's use of the mask-bit ops (bn_mask_bits) ---- */
+
+static int g_mb_apply, g_mb_refused, g_mb_bwd, g_mb_same;   /* calls; refused; backward calls; bits == y's mask */
+static bool g_mb_refuse;                                     /* the composite apply answers 1 (cannot) */
+
+/* What bn_bwd_* keep at stored y (the cpu backend stores rounded floats) */
+static bool keeps(act_kind_t act, float y) { return act == ACT_RELU6 ? !(y <= 0.0f || y >= 6.0f) : y > 0.0f; }
+
+static int c_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                        const float *var, const float *gamma, const float *beta, float eps, const void *z,
+                        act_kind_t act, void *y, uint8_t *mask) {
+    g_mb_apply++;
+    CHECK(act != ACT_NONE && z != NULL);   /* the net asks for add-relu BNs only */
+    if (g_mb_refuse) {
+        g_mb_refused++;
+        return 1;
+    }
+    if (g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y)) return -1;
+    const float *yf = y;
+    memset(mask, 0, (size_t)(m * c + 7) / 8);
+    for (int64_t i = 0; i < m * c; i++)
+        if (keeps(act, yf[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return 0;
+}
+
+/* A y made of the bits (1 where kept, 0 where masked; both backward ops of the cpu
+ * backend use y for the mask only), after checking the bits against the net's y. */
+static float *y_of_bits(int64_t m, int c, const void *y, act_kind_t act, const uint8_t *mask) {
+    float *r = malloc((size_t)(m * c) * sizeof(float));
+    if (!r) return NULL;
+    bool same = true;
+    for (int64_t i = 0; i < m * c; i++) {
+        bool bit = (mask[i >> 3] >> (i & 7)) & 1u;
+        r[i] = bit ? 1.0f : 0.0f;
+        same = same && bit == keeps(act, ((const float *)y)[i]);
+    }
+    g_mb_bwd++;
+    g_mb_same += same;
+    return r;
+}
+
+static int c_bred_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                       float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, const uint8_t *mask) {
+    float *r = y_of_bits(m, c, y, act, mask);
+    int rc = r ? g_cpu->bn_bwd_reduce(be, m, c, dt, x, r, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat,
+                                      dgamma, dbeta)
+               : -1;
+    free(r);
+    return rc;
+}
+
+static int c_bapp_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, float eps,
+                       const float *sum_dy, const float *sum_dy_xhat, int64_t count, void *dx, void *dz,
+                       const uint8_t *mask) {
+    float *r = y_of_bits(m, c, y, act, mask);
+    int rc = r ? g_cpu->bn_bwd_apply(be, m, c, dt, x, r, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat,
+                                     count, dx, dz)
+               : -1;
+    free(r);
+    return rc;
+}
+
+/* The net keeps the mask of exactly its add-relu BNs (add_relu of them: the byte model's
+ * mask_bits) as bits in the training forward, never in the evaluation forward, reads
+ * them in both backward passes, and the step gives the same bits as reading y; where the
+ * backend answers 1 (cannot), the net reads y and the same bits come out again. */
+static void check_mask_bits(net_t *(*build)(err_t *), dtype_t dt, int add_relu) {
+    err_t e = {0};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
+    backend_t *tmp = cpu_backend_create(&bo, &e);
+    CHECK(tmp != NULL);
+    if (!tmp) return;
+    static backend_ops_t mb;
+    mb = *tmp->ops;
+    CHECK(mb.bn_apply_mask == NULL);   /* a cuda option: the cpu backend reads y */
+    mb.bn_apply_mask = c_apply_mask;
+    mb.bn_bwd_reduce_mask = c_bred_mask;
+    mb.bn_bwd_apply_mask = c_bapp_mask;
+    backend_free(tmp);
+    result_t ref = run_step(build, NULL, dt);
+    g_mb_apply = g_mb_refused = g_mb_bwd = g_mb_same = 0;
+    g_mb_refuse = false;
+    result_t bits = run_step(build, &mb, dt);
+    check_same(&ref, &bits);
+    CHECK_INT(g_mb_apply, add_relu);   /* the training forward's; none in the evaluation */
+    CHECK_INT(g_mb_bwd, 2 * add_relu);
+    CHECK_INT(g_mb_same, 2 * add_relu);
+    g_mb_apply = g_mb_refused = g_mb_bwd = g_mb_same = 0;
+    g_mb_refuse = true;
+    result_t refused = run_step(build, &mb, dt);
+    check_same(&ref, &refused);
+    CHECK_INT(g_mb_refused, add_relu);
+    CHECK_INT(g_mb_bwd, 0);
+    g_mb_refuse = false;
+    net_t *n = build(&e);
+    net_traffic_t t;
+    CHECK_INT(net_traffic(n, B, HW, HW, dt, false, BACKEND_FUSE_BN_MASK_BITS, &t, &e), 0);
+    CHECK_INT(t.mask_bits, add_relu);
+    net_free(n);
+    free_result(&ref);
+    free_result(&bits);
+    free_result(&refused);
+}
+
+/* resnet20: bn2 of each of the 9 blocks adds the shortcut; the mixed net: bn5 */
+static void test_mask_bits(void) {
+    check_mask_bits(build_resnet20, DT_F32, 9);
+    check_mask_bits(build_resnet20, DT_BF16, 9);
+    check_mask_bits(build_mixed, DT_F32, 1);
+    check_mask_bits(build_mixed, DT_BF16, 1);
+}
+
 /* resnet20: the stem's bn1 and bn1 of the 9 blocks (the bn2s add the shortcut); the mixed
  * net: bn1 (relu), bn2 (relu6), bn3 (relu) */
 static void test_remask_promise(void) {
@@ -503,10 +654,12 @@ int main(void) {
     TEST_RUN(test_traffic_fusions);
     TEST_RUN(test_traffic_bn_remask);
     TEST_RUN(test_traffic_bn_remask_kinds);
+    TEST_RUN(test_traffic_bn_mask_bits);
     TEST_RUN(test_fusion_names);
     TEST_RUN(test_fused_calls_fp32);
     TEST_RUN(test_fused_calls_bf16_masked);
     TEST_RUN(test_fused_rules_new_kinds);
     TEST_RUN(test_remask_promise);
+    TEST_RUN(test_mask_bits);
     return test_main_end();
 }
