@@ -43,6 +43,13 @@
  *    "host_us_per_call": ..., "calls": ..., "graph_calls": ..., ...}
  * (graph_calls: calls the graph API ran; the rest fell back to legacy).
  *
+ * --patterns RTC (issue 25): instead of training, the pattern probe: for each distinct conv
+ * shape, what cuDNN offers on this device for fprop, fprop + genStats, the
+ * scale-bias-ReLU prologue (ConvBNfprop's, with and without genStats), wgrad and the
+ * prologue on wgrad (ConvBNwgrad's), and how fast (fusion_bench.h); RTC runtime-compiled
+ * engines (~1 s each) are built and timed too; --deterministic 1 applies deterministic
+ * mode's filters. JSON lines "conv_patterns", "conv_patterns_bn", "conv_patterns_total".
+ *
  * --predict: only the byte model for the configuration, no device needed: one JSON line
  * with the bytes per step of each category (net_traffic_names), their total, the conv
  * epilogues' reads, and how many nodes each fusion applies to.
@@ -68,7 +75,7 @@
  *                        [--device 0] [--graphs 1] [--profile 0] [--profile-steps 3]
  *                        [--image-size 32] [--stem cifar|imagenet] [--versions]
  *                        [--backend cuda|cpu] [--fusion LIST] [--conv-host-us PASSES]
- *                        [--predict 1]
+ *                        [--predict 1] [--patterns RTC [--deterministic 1]]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <math.h>
@@ -100,10 +107,12 @@ typedef struct bench_opts {
     unsigned fusion;    /* --fusion: BACKEND_FUSE_* */
     int conv_passes;    /* --conv-host-us: 0 = train */
     int predict;        /* --predict: the byte model only */
+    int patterns;       /* --patterns RTC: the pattern probe (-1: not asked) */
+    int deterministic;  /* --deterministic: the probe's filters */
 } bench_opts_t;
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0};
+    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0, -1, 0};
     o->fusion = BACKEND_FUSE_ALL;   /* the runner's default, train.cuda_fusion [all] */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -124,6 +133,8 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--backend")) o->backend = v;
         else if (!strcmp(a, "--conv-host-us")) o->conv_passes = atoi(v);
         else if (!strcmp(a, "--predict")) o->predict = atoi(v);
+        else if (!strcmp(a, "--patterns")) o->patterns = atoi(v);
+        else if (!strcmp(a, "--deterministic")) o->deterministic = atoi(v);
         else if (!strcmp(a, "--fusion")) {
             err_t e = {0};
             o->fusion = 0;   /* the list replaces the default */
@@ -311,6 +322,9 @@ int main(int argc, char **argv) {
     err_t e = {0};
     dtype_t dt = !strcmp(o.precision, "fp16") ? DT_F16 : !strcmp(o.precision, "bf16") ? DT_BF16 : DT_F32;
     if (o.predict) return fusion_bench_predict(o.arch, o.classes, o.batch, o.precision, o.fusion, dt);
+    if (o.patterns >= 0)
+        return fusion_bench_patterns(o.arch, o.classes, o.batch, o.precision, o.device, o.patterns, o.deterministic != 0,
+                                     dt);
     if (o.conv_passes > 0)
         return fusion_bench_conv_host_us(o.arch, o.classes, o.batch, o.precision, o.device, o.conv_passes, dt);
     backend_opts_t bo = {0};

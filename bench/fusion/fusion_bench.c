@@ -7,6 +7,8 @@
 #include <string.h>
 
 #ifdef RUNNER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "model/cuda/cuda_backend.h"
 #endif
 #include "model/net.h"
@@ -122,3 +124,166 @@ int fusion_bench_predict(const char *arch, int classes, int batch, const char *p
     return 0;
 }
 
+
+/* ---- the pattern probe ---- */
+
+#ifdef RUNNER_HAVE_CUDA
+/* ms per call of a BN op on be's stream (one warm-up, 10 calls, events); -1 on failure */
+static float time_bn(backend_t *be, int which, int64_t m, int c, dtype_t dt, void *x, void *y, float *v) {
+    cudaStream_t st = (cudaStream_t)cuda_backend_stream(be);
+    cudaEvent_t a, z;
+    float ms = -1.0f;
+    if (cudaEventCreate(&a) != cudaSuccess) return -1.0f;
+    if (cudaEventCreate(&z) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return -1.0f;
+    }
+    int rc = 0;
+    for (int i = 0; i < 11 && !rc; i++) {
+        if (i == 1) cudaEventRecord(a, st);
+        rc = which == 0 ? be->ops->bn_apply(be, m, c, dt, x, v, v + c, v + 2 * c, v + 3 * c, 1e-5f, NULL, ACT_RELU, y)
+                        : be->ops->bn_stats(be, m, c, dt, x, v, v + c);
+    }
+    cudaEventRecord(z, st);
+    if (!rc && cudaEventSynchronize(z) == cudaSuccess && cudaEventElapsedTime(&ms, a, z) == cudaSuccess) ms /= 10.0f;
+    else ms = -1.0f;
+    cudaEventDestroy(a);
+    cudaEventDestroy(z);
+    return ms;
+}
+#endif
+
+enum { PK_FPROP, PK_FPROP_STATS, PK_SBR_FPROP, PK_SBR_FPROP_STATS, PK_WGRAD, PK_SBR_WGRAD, PK_COUNT };
+
+int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
+                          bool deterministic, dtype_t dt) {
+#ifndef RUNNER_HAVE_CUDA
+    (void)arch; (void)classes; (void)batch; (void)precision; (void)device; (void)rtc_budget; (void)deterministic;
+    (void)dt;
+    fprintf(stderr, "gpu_bench: --patterns needs a CUDA build\n");
+    return 1;
+#else
+    /* graph kinds of conv_graph.cuh in PK_ order (by name: the enum is the backend's) */
+    static const char *const KIND_NAMES[PK_COUNT] = {"fprop", "fprop_stats", "sbr_fprop", "sbr_fprop_stats", "wgrad",
+                                                     "sbr_wgrad"};
+    int kinds[PK_COUNT];
+    for (int k = 0; k < PK_COUNT; k++) {
+        kinds[k] = -1;
+        for (int g = 0; g < cuda_conv_graph_kinds(); g++)
+            if (!strcmp(cuda_conv_graph_kind_name(g), KIND_NAMES[k])) kinds[k] = g;
+        if (kinds[k] < 0) {
+            fprintf(stderr, "gpu_bench: no graph kind %s in this build\n", KIND_NAMES[k]);
+            return 1;
+        }
+    }
+    char dev[256];
+    backend_cuda_device_name(device, dev, sizeof dev);
+    err_t e = {0};
+    backend_opts_t bo = {0};
+    bo.kind = BACKEND_CUDA;
+    bo.device = device;
+    bo.deterministic = deterministic;
+    bo.allow_tf32 = strcmp(precision, "fp32") != 0;
+    bo.cuda_fusion = BACKEND_FUSE_ALL;
+    backend_t *be = backend_create(&bo, &e);
+    net_t *n = be ? resnet_build(arch, 3, classes, false, &e) : NULL;
+    if (!n || net_bind(n, be, 1, 32, 32, dt, &e)) {   /* batch 1: the geometry only */
+        fprintf(stderr, "gpu_bench: %s\n", e.msg);
+        net_free(n);
+        backend_free(be);
+        return 1;
+    }
+    static conv_shape_t uniq[MAX_CONVS];
+    static int layers[MAX_CONVS], sbr[MAX_CONVS], order[MAX_CONVS];
+    int nu = 0;
+    for (int i = 0; i < net_num_nodes(n); i++) {
+        conv_shape_t s;
+        if (net_conv_geometry(n, i, batch, &s, NULL)) continue;
+        int u = 0;
+        while (u < nu && memcmp(&uniq[u], &s, sizeof s)) u++;
+        if (u == nu) {
+            if (nu == MAX_CONVS) break;
+            uniq[nu] = s;
+            layers[nu] = sbr[nu] = 0;
+            nu++;
+        }
+        layers[u]++;
+        /* the prologue applies where the input is a BN + ReLU read by this conv alone */
+        int b = net_fused_dbn_bn(n, i);
+        sbr[u] += b >= 0 && net_node_kind(n, b) == NODE_BN_RELU;
+    }
+    /* biggest share of the step first: layers x FLOPs */
+    for (int u = 0; u < nu; u++) order[u] = u;
+    for (int a = 1; a < nu; a++)
+        for (int b = a; b > 0; b--) {
+            const conv_shape_t *x = &uniq[order[b]], *y = &uniq[order[b - 1]];
+            double fx = (double)layers[order[b]] * x->p * x->q * x->k * x->r * x->s * x->c;
+            double fy = (double)layers[order[b - 1]] * y->p * y->q * y->k * y->r * y->s * y->c;
+            if (fx <= fy) break;
+            int t = order[b]; order[b] = order[b - 1]; order[b - 1] = t;
+        }
+    int rc = 0, budget = rtc_budget;
+    double unfused_total = 0, fused_total = 0, fprop_total = 0;
+    int counted = 0;
+    for (int oi = 0; oi < nu && !rc; oi++) {
+        int u = order[oi];
+        const conv_shape_t *s = &uniq[u];
+        char shape[96];
+        snprintf(shape, sizeof shape, "%dx%d c%d k%d s%d %dx%d", s->r, s->s, s->c, s->k, s->stride, s->h, s->w);
+        float ms[PK_COUNT];
+        for (int k = 0; k < PK_COUNT && !rc; k++) {
+            bool sbr_kind = k == PK_SBR_FPROP || k == PK_SBR_FPROP_STATS || k == PK_SBR_WGRAD;
+            bool rtc = budget > 0 && (sbr_kind || k == PK_FPROP_STATS);
+            cuda_graph_probe_t r;
+            if (cuda_conv_graph_probe(be, kinds[k], s, dt, rtc, &r)) {
+                fprintf(stderr, "gpu_bench: probe %s %s: %s\n", KIND_NAMES[k], shape, be->err.msg);
+                rc = 1;
+                break;
+            }
+            if (rtc && r.rtc_engine[0]) budget--;
+            ms[k] = r.pre_ms >= 0 && (r.rtc_ms < 0 || r.pre_ms <= r.rtc_ms) ? r.pre_ms : r.rtc_ms;
+            printf("{\"bench\": \"conv_patterns\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                   "\"arch\": \"%s\", \"deterministic\": %s, \"shape\": \"%s\", \"layers\": %d, \"sbr_layers\": %d, "
+                   "\"kind\": \"%s\", \"configs\": %d, \"usable\": %d, \"runtime\": %d, \"pre_ms\": %.4f, "
+                   "\"pre_engine\": \"%s\", \"rtc_ms\": %.4f, \"rtc_engine\": \"%s\", \"why\": \"%s\"}\n",
+                   dev, precision, batch, arch, deterministic ? "true" : "false", shape, layers[u], sbr[u],
+                   KIND_NAMES[k], r.configs, r.usable, r.runtime, r.pre_ms, r.pre_engine, r.rtc_ms, r.rtc_engine,
+                   r.why);
+            fflush(stdout);
+        }
+        if (rc) break;
+        /* the unfused BN ops around the conv: bn_apply of its input, bn_stats of its output */
+        size_t esz = backend_elem_size(be, dt);
+        int64_t m_in = (int64_t)s->n * s->h * s->w, m_out = (int64_t)s->n * s->p * s->q;
+        int cmax = s->c > s->k ? s->c : s->k;
+        void *x = be->ops->alloc(be, (size_t)m_in * s->c * esz), *y = be->ops->alloc(be, (size_t)m_in * s->c * esz);
+        void *o = be->ops->alloc(be, (size_t)m_out * s->k * esz);
+        float *v = (float *)be->ops->alloc(be, (size_t)cmax * 4 * sizeof(float));
+        float ap = -1, st = -1;
+        if (x && y && o && v && !be->ops->zero(be, x, (size_t)m_in * s->c * esz) &&
+            !be->ops->zero(be, o, (size_t)m_out * s->k * esz) && !be->ops->zero(be, v, (size_t)cmax * 16)) {
+            ap = time_bn(be, 0, m_in, s->c, dt, x, y, v);
+            st = time_bn(be, 1, m_out, s->k, dt, o, NULL, v);
+        }
+        be->ops->release(be, x); be->ops->release(be, y); be->ops->release(be, o); be->ops->release(be, v);
+        printf("{\"bench\": \"conv_patterns_bn\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+               "\"shape\": \"%s\", \"layers\": %d, \"sbr_layers\": %d, \"bn_apply_in_ms\": %.4f, "
+               "\"bn_stats_out_ms\": %.4f}\n", dev, precision, batch, shape, layers[u], sbr[u], ap, st);
+        if (sbr[u] && ap >= 0 && st >= 0 && ms[PK_FPROP] >= 0 && ms[PK_SBR_FPROP_STATS] >= 0) {
+            unfused_total += sbr[u] * (ap + ms[PK_FPROP] + st);
+            fused_total += sbr[u] * ms[PK_SBR_FPROP_STATS];
+            fprop_total += sbr[u] * ms[PK_FPROP];
+            counted += sbr[u];
+        }
+    }
+    if (!rc)
+        printf("{\"bench\": \"conv_patterns_total\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+               "\"arch\": \"%s\", \"deterministic\": %s, \"sbr_layers_counted\": %d, \"unfused_ms\": %.4f, "
+               "\"fused_ms\": %.4f, \"fprop_ms\": %.4f, \"rtc_budget_left\": %d}\n",
+               dev, precision, batch, arch, deterministic ? "true" : "false", counted, unfused_total, fused_total,
+               fprop_total, budget);
+    net_free(n);
+    backend_free(be);
+    return rc;
+#endif
+}

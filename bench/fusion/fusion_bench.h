@@ -18,6 +18,24 @@
 int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const char *precision, int device,
                               int passes, dtype_t dt);
 
+/* The pattern probe (cuda_conv_graph_probe): for each distinct conv shape of arch (CIFAR
+ * stem, batch rows of 32x32, dt; biggest share of the step first) and each graph kind
+ * of the MLPerf-style fusions (fprop, fprop + genStats, the scale-bias-ReLU prologue on
+ * fprop with and without genStats, wgrad, the prologue on wgrad), what cuDNN offers on
+ * this device (engine configs, usable ones, runtime-compiled ones) and the fastest of the
+ * first pre-compiled plans, ms; rtc_budget runtime-compiled engines (~1 s each to build)
+ * are also built and timed, the prologue kinds first. One line per (shape, kind):
+ *   {"bench": "conv_patterns", "shape": "3x3 c64 k64 s1 32x32", "layers": ..., "sbr_layers": ...,
+ *    "kind": ..., "configs": ..., "usable": ..., "runtime": ..., "pre_ms": ..., "pre_engine": ...,
+ *    "rtc_ms": ..., "rtc_engine": ..., "why": ...}
+ * then per shape the unfused ops the prologue would replace, timed with events
+ * ({"bench": "conv_patterns_bn", "bn_apply_in_ms", "bn_stats_out_ms"}), and a last line
+ * with the totals over the layers where the prologue applies (input a BN + ReLU with
+ * one consumer: sbr_layers): unfused (bn_apply of the input + fprop + bn_stats of the
+ * output) against the best fused fprop + genStats, ms per step. */
+int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
+                          bool deterministic, dtype_t dt);
+
 /* The byte model (model/net_fusion.h) for arch at batch, 32x32, dt, SGD, fusion options
  * fusion: one line with the bytes per step of each category, their total, the conv
  * epilogues' reads and how many nodes each fusion applies to. No device needed. */

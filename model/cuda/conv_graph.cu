@@ -61,12 +61,12 @@ enum { CG_MAX_PACKS = 64, CG_TUNE = 4, CG_MAX_CFG = 64, CG_MAX_NOTES = 16 };
 static const size_t CG_WS_CAP = (size_t)1 << 30;
 
 /* Tensors per kind (the pointer count), the direction each kind computes, its tag. */
-static const int KIND_NT[CG_KIND_COUNT] = {3, 3, 3, 3, 5, 7, 8};
-static const int KIND_DIR[CG_KIND_COUNT] = {0, 1, 2, 1, 0, 1, 1};
+static const int KIND_NT[CG_KIND_COUNT] = {3, 3, 3, 3, 5, 7, 8, 5, 7, 5};
+static const int KIND_DIR[CG_KIND_COUNT] = {0, 1, 2, 1, 0, 1, 1, 0, 0, 2};
 /* Kinds whose per-channel outputs are reductions over the batch (genStats, sums). */
-static const bool KIND_REDUCES[CG_KIND_COUNT] = {false, false, false, false, true, true, true};
+static const bool KIND_REDUCES[CG_KIND_COUNT] = {false, false, false, false, true, true, true, false, true, false};
 static const char *const KIND_TAG[CG_KIND_COUNT] = {"", "", "", " beta=1", " +genstats", " +dbn-sums",
-                                                    " +drelu+dbn-sums"};
+                                                    " +drelu+dbn-sums", " sbr+", " sbr+ +genstats", " sbr+"};
 
 /* One finalized variant pack: the pointers and workspace it was built for. */
 typedef struct cg_pack {
@@ -204,6 +204,10 @@ static int zero_sums(cuda_be_t *cb, const struct cg_plan *p, void *const *ptrs) 
         CUDA_CHECK(cb, cudaMemsetAsync(ptrs[3], 0, k, cb->stream));
         CUDA_CHECK(cb, cudaMemsetAsync(ptrs[4], 0, k, cb->stream));
         break;
+    case CG_SBR_FPROP_STATS:
+        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[5], 0, k, cb->stream));
+        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[6], 0, k, cb->stream));
+        break;
     case CG_DGRAD_DBN:
     case CG_DGRAD_DRELU_DBN: {
         int nt = KIND_NT[p->kind];
@@ -258,7 +262,9 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     int nmodes = heur_b ? 3 : 2;
     static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad (beta 1)",
                                                      "fprop + genStats", "dgrad + dBN sums",
-                                                     "dgrad + dReLU + dBN sums"};
+                                                     "dgrad + dReLU + dBN sums", "scale-bias-ReLU + fprop",
+                                                     "scale-bias-ReLU + fprop + genStats",
+                                                     "scale-bias-ReLU + wgrad"};
     if (cb->capturing)
         return cb_fail(cb, "cudnn graph: a %s plan for a new shape cannot be built while recording a CUDA graph",
                        NAMES[p->kind]);
@@ -525,7 +531,8 @@ int cu_conv_graph_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_
 
 void cu_conv_graph_set_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_t dt, void *const *ptrs,
                                int verdict) {
-    static const char *const OPTION[CG_KIND_COUNT] = {"", "", "", "", "conv_stats", "dgrad_dbn", "dgrad_dbn"};
+    static const char *const OPTION[CG_KIND_COUNT] = {"", "", "", "", "conv_stats", "dgrad_dbn", "dgrad_dbn",
+                                                      "", "", ""};
     if (kind < 0 || kind >= CG_KIND_COUNT) return;
     unsigned char al[CG_MAX_T];
     alignments(kind, ptrs, al);
@@ -572,4 +579,139 @@ int cu_conv_graph_wgrad(cuda_be_t *cb, const conv_shape_t *s, dtype_t dt, const 
 
 int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char *buf, size_t len) {
     return cu_conv_graph_engine(cb_of(be), s, which, buf, len);
+}
+
+/* ---- the pattern probe (cuda_backend.h) ---- */
+
+/* Bytes of tensor i of kind on s in dt: the kinds' tensors by letter, X the conv input
+ * (n h w c), Y its output (n p q k), W the filter, K / C fp32 vectors of k / c, c a
+ * vector of c in dt (scale, bias). */
+static size_t probe_bytes(int kind, const conv_shape_t *s, dtype_t dt, int i) {
+    static const char *const T[CG_KIND_COUNT] = {"XWY", "YWX", "XYW", "YWX", "XWYKK", "YWXXCCC", "YWXXXCCC",
+                                                 "XccWY", "XccWYKK", "XccYW"};
+    size_t e = dt_size(dt);
+    switch (T[kind][i]) {
+    case 'X': return (size_t)s->n * s->h * s->w * s->c * e;
+    case 'Y': return (size_t)s->n * s->p * s->q * s->k * e;
+    case 'W': return (size_t)s->k * s->r * s->s * s->c * e;
+    case 'K': return (size_t)s->k * 4;
+    case 'C': return (size_t)s->c * 4;
+    default: return (size_t)s->c * e;
+    }
+}
+
+int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_t dt, bool rtc,
+                          cuda_graph_probe_t *r) {
+    cuda_be_t *cb = cb_of(be);
+    memset(r, 0, sizeof *r);
+    r->pre_ms = r->rtc_ms = -1.0f;
+    if (kind < 0 || kind >= CG_KIND_COUNT) return cb_fail(cb, "cudnn graph probe: unknown graph kind %d", kind);
+    CB_ENTER(cb);
+    struct cg_plan p;
+    memset(&p, 0, sizeof p);
+    p.kind = kind;
+    p.s = *s;
+    p.dt = dt;
+    memset(p.align, 16, sizeof p.align);
+    bd_t og = build_graph(cb, &p);
+    if (!og) {
+        snprintf(r->why, sizeof r->why, "%s: %s", p.b.what, cudnnGetErrorString(p.b.st));
+        cg_free(&p.b);
+        return 0;
+    }
+    if (cb->deterministic && KIND_REDUCES[kind])
+        snprintf(r->why, sizeof r->why, "deterministic: a fused reduction is never built");
+    void *ptrs[CG_MAX_T] = {0}, *ws = NULL;
+    int nt = KIND_NT[kind], rc = 0;
+    for (int i = 0; i < nt && !rc; i++) {
+        size_t bytes = probe_bytes(kind, s, dt, i);
+        if (cudaMalloc(&ptrs[i], bytes) != cudaSuccess || cudaMemsetAsync(ptrs[i], 0, bytes, cb->stream) != cudaSuccess)
+            rc = cb_fail(cb, "cudnn graph probe: %zu bytes for tensor %d", bytes, i);
+    }
+    int64_t limit = ws_limit(), ws_bytes = 0;
+    int timed = 0;
+    static const cudnnBackendHeurMode_t MODES[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    for (int m = 0; m < 2 && !rc; m++) {
+        bd_t heur = NULL;
+        int64_t count = 0;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) break;
+        cudnnBackendHeurMode_t mode = MODES[m];
+        bd_t cfgs[CG_MAX_CFG];
+        int ncfg = 0;
+        int64_t got = 0;
+        if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &og) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ==
+                CUDNN_STATUS_SUCCESS &&
+            cudnnBackendFinalize(heur) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                     NULL) == CUDNN_STATUS_SUCCESS) {
+            for (; ncfg < count && ncfg < CG_MAX_CFG; ncfg++)
+                if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[ncfg]) != CUDNN_STATUS_SUCCESS)
+                    break;
+            if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got,
+                                         cfgs) != CUDNN_STATUS_SUCCESS)
+                got = 0;
+        }
+        for (int64_t i = 0; i < got && i < ncfg && !rc; i++) {
+            r->configs++;
+            bd_t eng = NULL, plan = NULL;
+            int64_t one = 0, wsz = 0;
+            if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) continue;
+            bool usable = cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                   1, &one, &eng) == CUDNN_STATUS_SUCCESS &&
+                          engine_usable(cb, dt, eng) && !(cb->deterministic && KIND_REDUCES[kind]);
+            bool is_rtc = usable && runtime_compiled(eng);
+            r->usable += usable;
+            r->runtime += is_rtc;
+            bool try_it = usable && (is_rtc ? rtc && r->rtc_ms < 0 && !r->rtc_engine[0] : timed < CG_TUNE);
+            if (try_it && cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ==
+                              CUDNN_STATUS_SUCCESS &&
+                cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cb->cudnn) ==
+                    CUDNN_STATUS_SUCCESS &&
+                cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                         1, &cfgs[i]) == CUDNN_STATUS_SUCCESS &&
+                cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+                cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one,
+                                         &wsz) == CUDNN_STATUS_SUCCESS &&
+                wsz <= limit) {
+                if (wsz > ws_bytes) {
+                    if (ws) cudaFree(ws);
+                    ws = NULL;
+                    if (cudaMalloc(&ws, (size_t)wsz) != cudaSuccess) rc = cb_fail(cb, "cudnn graph probe: workspace");
+                    ws_bytes = wsz;
+                }
+                cudnnStatus_t st;
+                bd_t vp = rc ? NULL : make_pack(&p, ptrs, ws, &st);
+                float ms = vp ? time_plan(cb, &p, plan, vp, ptrs) : -1.0f;
+                if (vp) cudnnBackendDestroyDescriptor(vp);
+                char name[128];
+                describe(cfgs[i], eng, kind, name, sizeof name);
+                if (is_rtc) {
+                    r->rtc_ms = ms;
+                    snprintf(r->rtc_engine, sizeof r->rtc_engine, "%s", name);
+                } else {
+                    timed++;
+                    if (ms >= 0 && (r->pre_ms < 0 || ms < r->pre_ms)) {
+                        r->pre_ms = ms;
+                        snprintf(r->pre_engine, sizeof r->pre_engine, "%s", name);
+                    }
+                }
+            } else if (try_it && is_rtc) {
+                snprintf(r->rtc_engine, sizeof r->rtc_engine, "(did not finalize)");
+            }
+            if (plan) cudnnBackendDestroyDescriptor(plan);
+            cudnnBackendDestroyDescriptor(eng);
+        }
+        for (int i = 0; i < ncfg; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+        cudnnBackendDestroyDescriptor(heur);
+    }
+    cudaError_t ss = cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < nt; i++)
+        if (ptrs[i]) cudaFree(ptrs[i]);
+    if (ws) cudaFree(ws);
+    cudaGetLastError();
+    cg_free(&p.b);
+    if (!rc && ss != cudaSuccess) rc = cb_fail(cb, "cudnn graph probe: %s", cudaGetErrorString(ss));
+    return rc ? -1 : 0;
 }

@@ -26,6 +26,13 @@ typedef enum {
                            s2 = sum(g * (bn_x - mean)) per channel */
     CG_DGRAD_DRELU_DBN, /* {dy, w, g, relu_y, bn_x, mean, s1, s2}: the same with
                            g = dgrad(dy, w) * (relu_y > 0) */
+    /* the scale-bias-ReLU prologue of cuDNN's ConvBNfprop / ConvBNwgrad patterns (the
+     * BN apply + ReLU of the layer before folded into the convolution; scale and bias
+     * per input channel in the act dtype): measured by the pattern probe
+     * (cuda_conv_graph_probe), not yet run by any op */
+    CG_SBR_FPROP,       /* {x, scale, bias, w, y}: y = conv(relu(x * scale + bias), w) */
+    CG_SBR_FPROP_STATS, /* {x, scale, bias, w, y, sum, sqsum}: the same with genStats of y */
+    CG_SBR_WGRAD,       /* {x, scale, bias, dy, dw}: dw = wgrad(relu(x * scale + bias), dy) */
     CG_KIND_COUNT
 } cg_kind_t;
 

@@ -255,6 +255,37 @@ int cg_build_ops(cg_build_t *b, int kind, const conv_shape_t *s, dtype_t dt, con
         ops[nops++] = breduce(b, gx, s2, det);
         break;
     }
+    case CG_SBR_FPROP:
+    case CG_SBR_FPROP_STATS:
+    case CG_SBR_WGRAD: {
+        /* x * scale + bias, ReLU, then the convolution of that (virtual, fp32) with w
+         * (fprop) or dy (wgrad): cuDNN's ConvBNfprop / ConvBNwgrad prologue */
+        bool wgrad = kind == CG_SBR_WGRAD;
+        bd_t x = btensor(b, 1, t, s->n, s->c, s->h, s->w, al[0], false);
+        bd_t sc = btensor(b, 2, t, 1, s->c, 1, 1, al[1], false);
+        bd_t bi = btensor(b, 3, t, 1, s->c, 1, 1, al[2], false);
+        bd_t v1 = btensor(b, 101, f, s->n, s->c, s->h, s->w, 16, true);
+        bd_t v2 = btensor(b, 102, f, s->n, s->c, s->h, s->w, 16, true);
+        bd_t v3 = btensor(b, 103, f, s->n, s->c, s->h, s->w, 16, true);
+        ops[nops++] = bpointwise(b, CUDNN_POINTWISE_MUL, x, sc, v1);
+        ops[nops++] = bpointwise(b, CUDNN_POINTWISE_ADD, v1, bi, v2);
+        ops[nops++] = bpointwise(b, CUDNN_POINTWISE_RELU_FWD, v2, NULL, v3);
+        if (wgrad) {
+            bd_t dy = btensor(b, 4, t, s->n, s->k, s->p, s->q, al[3], false);
+            bd_t dw = btensor(b, 5, t, s->k, s->c, s->r, s->s, al[4], false);
+            ops[nops++] = bconv_op(b, 2, cd, v3, dy, dw, 0.0f);
+        } else {
+            bd_t w = btensor(b, 4, t, s->k, s->c, s->r, s->s, al[3], false);
+            bd_t y = btensor(b, 5, t, s->n, s->k, s->p, s->q, al[4], false);
+            ops[nops++] = bconv_op(b, 0, cd, v3, w, y, 0.0f);
+            if (kind == CG_SBR_FPROP_STATS) {
+                bd_t sum = btensor(b, 6, f, 1, s->k, 1, 1, al[5], false);
+                bd_t sq = btensor(b, 7, f, 1, s->k, 1, 1, al[6], false);
+                ops[nops++] = bgenstats(b, y, sum, sq);
+            }
+        }
+        break;
+    }
     default:
         b->st = CUDNN_STATUS_BAD_PARAM;
         snprintf(b->what, sizeof b->what, "graph kind %d", kind);
@@ -267,7 +298,8 @@ int cuda_conv_graph_kinds(void) { return CG_KIND_COUNT; }
 
 const char *cuda_conv_graph_kind_name(int kind) {
     static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad_accum", "fprop_stats",
-                                                     "dgrad_dbn", "dgrad_drelu_dbn"};
+                                                     "dgrad_dbn", "dgrad_drelu_dbn", "sbr_fprop",
+                                                     "sbr_fprop_stats", "sbr_wgrad"};
     return kind >= 0 && kind < CG_KIND_COUNT ? NAMES[kind] : NULL;
 }
 

@@ -112,6 +112,25 @@ int cuda_conv_graph_kinds(void);
 const char *cuda_conv_graph_kind_name(int kind);
 int cuda_conv_graph_describe(int kind, const conv_shape_t *s, dtype_t dt, bool deterministic, char *why, size_t len);
 
+/* Issue 25, the pattern probe (bench_gpu_bench --patterns): what cuDNN offers for graph
+ * kind on shape s in dt on be's device, and how fast, on scratch buffers of its own
+ * (zeros; 256-byte aligned). The engine configs of heuristics mode A, then the fallback
+ * list, are counted (configs), filtered by the backend's numerical-note rules (usable;
+ * deterministic mode: no NONDETERMINISTIC note, and the kinds with reductions count no
+ * usable engine, as plan_build), split into pre-compiled ones and runtime-compiled ones
+ * (NVRTC at finalize, ~1 s each); the first 4 usable pre-compiled ones that finalize are
+ * timed (ms per run, one warm-up and two runs, events) and the fastest kept; with rtc,
+ * the first usable runtime-compiled one is finalized and timed too. 0, or -1 with be's
+ * error (a CUDA failure); a graph that does not build is 0 with why set. */
+typedef struct cuda_graph_probe {
+    int configs, usable, runtime;   /* runtime: of the usable, runtime-compiled */
+    float pre_ms, rtc_ms;           /* -1: none (or rtc not asked) */
+    char pre_engine[128], rtc_engine[128];
+    char why[160];
+} cuda_graph_probe_t;
+int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_t dt, bool rtc,
+                          cuda_graph_probe_t *r);
+
 #ifdef __cplusplus
 }
 #endif

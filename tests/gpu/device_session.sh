@@ -18,7 +18,8 @@
 # and copy the results from the reply's files_at into bench/results/ (see docs/benchmarks.md).
 #
 # Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
-# STAGES picks stages and their order (default "build test sanitize bench e2e fusion fashion";
+# STAGES picks stages and their order (default "build test sanitize bench e2e fusion fashion
+# patterns";
 # "compile" (torch.compile's four rows, ~100 s) is left out since the H200 run of
 # 2026-11-26 measured them: slower than eager in three of four configurations, and its
 # reserve would cut the fusion rows first;
@@ -57,7 +58,7 @@ O=${OUT:-$R/out-gpu/session}
 L=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$O" "$L/runs"
 exec > >(tee "$O/session.log") 2>&1
-stages=" ${STAGES:-build test sanitize bench e2e fusion fashion} "
+stages=" ${STAGES:-build test sanitize bench e2e fusion fashion patterns} "
 # seconds a stage leaves for the stages after it in $stages (compile ~110 s for its four
 # rows, fashion ~50 s for 3 epochs, the others a few)
 reserve_after() {
@@ -436,11 +437,58 @@ print("tensorboard EventAccumulator read", len(tags), "scalar tags:", ", ".join(
 assert tags, "no scalars"
 PY
 }
+# ---- stage patterns (issue 25): what cuDNN offers for the MLPerf-style fusions ----
+# bench_gpu_bench --patterns (bench/fusion/fusion_bench.h): per distinct ResNet-50 conv
+# shape, the engines cuDNN lists for fprop, fprop + genStats, the scale-bias-ReLU
+# prologue (ConvBNfprop's pattern, with and without genStats), wgrad and the prologue on
+# wgrad (ConvBNwgrad's), pre-compiled or runtime-compiled, and the fastest's time beside
+# the unfused BN ops; fp16 and bf16 with PATTERNS_RTC runtime compilations each (~1 s
+# each), then bf16 with deterministic mode's filters (no compilation). Lines into
+# bench.jsonl and patterns.jsonl. Last in the default list: it runs on what time is left.
+stage_patterns() {
+    [ -n "$DRY" ] && { echo "patterns: dry run: the probe needs a GPU"; return 0; }
+    local probe rc=0 prec det
+    probe=$(rr "$B/bench/bench_gpu_bench" --patterns 0 --batch 0 2>&1)
+    if [[ $probe == *"unknown option --patterns"* ]]; then
+        echo "patterns: this build's bench_gpu_bench has no --patterns"
+        return 0
+    fi
+    : >"$L/patterns.jsonl"
+    for run in fp16:0 bf16:0 bf16:1; do
+        prec=${run%%:*} det=${run##*:}
+        [ "$(left)" -gt 40 ] || { echo "patterns: no time left for $run"; continue; }
+        box 120 env "$RENV" "$B/bench/bench_gpu_bench" --patterns \
+            "$([ "$det" = 1 ] && echo 0 || echo "${PATTERNS_RTC:-8}")" --deterministic "$det" --arch "$ARCH" \
+            --precision "$prec" --batch 128 >>"$L/patterns.jsonl" 2>"$L/patterns_${prec}_$det.err" ||
+            { rc=1; tail -2 "$L/patterns_${prec}_$det.err"; }
+    done
+    cat "$L/patterns.jsonl" >>"$BJ"
+    "$PY" - "$L/patterns.jsonl" <<'PY'
+import json, sys
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        rows.append(json.loads(line))
+    except ValueError:
+        pass
+print(f"{'prec':5} {'det':3} {'shape':24} {'n':>2} {'sbr':>3} {'kind':16} {'cfg':>3} {'use':>3} {'rtc':>3} {'pre ms':>7} {'rtc ms':>7}")
+for r in rows:
+    if r.get("bench") == "conv_patterns":
+        print(f"{r['precision']:5} {'y' if r['deterministic'] else 'n':3} {r['shape']:24} {r['layers']:2} "
+              f"{r['sbr_layers']:3} {r['kind']:16} {r['configs']:3} {r['usable']:3} {r['runtime']:3} "
+              f"{r['pre_ms']:7.4f} {r['rtc_ms']:7.4f}")
+    elif r.get("bench") == "conv_patterns_total":
+        print("total:", {k: r[k] for k in ("precision", "deterministic", "sbr_layers_counted", "unfused_ms",
+                                           "fused_ms", "fprop_ms")})
+PY
+    return $rc
+}
+
 stage_allreduce() { box $(($(left) - 20)) env "$RENV" bash bench/allreduce_suite.sh "$B" >"$L/allreduce.log" 2>&1; tail -n 30 "$L/allreduce.log"; }
 
 # in the order STAGES names them (known names only)
 for st in $stages; do
-    [[ " build test sanitize bench e2e compile fusion fashion families tb allreduce " == *" $st "* ]] ||
+    [[ " build test sanitize bench e2e compile fusion fashion patterns families tb allreduce " == *" $st "* ]] ||
         { note "$st" "UNKNOWN stage"; continue; }
     t0=$(date +%s)
     echo "== $st ($(el) s, $(left) s left)"
