@@ -208,6 +208,16 @@ typedef struct backend_opts {
  *                GB of y and 0.06 GB of bits instead, the forward writes 0.03 GB more
  *                (predicted -0.83 GB: -0.17 to -0.25 ms at 4.8 to 3.35 TB/s) [not yet
  *                measured]
+ *   bn_dual_add  a projection shortcut's BN (the downsample BN of a stage's first block)
+ *                is applied inside the kernels of the block's last BN (bn_apply_dual,
+ *                bn_bwd_reduce_dual, bn_bwd_apply_dual): its output is never stored and
+ *                its gradient (the masked gradient of the add) never written or read;
+ *                the same bits as the separate ops (its output rounded to the act dtype
+ *                before the add, as stored; its sums in the same order). ResNet-50 (CIFAR
+ *                stem, batch 128): 4 such blocks, 62.9M elements, 5 passes of them fewer
+ *                (forward: write and read z; backward: write dz, read it twice):
+ *                predicted -0.63 GB, -0.13 to -0.19 ms, and 16 launches fewer [not yet
+ *                measured]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -226,8 +236,9 @@ enum {
     BACKEND_FUSE_PDL = 1u << 10,
     BACKEND_FUSE_HEUR_B = 1u << 11,
     BACKEND_FUSE_BN_MASK_BITS = 1u << 12,
-    BACKEND_FUSE_COUNT = 13,
-    BACKEND_FUSE_EVERY = (1u << 13) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_DUAL_ADD = 1u << 13,
+    BACKEND_FUSE_COUNT = 14,
+    BACKEND_FUSE_EVERY = (1u << 14) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
 };
@@ -235,7 +246,7 @@ enum {
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
 #define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
     "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b", \
-    "bn_mask_bits"
+    "bn_mask_bits", "bn_dual_add"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
@@ -493,6 +504,36 @@ typedef struct backend_ops {
                              const float *var, const float *gamma, float eps, const float *sum_dy,
                              const float *sum_dy_xhat, int64_t count, void *dx, void *dz,
                              const uint8_t *mask);
+    /* A shortcut's BN inside the add-relu BN that adds it (optional, all three or none:
+     * NULL, and the net runs the two BNs' ops; the cuda backend's bn_dual_add). The
+     * shortcut z = bn2(x2; mean2, var2, gamma2, beta2), no activation, m rows of c
+     * channels as the add-relu BN's, is neither stored nor is its gradient.
+     * bn_apply_dual: y = act(bn(x) + z), z rounded to dt as bn_apply would have stored it:
+     *   the bits of bn_apply(z) then bn_apply(x, ..., z, act, y); with mask (may be NULL)
+     *   also the mask bits as bn_apply_mask writes them. 1 (nothing written) where the
+     *   backend cannot (then the net runs the two bn_apply calls).
+     * bn_bwd_reduce_dual: bn_bwd_reduce of the add-relu BN (x, y, act, dy; the mask from
+     *   the bits when mask is given, else from y) into sum_dy, sum_dy_xhat, dgamma,
+     *   dbeta, and of the shortcut's BN on the gradient it would have received (dy
+     *   masked: the add's dz) into sum_dy2, sum_dy_xhat2, dgamma2, dbeta2.
+     * bn_bwd_apply_dual: dx as bn_bwd_apply of the add-relu BN gives it and dx2 as the
+     *   shortcut BN's bn_bwd_apply on dz gives it (count, count2: their statistics' rows).
+     * The same bits as the separate ops where the pointers share their alignment. */
+    int (*bn_apply_dual)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                         const float *var, const float *gamma, const float *beta, const void *x2,
+                         const float *mean2, const float *var2, const float *gamma2, const float *beta2,
+                         float eps, act_kind_t act, void *y, uint8_t *mask);
+    int (*bn_bwd_reduce_dual)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                              act_kind_t act, const void *dy, const float *mean, const float *var,
+                              const void *x2, const float *mean2, const float *var2, float eps,
+                              float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, float *sum_dy2,
+                              float *sum_dy_xhat2, float *dgamma2, float *dbeta2, const uint8_t *mask);
+    int (*bn_bwd_apply_dual)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                             act_kind_t act, const void *dy, const float *mean, const float *var,
+                             const float *gamma, const void *x2, const float *mean2, const float *var2,
+                             const float *gamma2, float eps, const float *sum_dy, const float *sum_dy_xhat,
+                             int64_t count, const float *sum_dy2, const float *sum_dy_xhat2, int64_t count2,
+                             void *dx, void *dx2, const uint8_t *mask);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

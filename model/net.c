@@ -9,6 +9,7 @@
  * What it does not do: free or re-plan memory after binding, or shrink activations.
  */
 #include "model/net_impl.h"
+#include "model/net_fusion.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -385,8 +386,11 @@ static void plan_free(plan_t *p) {
 }
 
 /* Computes every node's output shape for in_h x in_w inputs and assigns gradient slots
- * by liveness over the backward order. Fails with ERR_INPUT if the input is too small. */
-static int plan_net(const net_t *n, int in_h, int in_w, plan_t *p, err_t *e) {
+ * by liveness over the backward order. dual (a backend with bn_apply_dual): the input of
+ * each shortcut BN net_dual_bn names comes alive with the add-relu BN's backward, which
+ * writes its gradient (bn_bwd_apply_dual), not with the shortcut's own. Fails with
+ * ERR_INPUT if the input is too small. */
+static int plan_net(const net_t *n, int in_h, int in_w, bool dual, plan_t *p, err_t *e) {
     memset(p, 0, sizeof *p);
     int nn = n->n_nodes;
     if (nn == 0) return err_set(e, ERR_RUNTIME, "net: no nodes");
@@ -465,8 +469,9 @@ static int plan_net(const net_t *n, int in_h, int in_w, plan_t *p, err_t *e) {
     p->n_slots = 1;
     for (int j = nn - 1; j >= 0; j--) {
         const node_t *d = &n->nodes[j];
-        for (int k = 0; k < 2; k++) {
-            int a = d->in[k];
+        int z = dual ? net_dual_bn(n, j) : -1;
+        for (int k = 0; k < 3; k++) {
+            int a = k < 2 ? d->in[k] : z >= 0 ? n->nodes[z].in[0] : -1;
             if (a < 0 || p->slot[a] >= 0) continue;
             size_t need = (size_t)p->h[a] * p->w[a] * p->c[a];
             /* the smallest free slot that fits, else the largest free one (grown) */
@@ -493,7 +498,7 @@ size_t net_activation_bytes(const net_t *n, int max_batch, int in_h, int in_w,
                             size_t act_elem_bytes) {
     plan_t p;
     err_t e = {0};
-    if (plan_net(n, in_h, in_w, &p, &e) < 0) return 0;
+    if (plan_net(n, in_h, in_w, false, &p, &e) < 0) return 0;
     size_t per_sample = p.act_elems + 2 * p.max_elems + (size_t)in_h * in_w * n->in_c;
     for (int s = 0; s < p.n_slots; s++) per_sample += p.slot_elems[s];
     size_t bytes = per_sample * (size_t)max_batch * act_elem_bytes;
@@ -506,7 +511,7 @@ size_t net_activation_bytes(const net_t *n, int max_batch, int in_h, int in_w,
 double net_forward_flops(const net_t *n, int in_h, int in_w) {
     plan_t p;
     err_t e = {0};
-    if (plan_net(n, in_h, in_w, &p, &e) < 0) return 0;
+    if (plan_net(n, in_h, in_w, false, &p, &e) < 0) return 0;
     double f = 0;
     for (int i = 0; i < n->n_nodes; i++) {
         const node_t *d = &n->nodes[i];
@@ -519,7 +524,7 @@ double net_forward_flops(const net_t *n, int in_h, int in_w) {
 
 int net_plan_shapes(const net_t *n, int in_h, int in_w, int *h, int *w, int *c, err_t *e) {
     plan_t p;
-    if (plan_net(n, in_h, in_w, &p, e) < 0) return -1;
+    if (plan_net(n, in_h, in_w, false, &p, e) < 0) return -1;
     for (int i = 0; i < n->n_nodes; i++) {
         h[i] = p.h[i];
         w[i] = p.w[i];
@@ -572,7 +577,9 @@ int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t
     if (max_batch < 1) return err_set(e, ERR_INPUT, "net: max_batch %d < 1", max_batch);
     if (act_dt < 0 || act_dt >= DT_COUNT) return err_set(e, ERR_INPUT, "net: bad act dtype");
     plan_t p;
-    if (plan_net(n, in_h, in_w, &p, e) < 0) return -1;
+    /* a shortcut BN applied inside its add-relu BN where the backend can (bn_dual_add) */
+    bool dual_ops = be->ops->bn_apply_dual && be->ops->bn_bwd_reduce_dual && be->ops->bn_bwd_apply_dual;
+    if (plan_net(n, in_h, in_w, dual_ops, &p, e) < 0) return -1;
     n->be = be;
     n->max_batch = max_batch;
     n->in_h = in_h;
@@ -630,6 +637,18 @@ int net_bind(net_t *n, backend_t *be, int max_batch, int in_h, int in_w, dtype_t
                     d->prefix, d->w_numel / (size_t)d->out_c, in_h, in_w, ah, aw, ac, in_f);
             goto done;
         }
+    }
+    for (int i = 0; i < n->n_nodes; i++) n->nodes[i].dual = n->nodes[i].dual_of = -1;
+    for (int i = 0; i < n->n_nodes && dual_ops; i++) {
+        node_t *d = &n->nodes[i];
+        int z = net_dual_bn(n, i);
+        if (z < 0) continue;
+        d->dual = z;
+        d->dual_ok = false;
+        n->nodes[z].dual_of = i;
+        if (!n->sum_dy2 && (!(n->sum_dy2 = balloc(n, (size_t)p.max_c * 4, e)) ||
+                            !(n->sum_dy_xhat2 = balloc(n, (size_t)p.max_c * 4, e))))
+            goto done;
     }
     rc = 0;
 done:

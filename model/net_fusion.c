@@ -36,6 +36,13 @@ int net_fused_dbn_bn(const net_t *n, int i) {
     return a;
 }
 
+int net_dual_bn(const net_t *n, int i) {
+    if (i < 0 || i >= n->n_nodes || n->nodes[i].kind != NODE_BN_ADD_RELU) return -1;
+    int z = n->nodes[i].in[1];
+    if (z < 0 || n->nodes[z].kind != NODE_BN || net_consumers(n, z) != 1) return -1;
+    return z;
+}
+
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
                 net_traffic_t *t, err_t *e) {
     int nn = n->n_nodes;
@@ -53,7 +60,7 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
     double a = dt == DT_F32 ? 4.0 : 2.0;
     bool stats = fusion & BACKEND_FUSE_CONV_STATS, dbn = fusion & BACKEND_FUSE_DGRAD_DBN;
     bool accum = fusion & BACKEND_FUSE_DGRAD_ACCUM, remask = fusion & BACKEND_FUSE_BN_REMASK;
-    bool bits = fusion & BACKEND_FUSE_BN_MASK_BITS;
+    bool bits = fusion & BACKEND_FUSE_BN_MASK_BITS, dual = fusion & BACKEND_FUSE_BN_DUAL_ADD;
     /* a node's input gradient is summed (not written) by every consumer after the first
      * to run backward, i.e. all but the one latest in forward order */
     int *seen = calloc((size_t)nn + 1, sizeof(int));
@@ -88,6 +95,13 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
             if (fd) t->conv_epilogue += a * E * (1 + (relu ? 1 : 0));   /* the conv reads x [and y], not dy again */
             t->bytes[NT_BN_BWD] += (fd ? 0 : reduce - (rm ? a * E : 0)) +
                                    a * E * (3 + (add ? 1 : 0)) + (relu && !rm ? ymask : 0.0);
+            /* bn_dual_add: the shortcut BN z applied inside this add-relu BN: z is not
+             * written and read (forward), dz not written and read by z's two passes */
+            if (dual && net_dual_bn(n, i) >= 0) {
+                t->dual++;
+                t->bytes[NT_BN_FWD] -= 2.0 * a * E;
+                t->bytes[NT_BN_BWD] -= 3.0 * a * E;
+            }
         }
         for (int k = 0; k < 2; k++) {
             int in = d->in[k];

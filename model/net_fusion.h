@@ -46,6 +46,9 @@ int net_fused_stats_bn(const net_t *n, int i);
 /* Conv node i: the BN node whose backward reduction conv2d_bwd_data_bn computes (i - 1),
  * or -1. */
 int net_fused_dbn_bn(const net_t *n, int i);
+/* BN add-relu node i: the shortcut BN node bn_apply_dual applies inside it (its residual
+ * input: a plain BN whose output nothing else reads), or -1. */
+int net_dual_bn(const net_t *n, int i);
 
 typedef enum {
     NT_BN_FWD = 0,      /* statistics pass + apply (+ residual input) */
@@ -69,12 +72,13 @@ typedef struct net_traffic {
     int fused_accum;          /* residual sums done by the conv (beta = 1) */
     int remasked;             /* BN nodes whose backward kernels recompute the mask (bn_remask) */
     int mask_bits;            /* BN add-relu nodes whose mask is kept as bits (bn_mask_bits) */
+    int dual;                 /* shortcut BNs applied inside their add-relu BN (bn_dual_add) */
 } net_traffic_t;
 
 /* The model for one training step of batch rows at in_h x in_w with activations of dt
  * (2 bytes for half, as on the GPU), SGD with momentum (adamw false) or AdamW, and the
  * fusion options `fusion` (BACKEND_FUSE_*; only conv_stats, dgrad_dbn, dgrad_accum,
- * bn_remask and bn_mask_bits change bytes). 0, or -1 with e set. */
+ * bn_remask, bn_mask_bits and bn_dual_add change bytes). 0, or -1 with e set. */
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
                 net_traffic_t *t, err_t *e);
 

@@ -34,6 +34,11 @@ typedef struct node {
     uint8_t *mask;         /* bn add-relu with the backend's bn_apply_mask: the mask bits
                             * (backend memory, max_batch rows), else NULL */
     bool mask_ok;          /* the last training forward wrote them (else read y) */
+    int dual;              /* bn add-relu with the backend's bn_apply_dual: the shortcut BN
+                            * node it applies inside its kernels (net_dual_bn), else -1 */
+    int dual_of;           /* that shortcut BN: the add-relu node, else -1 */
+    bool dual_ok;          /* bn add-relu: the last training forward applied the shortcut
+                            * BN inside (its output and gradient are not stored) */
 } node_t;
 
 #define NET_NO_INPUT (-2)
@@ -60,6 +65,7 @@ struct net {
     void *scratch[2];        /* for gradients of nodes with several consumers */
     float *bn_mem;           /* saved statistics of all BN nodes */
     float *sum_dy, *sum_dy_xhat;
+    float *sum_dy2, *sum_dy_xhat2;   /* the shortcut BN's sums under bn_apply_dual, else NULL */
     int32_t *labels;         /* backend: max_batch */
     float *targets;          /* backend: max_batch x classes soft targets (net_enable_soft_targets) */
     float *loss_sum;         /* backend: 1 */

@@ -214,6 +214,26 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
             }
             const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
             const float *gamma = n->params + d->w_off, *beta = n->params + d->b_off;
+            /* bn_dual_add: a shortcut BN's output is made inside the kernel of the
+             * add-relu BN that adds it (its statistics were taken above) */
+            if (train && d->dual_of >= 0) break;
+            if (train && d->dual >= 0) {
+                node_t *s = &n->nodes[d->dual];
+                const void *x2 = node_out(n, x, s->in[0]);
+                const float *g2 = n->params + s->w_off, *b2 = n->params + s->b_off;
+                int r = be->ops->bn_apply_dual(be, m, d->c, n->dt, in0, mean, var, gamma, beta, x2, s->mean, s->var,
+                                               g2, b2, NET_BN_EPS, net_bn_act(d->kind), d->y, d->mask);
+                OP(r, "bn apply (with the shortcut's bn)");
+                d->dual_ok = r == 0;
+                if (r == 0) {
+                    d->mask_ok = d->mask != NULL;
+                    break;
+                }
+                /* the backend cannot here: the shortcut's own apply, then this one's */
+                OP(be->ops->bn_apply(be, m, d->c, n->dt, x2, s->mean, s->var, g2, b2, NET_BN_EPS, NULL, ACT_NONE,
+                                     s->y),
+                   "bn apply (shortcut)");
+            }
             if (train && d->mask) {   /* with the mask bits where the backend can (1: cannot) */
                 int r = be->ops->bn_apply_mask(be, m, d->c, n->dt, in0, mean, var, gamma, beta, NET_BN_EPS, z,
                                                net_bn_act(d->kind), d->y, d->mask);
@@ -413,8 +433,11 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
     const void *x = node_out(n, n->last_x, a);
     int64_t m = (int64_t)batch * d->h * d->w;
     bool acc_a = false, acc_b = false;
+    /* bn_dual_add: the shortcut BN's backward is this node's too, and its output (this
+     * node's second input) gets no gradient */
+    bool dual = d->kind == NODE_BN_ADD_RELU && d->dual >= 0 && d->dual_ok;
     void *dx = a >= 0 ? grad_target(n, a, 0, &acc_a) : NULL;
-    void *dz = b >= 0 ? grad_target(n, b, 1, &acc_b) : NULL;
+    void *dz = b >= 0 && !dual ? grad_target(n, b, 1, &acc_b) : NULL;
     switch (d->kind) {
     case NODE_CONV: {
         conv_shape_t s = conv_geom(n, i, batch);
@@ -435,6 +458,30 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
         const float *beta = y && d->kind != NODE_BN_ADD_RELU ? n->params + d->b_off : NULL;
         /* the mask from the bits the training forward wrote with y (bn_mask_bits) */
         const uint8_t *bits = d->mask && d->mask_ok ? d->mask : NULL;
+        if (dual) {   /* this add-relu BN and its shortcut's BN, from one pass each way */
+            node_t *s = &n->nodes[d->dual];
+            int a2 = s->in[0];
+            const void *x2 = node_out(n, n->last_x, a2);
+            bool acc2 = false;
+            void *dx2 = a2 >= 0 ? grad_target(n, a2, 1, &acc2) : n->scratch[1];
+            OP(be->ops->bn_bwd_reduce_dual(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, x2, s->mean, s->var,
+                                           NET_BN_EPS, n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off,
+                                           n->grads + d->b_off, n->sum_dy2, n->sum_dy_xhat2, n->grads + s->w_off,
+                                           n->grads + s->b_off, bits),
+               "bn backward (reduce, with the shortcut's bn)");
+            *reduced = -1;
+            if (hooks && hooks->bn_sync_grads &&
+                (hooks->bn_sync_grads(hooks->ctx, d->c, n->sum_dy, n->sum_dy_xhat) < 0 ||
+                 hooks->bn_sync_grads(hooks->ctx, s->c, n->sum_dy2, n->sum_dy_xhat2) < 0))
+                return err_wrap(e, "net: SyncBN gradients of %s", d->prefix);
+            OP(be->ops->bn_bwd_apply_dual(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, x2, s->mean,
+                                          s->var, n->params + s->w_off, NET_BN_EPS, n->sum_dy, n->sum_dy_xhat,
+                                          d->count, n->sum_dy2, n->sum_dy_xhat2, s->count, dx ? dx : n->scratch[0],
+                                          dx2, bits),
+               "bn backward (apply, with the shortcut's bn)");
+            if (a2 >= 0 && grad_commit(n, a2, dx2, acc2, e) < 0) return -1;
+            break;
+        }
         if (*reduced != i && bits)
             OP(be->ops->bn_bwd_reduce_mask(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, NET_BN_EPS,
                                            n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off,

@@ -118,8 +118,8 @@ int fusion_bench_predict(const char *arch, int classes, int batch, const char *p
            arch, precision, batch, names);
     for (int k = 0; k < NT_COUNT; k++) printf(", \"%s_gb\": %.4f", net_traffic_names[k], t.bytes[k] / 1e9);
     printf(", \"nonconv_gb\": %.4f, \"conv_epilogue_gb\": %.4f, \"fused_stats\": %d, \"fused_dbn\": %d, "
-           "\"fused_accum\": %d, \"remasked\": %d}\n", t.total / 1e9, t.conv_epilogue / 1e9, t.fused_stats, t.fused_dbn,
-           t.fused_accum, t.remasked);
+           "\"fused_accum\": %d, \"remasked\": %d, \"mask_bits\": %d, \"dual\": %d}\n", t.total / 1e9,
+           t.conv_epilogue / 1e9, t.fused_stats, t.fused_dbn, t.fused_accum, t.remasked, t.mask_bits, t.dual);
     net_free(n);
     return 0;
 }

@@ -16,6 +16,10 @@
  *     call): not y but + 2c*4 (gamma, beta; the apply has gamma already: + c*4)
  *   bn_mask_bits' ops, under the same kinds: bn_apply_mask + m*c/8 written (the bits);
  *     bn_bwd_reduce_mask, bn_bwd_apply_mask: m*c/8 read (the bits) instead of y
+ *   bn_dual_add's ops, under the same kinds (the shortcut's BN inside): bn_apply_dual
+ *     read 2*m*c*e (x, x2) + 8c*4; write m*c*e (y) [+ m*c/8 bits];
+ *     bn_bwd_reduce_dual read 3*m*c*e (x, x2, dy) + m*c*e (y) or m*c/8 (bits) + 4c*4,
+ *     write 8c*4; bn_bwd_apply_dual read 3*m*c*e + the mask + 10c*4, write 2*m*c*e
  *   relu_fwd            2n*e;  relu_bwd, add: 3n*e
  *   avgpool_fwd/bwd     n*hw*c*e + n*c*e;  maxpool_fwd n*h*w*c*e + n*p*q*c*e;
  *   maxpool_bwd         2 * n*h*w*c*e (x read, dx written) + n*p*q*c*e (dy)
@@ -391,6 +395,42 @@ static int w_bn_bwd_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, cons
                                 dz, mask),
               es(dt) * m * c * (3 + (dz ? 1 : 0)) + m * c / 8.0 + 20.0 * c, 0);
 }
+/* the mask's bytes: the bits, else y */
+static double mask_b(const backend_t *be, const void *bits, int64_t m, int c, dtype_t dt) {
+    return bits ? m * c / 8.0 : es(dt) * m * c;
+}
+static int w_bn_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
+                           const float *var, const float *gamma, const float *beta, const void *x2, const float *mean2,
+                           const float *var2, const float *gamma2, const float *beta2, float eps, act_kind_t act,
+                           void *y, uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_apply,
+              bn_apply_dual(be, m, c, dt, x, mean, var, gamma, beta, x2, mean2, var2, gamma2, beta2, eps, act, y,
+                            mask),
+              es(dt) * m * c * 3 + (mask ? m * c / 8.0 : 0.0) + 32.0 * c, 0);
+}
+static int w_bn_bwd_reduce_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                                act_kind_t act, const void *dy, const float *mean, const float *var, const void *x2,
+                                const float *mean2, const float *var2, float eps, float *sum_dy, float *sum_dy_xhat,
+                                float *dgamma, float *dbeta, float *sum_dy2, float *sum_dy_xhat2, float *dgamma2,
+                                float *dbeta2, const uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_bwd_reduce,
+              bn_bwd_reduce_dual(be, m, c, dt, x, y, act, dy, mean, var, x2, mean2, var2, eps, sum_dy, sum_dy_xhat,
+                                 dgamma, dbeta, sum_dy2, sum_dy_xhat2, dgamma2, dbeta2, mask),
+              es(dt) * m * c * 3 + mask_b(be, mask, m, c, dt) + 48.0 * c, 0);
+}
+static int w_bn_bwd_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                               act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
+                               const void *x2, const float *mean2, const float *var2, const float *gamma2, float eps,
+                               const float *sum_dy, const float *sum_dy_xhat, int64_t count, const float *sum_dy2,
+                               const float *sum_dy_xhat2, int64_t count2, void *dx, void *dx2, const uint8_t *mask) {
+    SHAPE(m, c);
+    PROF_CALL(bn_bwd_apply,
+              bn_bwd_apply_dual(be, m, c, dt, x, y, act, dy, mean, var, gamma, x2, mean2, var2, gamma2, eps, sum_dy,
+                                sum_dy_xhat, count, sum_dy2, sum_dy_xhat2, count2, dx, dx2, mask),
+              es(dt) * m * c * 5 + mask_b(be, mask, m, c, dt) + 40.0 * c, 0);
+}
 static int w_relu_fwd(backend_t *be, int64_t n, dtype_t dt, const void *x, void *y) {
     PROF_CALL(relu_fwd, relu_fwd(be, n, dt, x, y), 2.0 * es(dt) * n, 0);
 }
@@ -516,6 +556,8 @@ static void wrap_all(gpu_prof_t *p) {
     WRAP(copy, w_copy); WRAP(upload, w_upload); WRAP(download, w_download);
     WRAP(bn_apply_mask, w_bn_apply_mask); WRAP(bn_bwd_reduce_mask, w_bn_bwd_reduce_mask);
     WRAP(bn_bwd_apply_mask, w_bn_bwd_apply_mask);
+    WRAP(bn_apply_dual, w_bn_apply_dual); WRAP(bn_bwd_reduce_dual, w_bn_bwd_reduce_dual);
+    WRAP(bn_bwd_apply_dual, w_bn_bwd_apply_dual);
 }
 
 /* Spin cycles for head_us: one spin of a known count timed with events. */

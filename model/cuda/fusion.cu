@@ -21,6 +21,8 @@
  *     final kernel (not a convolution, installed here with the others).
  *   bn_apply_mask, bn_bwd_reduce_mask, bn_bwd_apply_mask (bn_mask_bits; norm.cu): the
  *     mask of a BN + add + ReLU kept as bits (not convolutions either).
+ *   bn_apply_dual, bn_bwd_reduce_dual, bn_bwd_apply_dual (bn_dual_add; norm.cu): a
+ *     shortcut's BN inside the kernels of the add-relu BN that adds it.
  * The sums live at the start of the backend's scratch buffer (2 x channels floats), read
  * by the next kernel on the stream before any BN kernel uses the buffer.
  * Measured per layer (conv_stats, dgrad_dbn; not in deterministic mode, where their
@@ -59,6 +61,11 @@ void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
         o->bn_apply_mask = cu_bn_apply_mask;
         o->bn_bwd_reduce_mask = cu_bn_bwd_reduce_mask;
         o->bn_bwd_apply_mask = cu_bn_bwd_apply_mask;
+    }
+    if (fusion & BACKEND_FUSE_BN_DUAL_ADD) {
+        o->bn_apply_dual = cu_bn_apply_dual;
+        o->bn_bwd_reduce_dual = cu_bn_bwd_reduce_dual;
+        o->bn_bwd_apply_dual = cu_bn_bwd_apply_dual;
     }
     if (fusion & (BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_DGRAD_ACCUM))
         o->conv_engine = graph_first_engine;

@@ -39,5 +39,19 @@ int cu_bn_bwd_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void
                          act_kind_t act, const void *dy, const float *mean, const float *var,
                          const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xhat,
                          int64_t count, void *dx, void *dz, const uint8_t *mask);
+/* a shortcut's BN inside the add-relu BN's kernels (bn_dual_add; backend_ops_t.bn_apply_dual,
+ * bn_bwd_reduce_dual, bn_bwd_apply_dual) */
+int cu_bn_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean, const float *var,
+                     const float *gamma, const float *beta, const void *x2, const float *mean2, const float *var2,
+                     const float *gamma2, const float *beta2, float eps, act_kind_t act, void *y, uint8_t *mask);
+int cu_bn_bwd_reduce_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                          const void *dy, const float *mean, const float *var, const void *x2, const float *mean2,
+                          const float *var2, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                          float *sum_dy2, float *sum_dy_xhat2, float *dgamma2, float *dbeta2, const uint8_t *mask);
+int cu_bn_bwd_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                         const void *dy, const float *mean, const float *var, const float *gamma, const void *x2,
+                         const float *mean2, const float *var2, const float *gamma2, float eps, const float *sum_dy,
+                         const float *sum_dy_xhat, int64_t count, const float *sum_dy2, const float *sum_dy_xhat2,
+                         int64_t count2, void *dx, void *dx2, const uint8_t *mask);
 
 #endif

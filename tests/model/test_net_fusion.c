@@ -20,7 +20,15 @@
  * fusion for a conv with a bias (its BN normalises conv + bias) or a grouped conv, no
  * backward-reduction fusion into a grouped conv or behind a ReLU6 BN (the CUDA graph
  * builds the ReLU mask only), the residual sum into a grouped conv's input still fused;
- * the same bits fused and unfused there too. backend_fusion_parse/format round-trip the
+ * the same bits fused and unfused there too. bn_mask_bits: the byte model's -0.84 GB
+ * (the 16 add-relu BNs' y reads become bit reads), and on the CPU the net's use of the
+ * mask-bit ops (composites of the CPU's ops): the add-relu BNs' masks written in the
+ * training forward only, read by both backward passes, the same bits as reading y, and
+ * where the backend answers 1 the y path again. bn_dual_add: the byte model's -0.63 GB
+ * (4 projection shortcuts of ResNet-50), and the net's use of the dual ops on the CPU:
+ * the same bits as the two BNs' own ops (which caught a gradient slot the liveness plan
+ * had shared with a still-live one, now planned from the add-relu BN's backward on),
+ * refused and with the mask bits too. backend_fusion_parse/format round-trip the
  * names, and "all" is graph_conv and dgrad_accum (the options the first GPU run measured
  * faster).
  */
@@ -202,6 +210,43 @@ static void test_traffic_bn_mask_bits(void) {
     net_free(n);
 }
 
+/* bn_dual_add: ResNet-50's 4 projection shortcuts (the first block of each stage), E =
+ * 62914560 elements at batch 128 (128x32x32x256 + 128x16x16x512 + 128x8x8x1024 +
+ * 128x4x4x2048): the shortcut's output is not written and read (forward -2E x 2 bytes),
+ * its gradient not written and read twice (backward -3E x 2 bytes); with bn_mask_bits
+ * the two add up. No other row moves. */
+static void test_traffic_bn_dual_add(void) {
+    net_t *n = resnet50();
+    if (!n) return;
+    err_t e = {0};
+    net_traffic_t all, du, both;
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_ALL, &all, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD, &du, &e), 0);
+    CHECK_INT(net_traffic(n, 128, 32, 32, DT_BF16, false,
+                          BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD | BACKEND_FUSE_BN_MASK_BITS, &both, &e), 0);
+    const double E = 62914560.0;
+    CHECK_INT(du.dual, 4);
+    CHECK_INT(all.dual, 0);
+    CHECK_NEAR(all.bytes[NT_BN_FWD] - du.bytes[NT_BN_FWD], 2.0 * 2.0 * E, 0.5, 0);
+    CHECK_NEAR(all.bytes[NT_BN_BWD] - du.bytes[NT_BN_BWD], 3.0 * 2.0 * E, 0.5, 0);
+    CHECK_NEAR(all.total - du.total, 629145600.0, 0.5, 0);
+    CHECK_NEAR(all.total - both.total, 629145600.0 + 836239360.0, 0.5, 0);
+    printf("  non-conv GB: all %.3f, + bn_dual_add %.3f, + bn_mask_bits too %.3f\n", all.total / 1e9, du.total / 1e9,
+           both.total / 1e9);
+    for (int k = 0; k < NT_COUNT; k++)
+        if (k != NT_BN_BWD && k != NT_BN_FWD) CHECK(du.bytes[k] == all.bytes[k]);
+    /* the shortcut BN is the add-relu BN's residual input: downsample.1 of layerN.0 */
+    int found = 0;
+    for (int i = 0; i < net_num_nodes(n); i++) {
+        int z = net_dual_bn(n, i);
+        if (z < 0) continue;
+        found++;
+        CHECK(net_node_kind(n, z) == NODE_BN && net_consumers(n, z) == 1);
+    }
+    CHECK_INT(found, 4);
+    net_free(n);
+}
+
 static void test_fusion_names(void) {
     unsigned m = 0;
     err_t e = {0};
@@ -216,18 +261,18 @@ static void test_fusion_names(void) {
     /* measured faster; the others stay selectable */
     CHECK_STR(buf, "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running");
     CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,"
-                                   "bn_mask_bits", &m, &e), 0);
+                                   "bn_mask_bits,bn_dual_add", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,"
-                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits");
+                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add");
     CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running", &m, &e), 0);
     /* bn_remask measured faster (H100, 2026-11-26), bn_wide_final and bn_fold_running (H200) */
     CHECK_INT(m, BACKEND_FUSE_ALL);
     CHECK(!(BACKEND_FUSE_ALL & (BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_VEC16 |
                                 BACKEND_FUSE_DGRAD_ACCUM_TUNE | BACKEND_FUSE_BN_MORE_SPLITS |
                                 BACKEND_FUSE_PDL | BACKEND_FUSE_HEUR_B |
-                                BACKEND_FUSE_BN_MASK_BITS)));   /* no gain, slower, or not measured */
+                                BACKEND_FUSE_BN_MASK_BITS | BACKEND_FUSE_BN_DUAL_ADD)));   /* no gain, slower, or not measured */
     CHECK_STR(backend_fusion_name(5), "bn_remask");
     CHECK_STR(backend_fusion_name(6), "bn_wide_final");
     CHECK_STR(backend_fusion_name(7), "bn_fold_running");
@@ -236,6 +281,7 @@ static void test_fusion_names(void) {
     CHECK_STR(backend_fusion_name(10), "pdl");
     CHECK_STR(backend_fusion_name(11), "heur_b");
     CHECK_STR(backend_fusion_name(12), "bn_mask_bits");
+    CHECK_STR(backend_fusion_name(13), "bn_dual_add");
     CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
@@ -247,7 +293,7 @@ static void test_fusion_names(void) {
     /* the names come from the one list (BACKEND_FUSION_NAMES), as they did spelled out */
     CHECK_STR(e.msg, "cuda fusion: unknown option 'bogus'; use graph_conv, conv_stats, dgrad_dbn, dgrad_accum, "
                      "vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, "
-                     "heur_b, bn_mask_bits, all or none");
+                     "heur_b, bn_mask_bits, bn_dual_add, all or none");
 }
 
 /* ---- the net's calls, on the CPU ---- */
@@ -605,6 +651,144 @@ static void check_mask_bits(net_t *(*build)(err_t *), dtype_t dt, int add_relu) 
     free_result(&refused);
 }
 
+/* ---- the net's use of the dual ops (bn_dual_add) ---- */
+
+static int g_du_apply, g_du_refused, g_du_bwd, g_du_bits;   /* calls; refused; backward calls; with bits */
+static bool g_du_refuse;
+
+/* The CPU's two bn_apply calls: z into a buffer of its own, then y with it (and the
+ * bits as c_apply_mask writes them). */
+static int c_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean, const float *var,
+                        const float *gamma, const float *beta, const void *x2, const float *mean2, const float *var2,
+                        const float *gamma2, const float *beta2, float eps, act_kind_t act, void *y, uint8_t *mask) {
+    g_du_apply++;
+    if (g_du_refuse) {
+        g_du_refused++;
+        return 1;
+    }
+    float *z = malloc((size_t)(m * c) * sizeof(float));
+    int rc = !z || g_cpu->bn_apply(be, m, c, dt, x2, mean2, var2, gamma2, beta2, eps, NULL, ACT_NONE, z) ||
+             g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y);
+    free(z);
+    if (rc) return -1;
+    if (mask) {
+        g_du_bits++;
+        memset(mask, 0, (size_t)(m * c + 7) / 8);
+        for (int64_t i = 0; i < m * c; i++)
+            if (keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
+    return 0;
+}
+
+/* dz as the add-relu BN's bn_bwd_apply writes it: dy masked at y (or by the bits) */
+static float *c_dz(int64_t m, int c, const void *y, act_kind_t act, const void *dy, const uint8_t *mask) {
+    float *g = malloc((size_t)(m * c) * sizeof(float));
+    if (!g) return NULL;
+    for (int64_t i = 0; i < m * c; i++) {
+        bool k = mask ? (mask[i >> 3] >> (i & 7)) & 1u : keeps(act, ((const float *)y)[i]);
+        g[i] = k ? ((const float *)dy)[i] : 0.0f;
+    }
+    return g;
+}
+
+static int c_bred_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const void *x2, const float *mean2,
+                       const float *var2, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                       float *sum_dy2, float *sum_dy_xhat2, float *dgamma2, float *dbeta2, const uint8_t *mask) {
+    g_du_bwd++;
+    float *g = c_dz(m, c, y, act, dy, mask);
+    int rc = !g || g_cpu->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, NULL, NULL, eps, sum_dy, sum_dy_xhat,
+                                        dgamma, dbeta) ||
+             g_cpu->bn_bwd_reduce(be, m, c, dt, x2, NULL, ACT_NONE, g, mean2, var2, NULL, NULL, eps, sum_dy2,
+                                  sum_dy_xhat2, dgamma2, dbeta2);
+    free(g);
+    return rc ? -1 : 0;
+}
+
+static int c_bapp_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, const void *x2,
+                       const float *mean2, const float *var2, const float *gamma2, float eps, const float *sum_dy,
+                       const float *sum_dy_xhat, int64_t count, const float *sum_dy2, const float *sum_dy_xhat2,
+                       int64_t count2, void *dx, void *dx2, const uint8_t *mask) {
+    g_du_bwd++;
+    float *g = malloc((size_t)(m * c) * sizeof(float));
+    int rc = !g || g_cpu->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat,
+                                       count, dx, g) ||
+             g_cpu->bn_bwd_apply(be, m, c, dt, x2, NULL, ACT_NONE, g, mean2, var2, gamma2, NULL, eps, sum_dy2,
+                                 sum_dy_xhat2, count2, dx2, NULL);
+    if (!rc && mask) {   /* the bits give the mask y gave */
+        float *h = c_dz(m, c, y, act, dy, mask), *k = c_dz(m, c, y, act, dy, NULL);
+        CHECK(h && k && !memcmp(h, k, (size_t)(m * c) * sizeof(float)));
+        free(h);
+        free(k);
+    }
+    free(g);
+    return rc ? -1 : 0;
+}
+
+/* The net applies each projection shortcut's BN inside its add-relu BN (dual of them),
+ * in the training forward only, with one reduce and one apply call backward, and the step
+ * gives the same bits as the two BNs' own ops; the shortcut's own backward is skipped
+ * (no gradient reaches its output). Refused (1), the net runs the two BNs as before:
+ * the same bits again. With the mask-bit composites too, the dual ops get the bits. */
+static void check_dual(net_t *(*build)(err_t *), dtype_t dt, int dual) {
+    err_t e = {0};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
+    backend_t *tmp = cpu_backend_create(&bo, &e);
+    CHECK(tmp != NULL);
+    if (!tmp) return;
+    static backend_ops_t du, dumb;
+    du = *tmp->ops;
+    CHECK(du.bn_apply_dual == NULL);   /* a cuda option */
+    du.bn_apply_dual = c_apply_dual;
+    du.bn_bwd_reduce_dual = c_bred_dual;
+    du.bn_bwd_apply_dual = c_bapp_dual;
+    dumb = du;
+    dumb.bn_apply_mask = c_apply_mask;
+    dumb.bn_bwd_reduce_mask = c_bred_mask;
+    dumb.bn_bwd_apply_mask = c_bapp_mask;
+    backend_free(tmp);
+    result_t ref = run_step(build, NULL, dt);
+    g_du_apply = g_du_refused = g_du_bwd = g_du_bits = 0;
+    g_du_refuse = false;
+    result_t r1 = run_step(build, &du, dt);
+    check_same(&ref, &r1);
+    CHECK_INT(g_du_apply, dual);   /* the training forward's; not the evaluation's */
+    CHECK_INT(g_du_bwd, 2 * dual);
+    CHECK_INT(g_du_bits, 0);
+    g_du_apply = g_du_refused = g_du_bwd = 0;
+    g_du_refuse = true;
+    result_t r2 = run_step(build, &du, dt);
+    check_same(&ref, &r2);
+    CHECK_INT(g_du_refused, dual);
+    CHECK_INT(g_du_bwd, 0);
+    g_du_refuse = false;
+    g_du_apply = g_du_bwd = g_du_bits = 0;
+    g_mb_apply = g_mb_bwd = 0;
+    g_mb_refuse = false;
+    result_t r3 = run_step(build, &dumb, dt);
+    check_same(&ref, &r3);
+    CHECK_INT(g_du_bits, dual);    /* the dual nodes' bits come from bn_apply_dual */
+    CHECK_INT(g_du_bwd, 2 * dual);
+    net_t *n = build(&e);
+    net_traffic_t t;
+    CHECK_INT(net_traffic(n, B, HW, HW, dt, false, BACKEND_FUSE_BN_DUAL_ADD, &t, &e), 0);
+    CHECK_INT(t.dual, dual);
+    net_free(n);
+    free_result(&ref);
+    free_result(&r1);
+    free_result(&r2);
+    free_result(&r3);
+}
+
+/* resnet20: the first blocks of stages 2 and 3 have a projection shortcut (1x1 conv +
+ * BN); the mixed net's shortcut is bn3, which c4 reads too: none */
+static void test_dual(void) {
+    check_dual(build_resnet20, DT_F32, 2);
+    check_dual(build_resnet20, DT_BF16, 2);
+    check_dual(build_mixed, DT_F32, 0);
+}
+
 /* resnet20: bn2 of each of the 9 blocks adds the shortcut; the mixed net: bn5 */
 static void test_mask_bits(void) {
     check_mask_bits(build_resnet20, DT_F32, 9);
@@ -655,11 +839,13 @@ int main(void) {
     TEST_RUN(test_traffic_bn_remask);
     TEST_RUN(test_traffic_bn_remask_kinds);
     TEST_RUN(test_traffic_bn_mask_bits);
+    TEST_RUN(test_traffic_bn_dual_add);
     TEST_RUN(test_fusion_names);
     TEST_RUN(test_fused_calls_fp32);
     TEST_RUN(test_fused_calls_bf16_masked);
     TEST_RUN(test_fused_rules_new_kinds);
     TEST_RUN(test_remask_promise);
     TEST_RUN(test_mask_bits);
+    TEST_RUN(test_dual);
     return test_main_end();
 }
