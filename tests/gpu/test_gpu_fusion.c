@@ -32,6 +32,11 @@
  *                of a backend without the option; the shapes it refuses answer 1; a
  *                resnet20 step and its graph replay are the bits of the step without it
  *                (alone, and with all against all);
+ *   bn_dual_add  one add-relu BN with a shortcut BN at 256, 64 and 24 channels, relu and
+ *                relu6, reading y and the mask bits: y, dx, dx2, both BNs' sums and
+ *                parameter gradients are the bits of the separate ops (same backend and
+ *                one without the option); a resnet20 step and its graph replay the bits
+ *                of the step without it (alone; with all and bn_mask_bits against all);
  *   nets         one resnet20 training step with every option in non-deterministic mode
  *                against the CPU (test_gpu_net's tolerances in fp32; in half no more than
  *                25% above the unfused GPU's own distance to the CPU, which exceeded them
@@ -674,6 +679,177 @@ static void test_mask_bits_node_fp32(void) { check_mask_nodes(DT_F32); }
 static void test_mask_bits_node_fp16(void) { check_mask_nodes(DT_F16); }
 static void test_mask_bits_node_bf16(void) { check_mask_nodes(DT_BF16); }
 
+/* ---- bn_dual_add ---- */
+
+/* The dry run's stand-ins for the dual ops: the CPU's separate ops in the net's order. */
+static int d_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean, const float *var,
+                        const float *gamma, const float *beta, const void *x2, const float *mean2, const float *var2,
+                        const float *gamma2, const float *beta2, float eps, act_kind_t act, void *y, uint8_t *mask) {
+    float *z = hbuf(m * c);
+    int rc = g_dry->bn_apply(be, m, c, dt, x2, mean2, var2, gamma2, beta2, eps, NULL, ACT_NONE, z) ||
+             g_dry->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y);
+    free(z);
+    if (rc) return -1;
+    if (mask) {
+        memset(mask, 0, (size_t)(m * c + 7) / 8);
+        for (int64_t i = 0; i < m * c; i++)
+            if (host_keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
+    return 0;
+}
+static int d_bred_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const void *x2, const float *mean2,
+                       const float *var2, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                       float *sum_dy2, float *sum_dy_xhat2, float *dgamma2, float *dbeta2, const uint8_t *mask) {
+    float *g = hbuf(m * c);
+    for (int64_t i = 0; i < m * c; i++) {
+        bool k = mask ? (mask[i >> 3] >> (i & 7)) & 1u : host_keeps(act, ((const float *)y)[i]);
+        g[i] = k ? ((const float *)dy)[i] : 0.0f;
+    }
+    int rc = g_dry->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, NULL, NULL, eps, sum_dy, sum_dy_xhat, dgamma,
+                                  dbeta) ||
+             g_dry->bn_bwd_reduce(be, m, c, dt, x2, NULL, ACT_NONE, g, mean2, var2, NULL, NULL, eps, sum_dy2,
+                                  sum_dy_xhat2, dgamma2, dbeta2);
+    free(g);
+    return rc ? -1 : 0;
+}
+static int d_bapp_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, const void *x2,
+                       const float *mean2, const float *var2, const float *gamma2, float eps, const float *sum_dy,
+                       const float *sum_dy_xhat, int64_t count, const float *sum_dy2, const float *sum_dy_xhat2,
+                       int64_t count2, void *dx, void *dx2, const uint8_t *mask) {
+    (void)mask;
+    float *g = hbuf(m * c);
+    int rc = g_dry->bn_bwd_apply(be, m, c, dt, x, y, act, dy, mean, var, gamma, NULL, eps, sum_dy, sum_dy_xhat, count,
+                                 dx, g) ||
+             g_dry->bn_bwd_apply(be, m, c, dt, x2, NULL, ACT_NONE, g, mean2, var2, gamma2, NULL, eps, sum_dy2,
+                                 sum_dy_xhat2, count2, dx2, NULL);
+    free(g);
+    return rc ? -1 : 0;
+}
+
+enum { DU_OUT = 11 };
+
+/* The add-relu BN with a shortcut BN on be: fused (the dual ops, with the mask bits when
+ * bits) or as the net runs them without the option (bn_apply of z, of y; the add-relu
+ * BN's backward writing dz; the shortcut's backward on dz). out: y, dx, dx2, then sum_dy,
+ * sum_dy_xhat, dgamma, dbeta of each (caller frees). */
+static void dual_node(pair_t *p, dtype_t dt, act_kind_t act, int c, float *h[MB_IN], float *h2[4], bool fused,
+                      bool bits, float *out[DU_OUT]) {
+    const int64_t n = (int64_t)MB_M * c;
+    const float eps = 1e-5f;
+    backend_t *g = p->gpu;
+    twin_t x = twin_new(p, n, dt, h[0]), x2 = twin_new(p, n, dt, h[1]), dy = twin_new(p, n, dt, h[2]);
+    twin_t mean = twin_new(p, c, DT_F32, h[3]), var = twin_new(p, c, DT_F32, h[4]), ga = twin_new(p, c, DT_F32, h[5]);
+    twin_t bt = twin_new(p, c, DT_F32, h[6]), mean2 = twin_new(p, c, DT_F32, h2[0]), var2 = twin_new(p, c, DT_F32, h2[1]);
+    twin_t ga2 = twin_new(p, c, DT_F32, h2[2]), bt2 = twin_new(p, c, DT_F32, h2[3]);
+    twin_t y = twin_new(p, n, dt, NULL), z = twin_new(p, n, dt, NULL), dx = twin_new(p, n, dt, NULL);
+    twin_t dx2 = twin_new(p, n, dt, NULL), dz = twin_new(p, n, dt, h[7]);
+    twin_t s1 = twin_new(p, c, DT_F32, NULL), s2 = twin_new(p, c, DT_F32, NULL), dg = twin_new(p, c, DT_F32, h[5]);
+    twin_t db = twin_new(p, c, DT_F32, h[6]), t1 = twin_new(p, c, DT_F32, NULL), t2 = twin_new(p, c, DT_F32, NULL);
+    twin_t dg2 = twin_new(p, c, DT_F32, h2[2]), db2 = twin_new(p, c, DT_F32, h2[3]);
+    const float *fm = (const float *)mean.g, *fv = (const float *)var.g, *fg = (const float *)ga.g;
+    const float *fm2 = (const float *)mean2.g, *fv2 = (const float *)var2.g, *fg2 = (const float *)ga2.g;
+    uint8_t *mask = bits ? (uint8_t *)g->ops->alloc(g, (size_t)(n + 7) / 8) : NULL;
+    if (fused) {
+        CHECK_INT(g->ops->bn_apply_dual(g, MB_M, c, dt, x.g, fm, fv, fg, (float *)bt.g, x2.g, fm2, fv2, fg2,
+                                        (float *)bt2.g, eps, act, y.g, mask), 0);
+        OK(g, g->ops->bn_bwd_reduce_dual(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, x2.g, fm2, fv2, eps,
+                                         (float *)s1.g, (float *)s2.g, (float *)dg.g, (float *)db.g, (float *)t1.g,
+                                         (float *)t2.g, (float *)dg2.g, (float *)db2.g, mask));
+        OK(g, g->ops->bn_bwd_apply_dual(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, x2.g, fm2, fv2, fg2, eps,
+                                        (float *)s1.g, (float *)s2.g, MB_M, (float *)t1.g, (float *)t2.g, MB_M, dx.g,
+                                        dx2.g, mask));
+    } else {
+        OK(g, g->ops->bn_apply(g, MB_M, c, dt, x2.g, fm2, fv2, fg2, (float *)bt2.g, eps, NULL, ACT_NONE, z.g));
+        OK(g, g->ops->bn_apply(g, MB_M, c, dt, x.g, fm, fv, fg, (float *)bt.g, eps, z.g, act, y.g));
+        OK(g, g->ops->bn_bwd_reduce(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, NULL, eps, (float *)s1.g,
+                                    (float *)s2.g, (float *)dg.g, (float *)db.g));
+        OK(g, g->ops->bn_bwd_apply(g, MB_M, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, NULL, eps, (float *)s1.g,
+                                   (float *)s2.g, MB_M, dx.g, dz.g));
+        OK(g, g->ops->bn_bwd_reduce(g, MB_M, c, dt, x2.g, NULL, ACT_NONE, dz.g, fm2, fv2, fg2, NULL, eps,
+                                    (float *)t1.g, (float *)t2.g, (float *)dg2.g, (float *)db2.g));
+        OK(g, g->ops->bn_bwd_apply(g, MB_M, c, dt, x2.g, NULL, ACT_NONE, dz.g, fm2, fv2, fg2, NULL, eps,
+                                   (float *)t1.g, (float *)t2.g, MB_M, dx2.g, NULL));
+    }
+    if (mask) g->ops->release(g, mask);
+    twin_t *res[DU_OUT] = {&y, &dx, &dx2, &s1, &s2, &dg, &db, &t1, &t2, &dg2, &db2};
+    for (int i = 0; i < DU_OUT; i++) {
+        float *cv;
+        twin_get(p, res[i], &cv, &out[i]);
+        free(cv);
+    }
+    twin_t *all[] = {&x, &x2, &dy, &mean, &var, &ga, &bt, &mean2, &var2, &ga2, &bt2, &y, &z, &dx, &dx2, &dz,
+                     &s1, &s2, &dg, &db, &t1, &t2, &dg2, &db2};
+    for (int i = 0; i < 24; i++) twin_free(p, all[i]);
+}
+
+/* A shortcut BN applied inside its add-relu BN: y, dx, dx2 and both BNs' sums and
+ * parameter gradients are the bits of the separate ops, on the same backend and on one
+ * without the option, reading y and (bits) the mask bits; c as check_mask_node's. The
+ * shortcut's inputs: x2 in [-2, 2), its statistics and affine random. */
+static void check_dual_node(dtype_t dt, act_kind_t act, int c, bool bits) {
+    unsigned opt = BACKEND_FUSE_BN_DUAL_ADD | (bits ? BACKEND_FUSE_BN_MASK_BITS : 0);
+    pair_t b = pair_make_fused(true, false, opt), u = pair_make(true, false);
+    static backend_ops_t dry;
+    if (b.gpu->kind != BACKEND_CUDA) {   /* the CPU dry run: the stand-ins */
+        g_dry = b.gpu->ops;
+        dry = *b.gpu->ops;
+        dry.bn_apply_dual = d_apply_dual;
+        dry.bn_bwd_reduce_dual = d_bred_dual;
+        dry.bn_bwd_apply_dual = d_bapp_dual;
+        b.gpu->ops = &dry;
+    }
+    CHECK(b.gpu->ops->bn_apply_dual != NULL);
+    float *h[MB_IN], *h2[4], *ff[DU_OUT], *fs[DU_OUT], *fu[DU_OUT];
+    mask_inputs(c, dt, h);
+    free(h[1]);
+    h[1] = hrand((int64_t)MB_M * c, 81, -2.0f, 2.0f);   /* x2 (mask_inputs' z slot) */
+    h2[0] = hrand(c, 82, -0.2f, 0.2f);
+    h2[1] = hrand(c, 83, 0.5f, 2.0f);
+    h2[2] = hrand(c, 84, 0.4f, 1.0f);
+    h2[3] = hrand(c, 85, -1.0f, 1.0f);
+    dual_node(&b, dt, act, c, h, h2, true, bits, ff);
+    dual_node(&b, dt, act, c, h, h2, false, false, fs);
+    dual_node(&u, dt, act, c, h, h2, false, false, fu);
+    static const char *const NAMES[DU_OUT] = {"y", "dx", "dx2", "sum_dy", "sum_dy_xhat", "dgamma", "dbeta",
+                                              "sum_dy2", "sum_dy_xhat2", "dgamma2", "dbeta2"};
+    const int64_t n = (int64_t)MB_M * c;
+    int same = 0;
+    for (int i = 0; i < DU_OUT; i++) {
+        size_t len = (size_t)(i < 3 ? n : c) * 4;
+        bool a = !memcmp(ff[i], fs[i], len), d = !memcmp(ff[i], fu[i], len);
+        if (!a || !d)
+            fprintf(stderr, "  bn_dual_add %s %s c %d%s: %s differs (separate ops: %s, without the option: %s)\n",
+                    dtype_names[dt], act == ACT_RELU6 ? "relu6" : "relu", c, bits ? " bits" : "", NAMES[i],
+                    a ? "same" : "DIFFERS", d ? "same" : "DIFFERS");
+        same += a && d;
+    }
+    fprintf(stderr, "  bn_dual_add %s %s c %d%s: %d of %d outputs the same bits\n", dtype_names[dt],
+            act == ACT_RELU6 ? "relu6" : "relu", c, bits ? " with bits" : "", same, DU_OUT);
+    CHECK_INT(same, DU_OUT);
+    for (int i = 0; i < DU_OUT; i++) {
+        free(ff[i]); free(fs[i]); free(fu[i]);
+    }
+    for (int i = 0; i < MB_IN; i++) free(h[i]);
+    for (int i = 0; i < 4; i++) free(h2[i]);
+    if (b.gpu->ops == &dry) b.gpu->ops = g_dry;
+    pair_free(&b);
+    pair_free(&u);
+}
+
+static void check_dual_nodes(dtype_t dt) {
+    static const int C[3] = {256, 64, 24};
+    for (int i = 0; i < 3; i++) {
+        check_dual_node(dt, ACT_RELU, C[i], false);
+        check_dual_node(dt, ACT_RELU6, C[i], i == 0);
+    }
+    check_dual_node(dt, ACT_RELU, 256, true);
+}
+static void test_dual_node_fp32(void) { check_dual_nodes(DT_F32); }
+static void test_dual_node_fp16(void) { check_dual_nodes(DT_F16); }
+static void test_dual_node_bf16(void) { check_dual_nodes(DT_BF16); }
+
 /* ---- a whole step ---- */
 
 enum { BATCH = 8, CLASSES = 10 };
@@ -865,6 +1041,19 @@ static void test_mask_bits_net(void) {
     check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, BACKEND_FUSE_ALL);
 }
 
+/* bn_dual_add: resnet20's two projection shortcuts applied inside their add-relu BNs, the
+ * same bits as without it, a step and its graph replay; alone, with all and with
+ * bn_mask_bits */
+static void test_dual_net(void) {
+    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_DUAL_ADD);
+    check_same_bits_net(DT_F16, BACKEND_FUSE_BN_DUAL_ADD);
+    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_DUAL_ADD);
+    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD | BACKEND_FUSE_BN_MASK_BITS,
+                       BACKEND_FUSE_ALL);
+    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD | BACKEND_FUSE_BN_MASK_BITS,
+                       BACKEND_FUSE_ALL);
+}
+
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
 static void test_net_fp16(void) { check_net(DT_F16, 1e-2, 3e-2); }
 static void test_net_bf16(void) { check_net(DT_BF16, 3e-2, 8e-2); }
@@ -892,6 +1081,10 @@ int main(void) {
     TEST_RUN(test_mask_bits_node_fp16);
     TEST_RUN(test_mask_bits_node_bf16);
     TEST_RUN(test_mask_bits_net);
+    TEST_RUN(test_dual_node_fp32);
+    TEST_RUN(test_dual_node_fp16);
+    TEST_RUN(test_dual_node_bf16);
+    TEST_RUN(test_dual_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);
