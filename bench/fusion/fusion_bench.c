@@ -153,7 +153,7 @@ static float time_bn(backend_t *be, int which, int64_t m, int c, dtype_t dt, voi
 }
 #endif
 
-enum { PK_FPROP, PK_FPROP_STATS, PK_SBR_FPROP, PK_SBR_FPROP_STATS, PK_WGRAD, PK_SBR_WGRAD, PK_COUNT };
+enum { PK_FPROP, PK_FPROP_STATS, PK_SBR_FPROP, PK_SBR_FPROP_STATS, PK_WGRAD, PK_SBR_WGRAD, PK_WGRAD_F32, PK_COUNT };
 
 int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
                           bool deterministic, dtype_t dt) {
@@ -165,7 +165,7 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
 #else
     /* graph kinds of conv_graph.cuh in PK_ order (by name: the enum is the backend's) */
     static const char *const KIND_NAMES[PK_COUNT] = {"fprop", "fprop_stats", "sbr_fprop", "sbr_fprop_stats", "wgrad",
-                                                     "sbr_wgrad"};
+                                                     "sbr_wgrad", "wgrad_f32"};
     int kinds[PK_COUNT];
     for (int k = 0; k < PK_COUNT; k++) {
         kinds[k] = -1;
@@ -233,7 +233,7 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
         float ms[PK_COUNT];
         for (int k = 0; k < PK_COUNT && !rc; k++) {
             bool sbr_kind = k == PK_SBR_FPROP || k == PK_SBR_FPROP_STATS || k == PK_SBR_WGRAD;
-            bool rtc = budget > 0 && (sbr_kind || k == PK_FPROP_STATS);
+            bool rtc = budget > 0 && (sbr_kind || k == PK_FPROP_STATS || k == PK_WGRAD_F32);
             cuda_graph_probe_t r;
             if (cuda_conv_graph_probe(be, kinds[k], s, dt, rtc, &r)) {
                 fprintf(stderr, "gpu_bench: probe %s %s: %s\n", KIND_NAMES[k], shape, be->err.msg);

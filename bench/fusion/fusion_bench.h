@@ -21,7 +21,8 @@ int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const ch
 /* The pattern probe (cuda_conv_graph_probe): for each distinct conv shape of arch (CIFAR
  * stem, batch rows of 32x32, dt; biggest share of the step first) and each graph kind
  * of the MLPerf-style fusions (fprop, fprop + genStats, the scale-bias-ReLU prologue on
- * fprop with and without genStats, wgrad, the prologue on wgrad), what cuDNN offers on
+ * fprop with and without genStats, wgrad, the prologue on wgrad, wgrad accumulating into an
+ * fp32 gradient with beta = 1), what cuDNN offers on
  * this device (engine configs, usable ones, runtime-compiled ones) and the fastest of the
  * first pre-compiled plans, ms; rtc_budget runtime-compiled engines (~1 s each to build)
  * are also built and timed, the prologue kinds first. One line per (shape, kind):

@@ -61,12 +61,14 @@ enum { CG_MAX_PACKS = 64, CG_TUNE = 4, CG_MAX_CFG = 64, CG_MAX_NOTES = 16 };
 static const size_t CG_WS_CAP = (size_t)1 << 30;
 
 /* Tensors per kind (the pointer count), the direction each kind computes, its tag. */
-static const int KIND_NT[CG_KIND_COUNT] = {3, 3, 3, 3, 5, 7, 8, 5, 7, 5};
-static const int KIND_DIR[CG_KIND_COUNT] = {0, 1, 2, 1, 0, 1, 1, 0, 0, 2};
+static const int KIND_NT[CG_KIND_COUNT] = {3, 3, 3, 3, 5, 7, 8, 5, 7, 5, 3};
+static const int KIND_DIR[CG_KIND_COUNT] = {0, 1, 2, 1, 0, 1, 1, 0, 0, 2, 2};
 /* Kinds whose per-channel outputs are reductions over the batch (genStats, sums). */
-static const bool KIND_REDUCES[CG_KIND_COUNT] = {false, false, false, false, true, true, true, false, true, false};
+static const bool KIND_REDUCES[CG_KIND_COUNT] = {false, false, false, false, true,  true,
+                                                 true,  false, true,  false, false};
 static const char *const KIND_TAG[CG_KIND_COUNT] = {"", "", "", " beta=1", " +genstats", " +dbn-sums",
-                                                    " +drelu+dbn-sums", " sbr+", " sbr+ +genstats", " sbr+"};
+                                                    " +drelu+dbn-sums", " sbr+", " sbr+ +genstats", " sbr+",
+                                                    " fp32 beta=1"};
 
 /* One finalized variant pack: the pointers and workspace it was built for. */
 typedef struct cg_pack {
@@ -264,7 +266,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
                                                      "fprop + genStats", "dgrad + dBN sums",
                                                      "dgrad + dReLU + dBN sums", "scale-bias-ReLU + fprop",
                                                      "scale-bias-ReLU + fprop + genStats",
-                                                     "scale-bias-ReLU + wgrad"};
+                                                     "scale-bias-ReLU + wgrad", "wgrad into fp32 (beta 1)"};
     if (cb->capturing)
         return cb_fail(cb, "cudnn graph: a %s plan for a new shape cannot be built while recording a CUDA graph",
                        NAMES[p->kind]);
@@ -286,7 +288,8 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     int64_t cand_ws[CG_TUNE];
     /* an accumulating graph is timed only with dgrad_accum_tune, into a scratch output */
     bool tune_accum = (cb->fusion & BACKEND_FUSE_DGRAD_ACCUM_TUNE) != 0;
-    int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) ? 1 : CG_TUNE;
+    int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) || p->kind == CG_WGRAD_F32
+                              ? 1 : CG_TUNE;
     for (int m = 0; og && m < nmodes && ncand == 0; m++) {
         bd_t heur = NULL;
         int64_t count = 0;
@@ -532,7 +535,7 @@ int cu_conv_graph_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_
 void cu_conv_graph_set_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_t dt, void *const *ptrs,
                                int verdict) {
     static const char *const OPTION[CG_KIND_COUNT] = {"", "", "", "", "conv_stats", "dgrad_dbn", "dgrad_dbn",
-                                                      "", "", ""};
+                                                      "", "", "", ""};
     if (kind < 0 || kind >= CG_KIND_COUNT) return;
     unsigned char al[CG_MAX_T];
     alignments(kind, ptrs, al);
@@ -588,7 +591,7 @@ int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char
  * vector of c in dt (scale, bias). */
 static size_t probe_bytes(int kind, const conv_shape_t *s, dtype_t dt, int i) {
     static const char *const T[CG_KIND_COUNT] = {"XWY", "YWX", "XYW", "YWX", "XWYKK", "YWXXCCC", "YWXXXCCC",
-                                                 "XccWY", "XccWYKK", "XccYW"};
+                                                 "XccWY", "XccWYKK", "XccYW", "XYF"};
     size_t e = dt_size(dt);
     switch (T[kind][i]) {
     case 'X': return (size_t)s->n * s->h * s->w * s->c * e;
@@ -596,6 +599,7 @@ static size_t probe_bytes(int kind, const conv_shape_t *s, dtype_t dt, int i) {
     case 'W': return (size_t)s->k * s->r * s->s * s->c * e;
     case 'K': return (size_t)s->k * 4;
     case 'C': return (size_t)s->c * 4;
+    case 'F': return (size_t)s->k * s->r * s->s * s->c * 4;
     default: return (size_t)s->c * e;
     }
 }

@@ -33,6 +33,9 @@ typedef enum {
     CG_SBR_FPROP,       /* {x, scale, bias, w, y}: y = conv(relu(x * scale + bias), w) */
     CG_SBR_FPROP_STATS, /* {x, scale, bias, w, y, sum, sqsum}: the same with genStats of y */
     CG_SBR_WGRAD,       /* {x, scale, bias, dy, dw}: dw = wgrad(relu(x * scale + bias), dy) */
+    CG_WGRAD_F32,       /* {x, dy, dw}: dw += wgrad(x, dy) with dw fp32 (beta = 1): the weight
+                           gradient into the fp32 gradients without the act-dtype staging and
+                           the accumulate kernel, if an engine takes it (probe only) */
     CG_KIND_COUNT
 } cg_kind_t;
 

@@ -224,11 +224,13 @@ int cg_build_ops(cg_build_t *b, int kind, const conv_shape_t *s, dtype_t dt, con
         ops[nops++] = bconv_op(b, 1, cd, dy, w, dx, kind == CG_DGRAD_ACCUM ? 1.0f : 0.0f);
         break;
     }
-    case CG_WGRAD: {
+    case CG_WGRAD:
+    case CG_WGRAD_F32: {
+        bool f32 = kind == CG_WGRAD_F32;
         bd_t x = btensor(b, 1, t, s->n, s->c, s->h, s->w, al[0], false);
         bd_t dy = btensor(b, 2, t, s->n, s->k, s->p, s->q, al[1], false);
-        bd_t dw = btensor(b, 3, t, s->k, s->c, s->r, s->s, al[2], false);
-        ops[nops++] = bconv_op(b, 2, cd, x, dy, dw, 0.0f);
+        bd_t dw = btensor(b, 3, f32 ? f : t, s->k, s->c, s->r, s->s, al[2], false);
+        ops[nops++] = bconv_op(b, 2, cd, x, dy, dw, f32 ? 1.0f : 0.0f);
         break;
     }
     case CG_DGRAD_DBN:
@@ -299,7 +301,7 @@ int cuda_conv_graph_kinds(void) { return CG_KIND_COUNT; }
 const char *cuda_conv_graph_kind_name(int kind) {
     static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad_accum", "fprop_stats",
                                                      "dgrad_dbn", "dgrad_drelu_dbn", "sbr_fprop",
-                                                     "sbr_fprop_stats", "sbr_wgrad"};
+                                                     "sbr_fprop_stats", "sbr_wgrad", "wgrad_f32"};
     return kind >= 0 && kind < CG_KIND_COUNT ? NAMES[kind] : NULL;
 }
 

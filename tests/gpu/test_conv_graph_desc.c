@@ -2,7 +2,8 @@
  * built and finalized without a GPU (cuDNN checks every attribute's name, type and count,
  * and each tensor's and operation's consistency at finalize, on the host): every graph
  * kind (plain fprop / dgrad / wgrad, dgrad with beta = 1, fprop + genStats, dgrad [+ dReLU]
- * + the two BN sums, the scale-bias-ReLU prologue on fprop [+ genStats] and on wgrad) for every conv of ResNet-50 (CIFAR stem, batch 128) and a 3-channel
+ * + the two BN sums, the scale-bias-ReLU prologue on fprop [+ genStats] and on wgrad, wgrad
+ * into an fp32 gradient with beta = 1) for every conv of ResNet-50 (CIFAR stem, batch 128) and a 3-channel
  * stride-2 stem on an odd size, in fp32, fp16 and bf16, deterministic and not; a shape
  * whose output size contradicts its input is refused, and so is a grouped one (the
  * graph kinds build dense convolutions; the legacy API runs grouped ones). What needs a device (the operation
@@ -31,7 +32,7 @@ static void test_every_kind_builds(void) {
         backend_free(cpu);
         return;
     }
-    CHECK_INT(cuda_conv_graph_kinds(), 10);
+    CHECK_INT(cuda_conv_graph_kinds(), 11);
     int built = 0, convs = 0;
     for (int i = 0; i < net_num_nodes(n); i++) {
         conv_shape_t s;
@@ -49,8 +50,8 @@ static void test_every_kind_builds(void) {
             }
     }
     CHECK_INT(convs, 53);
-    CHECK_INT(built, 53 * 10 * 3);
-    printf("  %d graphs built (53 convs x 10 kinds x 3 dtypes)\n", built);
+    CHECK_INT(built, 53 * 11 * 3);
+    printf("  %d graphs built (53 convs x 11 kinds x 3 dtypes)\n", built);
     net_free(n);
     backend_free(cpu);
 }
@@ -67,12 +68,14 @@ static void test_stem_and_names(void) {
         if (kind == 7) CHECK_STR(why, "4 operations");   /* mul, add, ReLU, conv */
         if (kind == 8) CHECK_STR(why, "5 operations");   /* mul, add, ReLU, conv, genStats */
         if (kind == 9) CHECK_STR(why, "4 operations");   /* mul, add, ReLU, wgrad */
+        if (kind == 10) CHECK_STR(why, "1 operations");  /* wgrad into fp32, beta 1 */
     }
     CHECK_STR(cuda_conv_graph_kind_name(4), "fprop_stats");
     CHECK_STR(cuda_conv_graph_kind_name(8), "sbr_fprop_stats");
-    CHECK(cuda_conv_graph_kind_name(10) == NULL);
-    CHECK_INT(cuda_conv_graph_describe(10, &s, DT_BF16, true, why, sizeof why), -1);
-    CHECK_STR(why, "graph kind 10 does not exist");
+    CHECK_STR(cuda_conv_graph_kind_name(10), "wgrad_f32");
+    CHECK(cuda_conv_graph_kind_name(11) == NULL);
+    CHECK_INT(cuda_conv_graph_describe(11, &s, DT_BF16, true, why, sizeof why), -1);
+    CHECK_STR(why, "graph kind 11 does not exist");
     conv_shape_t bad = s;
     bad.p = bad.q = 17;   /* (31 + 2 - 3) / 2 + 1 = 16 */
     int rc = cuda_conv_graph_describe(0, &bad, DT_BF16, false, why, sizeof why);
