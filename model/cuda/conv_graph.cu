@@ -251,6 +251,69 @@ static void cg_notice(cuda_be_t *cb, const char *text) {
     snprintf(n + used, sizeof cb->base.notice - used, "%s%s", used ? "; " : "", text);
 }
 
+/* The engine configs heuristics mode `mode` lists for og, at most CG_MAX_CFG, into cfgs;
+ * how many descriptors were made (the caller destroys them; NULL entries skipped), with
+ * *got of them filled (0 when the query failed). */
+static int heur_list(bd_t og, cudnnBackendHeurMode_t mode, bd_t *cfgs, int64_t *got) {
+    bd_t heur = NULL;
+    int64_t count = 0;
+    int ncfg = 0;
+    *got = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) return 0;
+    if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(heur) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL) ==
+            CUDNN_STATUS_SUCCESS) {
+        for (; ncfg < count && ncfg < CG_MAX_CFG; ncfg++)
+            if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[ncfg]) != CUDNN_STATUS_SUCCESS)
+                break;
+        if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, got,
+                                     cfgs) != CUDNN_STATUS_SUCCESS)
+            *got = 0;
+        if (*got > ncfg) *got = ncfg;
+    }
+    cudnnBackendDestroyDescriptor(heur);
+    return ncfg;
+}
+
+/* cfg's engine (caller destroys it) or NULL. */
+static bd_t cfg_engine(bd_t cfg) {
+    bd_t eng = NULL;
+    int64_t one = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return NULL;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &eng) !=
+        CUDNN_STATUS_SUCCESS) {
+        cudnnBackendDestroyDescriptor(eng);
+        return NULL;
+    }
+    return eng;
+}
+
+/* An execution plan of cfg, finalized (a runtime-compiled engine compiles here), with its
+ * workspace size in *ws; NULL when it does not finalize or needs more than limit. */
+static bd_t plan_finalize(const cuda_be_t *cb, bd_t cfg, int64_t limit, int64_t *ws) {
+    bd_t plan = NULL;
+    int64_t one = 0;
+    *ws = 0;
+    bool ok = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) == CUDNN_STATUS_SUCCESS &&
+              cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cb->cudnn) ==
+                  CUDNN_STATUS_SUCCESS &&
+              cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                       &cfg) == CUDNN_STATUS_SUCCESS &&
+              cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+              cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one, ws) ==
+                  CUDNN_STATUS_SUCCESS &&
+              *ws <= limit;
+    if (!ok && plan) {
+        cudnnBackendDestroyDescriptor(plan);
+        plan = NULL;
+    }
+    return plan;
+}
+
 /* Builds p's graph and chooses its plan (p->ready), or leaves p not ready with the
  * reason in the notice. -1 only on a CUDA error. */
 static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
@@ -291,64 +354,31 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) || p->kind == CG_WGRAD_F32
                               ? 1 : CG_TUNE;
     for (int m = 0; og && m < nmodes && ncand == 0; m++) {
-        bd_t heur = NULL;
-        int64_t count = 0;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) break;
-        cudnnBackendHeurMode_t mode = modes[m];
         bd_t cfgs[CG_MAX_CFG];
-        int ncfg = 0;
-        if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                     &og) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ==
-                CUDNN_STATUS_SUCCESS &&
-            cudnnBackendFinalize(heur) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                     NULL) == CUDNN_STATUS_SUCCESS) {
-            for (; ncfg < count && ncfg < CG_MAX_CFG; ncfg++)
-                if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[ncfg]) != CUDNN_STATUS_SUCCESS)
-                    break;
-            int64_t got = 0;
-            if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got,
-                                         cfgs) != CUDNN_STATUS_SUCCESS)
-                got = 0;
-            for (int64_t i = 0; i < got && i < ncfg && ncand < want; i++) {
-                bd_t eng = NULL, plan = NULL;
-                int64_t one = 0, ws = 0;
-                if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) continue;
-                bool ok = cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                                   1, &one, &eng) == CUDNN_STATUS_SUCCESS &&
-                          engine_usable(cb, p->dt, eng);
-                /* a runtime-compiled engine costs a compilation to finalize: only as the
-                 * first candidate, and then it is the only one */
-                bool rtc = ok && runtime_compiled(eng);
-                ok = ok && !(rtc && ncand > 0) &&
-                          cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ==
-                              CUDNN_STATUS_SUCCESS &&
-                          cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                                   &cb->cudnn) == CUDNN_STATUS_SUCCESS &&
-                          cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]) == CUDNN_STATUS_SUCCESS &&
-                          cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
-                          cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                                   &one, &ws) == CUDNN_STATUS_SUCCESS &&
-                          ws <= limit;
-                if (!ok) {
-                    if (plan) cudnnBackendDestroyDescriptor(plan);
-                    cudnnBackendDestroyDescriptor(eng);
-                    continue;
-                }
-                cand[ncand] = plan;
-                cand_cfg[ncand] = cfgs[i];
-                cand_eng[ncand] = eng;
-                cand_ws[ncand] = ws;
-                cfgs[i] = NULL;   /* kept */
-                ncand++;
-                if (rtc) want = ncand;
+        int64_t got = 0;
+        int ncfg = heur_list(og, modes[m], cfgs, &got);
+        for (int64_t i = 0; i < got && ncand < want; i++) {
+            bd_t eng = cfg_engine(cfgs[i]), plan = NULL;
+            int64_t ws = 0;
+            bool ok = eng && engine_usable(cb, p->dt, eng);
+            /* a runtime-compiled engine costs a compilation to finalize: only as the
+             * first candidate, and then it is the only one */
+            bool rtc = ok && runtime_compiled(eng);
+            ok = ok && !(rtc && ncand > 0) && (plan = plan_finalize(cb, cfgs[i], limit, &ws)) != NULL;
+            if (!ok) {
+                if (eng) cudnnBackendDestroyDescriptor(eng);
+                continue;
             }
+            cand[ncand] = plan;
+            cand_cfg[ncand] = cfgs[i];
+            cand_eng[ncand] = eng;
+            cand_ws[ncand] = ws;
+            cfgs[i] = NULL;   /* kept */
+            ncand++;
+            if (rtc) want = ncand;
         }
         for (int i = 0; i < ncfg; i++)
             if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
-        cudnnBackendDestroyDescriptor(heur);
         if (!ncand && !why[0]) snprintf(why, sizeof why, "no engine passed the filters");
     }
     cudaGetLastError();
@@ -636,49 +666,19 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
     int timed = 0;
     static const cudnnBackendHeurMode_t MODES[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     for (int m = 0; m < 2 && !rc; m++) {
-        bd_t heur = NULL;
-        int64_t count = 0;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) != CUDNN_STATUS_SUCCESS) break;
-        cudnnBackendHeurMode_t mode = MODES[m];
         bd_t cfgs[CG_MAX_CFG];
-        int ncfg = 0;
         int64_t got = 0;
-        if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                     &og) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ==
-                CUDNN_STATUS_SUCCESS &&
-            cudnnBackendFinalize(heur) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                     NULL) == CUDNN_STATUS_SUCCESS) {
-            for (; ncfg < count && ncfg < CG_MAX_CFG; ncfg++)
-                if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[ncfg]) != CUDNN_STATUS_SUCCESS)
-                    break;
-            if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got,
-                                         cfgs) != CUDNN_STATUS_SUCCESS)
-                got = 0;
-        }
-        for (int64_t i = 0; i < got && i < ncfg && !rc; i++) {
+        int ncfg = heur_list(og, MODES[m], cfgs, &got);
+        for (int64_t i = 0; i < got && !rc; i++) {
             r->configs++;
-            bd_t eng = NULL, plan = NULL;
-            int64_t one = 0, wsz = 0;
-            if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) continue;
-            bool usable = cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                                   1, &one, &eng) == CUDNN_STATUS_SUCCESS &&
-                          engine_usable(cb, dt, eng) && !(cb->deterministic && KIND_REDUCES[kind]);
+            bd_t eng = cfg_engine(cfgs[i]), plan = NULL;
+            int64_t wsz = 0;
+            bool usable = eng && engine_usable(cb, dt, eng) && !(cb->deterministic && KIND_REDUCES[kind]);
             bool is_rtc = usable && runtime_compiled(eng);
             r->usable += usable;
             r->runtime += is_rtc;
             bool try_it = usable && (is_rtc ? rtc && r->rtc_ms < 0 && !r->rtc_engine[0] : timed < CG_TUNE);
-            if (try_it && cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ==
-                              CUDNN_STATUS_SUCCESS &&
-                cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cb->cudnn) ==
-                    CUDNN_STATUS_SUCCESS &&
-                cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                         1, &cfgs[i]) == CUDNN_STATUS_SUCCESS &&
-                cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
-                cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one,
-                                         &wsz) == CUDNN_STATUS_SUCCESS &&
-                wsz <= limit) {
+            if (try_it && (plan = plan_finalize(cb, cfgs[i], limit, &wsz)) != NULL) {
                 if (wsz > ws_bytes) {
                     if (ws) cudaFree(ws);
                     ws = NULL;
@@ -705,10 +705,9 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
                 snprintf(r->rtc_engine, sizeof r->rtc_engine, "(did not finalize)");
             }
             if (plan) cudnnBackendDestroyDescriptor(plan);
-            cudnnBackendDestroyDescriptor(eng);
+            if (eng) cudnnBackendDestroyDescriptor(eng);
         }
         for (int i = 0; i < ncfg; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
-        cudnnBackendDestroyDescriptor(heur);
     }
     cudaError_t ss = cudaStreamSynchronize(cb->stream);
     for (int i = 0; i < nt; i++)
