@@ -68,11 +68,12 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
         free(h); free(w); free(c);
         return err_set(e, ERR_RUNTIME, "net_traffic: out of memory");
     }
-    double conv_w = 0;
+    double conv_w = 0, conv_w_dense = 0;
     for (int i = nn - 1; i >= 0; i--) {
         const node_t *d = &n->nodes[i];
         double E = (double)batch * h[i] * w[i] * c[i];
         if (d->kind == NODE_CONV) conv_w += (double)d->w_numel;
+        if (dense_conv(d)) conv_w_dense += (double)d->w_numel;
         if (net_is_bn(d->kind)) {
             bool relu = net_bn_act(d->kind) != ACT_NONE, add = d->kind == NODE_BN_ADD_RELU;
             /* forward: statistics (read x), apply (read x [+ z], write y) */
@@ -119,6 +120,12 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
     double p = (double)n->n_params;
     /* conv weight gradients: staged in the act dtype, added into fp32 (read both, write) */
     t->bytes[NT_WGRAD_ACCUM] = conv_w * (a + 4.0 + 4.0);
+    /* wgrad_f32 (with graph_conv): the dense convs add into the fp32 gradient themselves
+     * (read and write 4 bytes in their epilogue instead of writing a) */
+    if ((fusion & BACKEND_FUSE_WGRAD_F32) && (fusion & BACKEND_FUSE_GRAPH_CONV)) {
+        t->bytes[NT_WGRAD_ACCUM] -= conv_w_dense * (a + 4.0 + 4.0);
+        t->conv_epilogue += conv_w_dense * (8.0 - a);
+    }
     t->bytes[NT_OPTIM] = p * 4.0 * (adamw ? 7.0 : 5.0);   /* SGD: p, g, buf read; p, buf written */
     t->bytes[NT_WEIGHT_CAST] = dt == DT_F32 ? 0.0 : p * (4.0 + a);
     t->bytes[NT_ZERO_GRADS] = p * 4.0;

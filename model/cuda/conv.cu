@@ -503,6 +503,12 @@ int cu_conv2d_bwd_filter(backend_t *be, const conv_shape_t *s, dtype_t dt, const
     if (!p) return -1;
     int64_t nw = (int64_t)s->k * s->r * s->s * (s->c / conv_groups(s));
     if (cb_grow(cb, &cb->stage, (size_t)nw * dt_size(dt), "conv weight-gradient staging")) return -1;
+    if ((cb->fusion & BACKEND_FUSE_WGRAD_F32) && (cb->fusion & BACKEND_FUSE_GRAPH_CONV)) {
+        /* wgrad_f32: added into the fp32 gradient by the convolution (beta = 1), no staging */
+        void *t[3] = {(void *)x, (void *)dy, dw};
+        int r = cu_conv_graph_run(cb, CG_WGRAD_F32, s, dt, t);
+        if (r <= 0) return r;
+    }
     if (cb->fusion & BACKEND_FUSE_GRAPH_CONV) {   /* issue 25: 0 ran, 1 no graph engine, -1 error */
         int r = cu_conv_graph_wgrad(cb, s, dt, x, dy, cb->stage.p);
         if (r < 0) return -1;

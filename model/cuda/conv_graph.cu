@@ -29,9 +29,10 @@
  * limit (1 GiB, at most a quarter of the free memory). Not deterministic: the first
  * CG_TUNE plans that finalize are timed on the given buffers (as cudnnFind does for the
  * legacy API) and the fastest kept; accumulating graphs (beta = 1) would add into their
- * output: they take the first usable engine, or with the dgrad_accum_tune option are
- * timed into a zeroed scratch buffer of the output's size (allocated for the timing
- * only). A runtime-compiled engine (the fusion engines:
+ * output: the accumulating dgrad takes the first usable engine, or with the
+ * dgrad_accum_tune option is timed into a zeroed scratch buffer of the output's size
+ * (allocated for the timing only), and the fp32 wgrad (wgrad_f32, a weight-sized
+ * output) always is. A runtime-compiled engine (the fusion engines:
  * NVRTC at finalize, about a second each) is taken only as the first candidate and then
  * alone, so a plan costs at most one compilation. A key with no usable engine is remembered as such
  * (cu_conv_graph_run returns 1, the caller runs its other path, and the backend's
@@ -351,8 +352,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     int64_t cand_ws[CG_TUNE];
     /* an accumulating graph is timed only with dgrad_accum_tune, into a scratch output */
     bool tune_accum = (cb->fusion & BACKEND_FUSE_DGRAD_ACCUM_TUNE) != 0;
-    int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) || p->kind == CG_WGRAD_F32
-                              ? 1 : CG_TUNE;
+    int ncand = 0, want = cb->deterministic || (p->kind == CG_DGRAD_ACCUM && !tune_accum) ? 1 : CG_TUNE;
     for (int m = 0; og && m < nmodes && ncand == 0; m++) {
         bd_t cfgs[CG_MAX_CFG];
         int64_t got = 0;
@@ -402,8 +402,9 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
          * the output's size instead (256-byte aligned, so any plan's alignment holds) */
         void *tptrs[CG_MAX_T], *scratch = NULL;
         memcpy(tptrs, ptrs, sizeof tptrs);
-        if (p->kind == CG_DGRAD_ACCUM) {
-            size_t bytes = (size_t)p->s.n * p->s.h * p->s.w * p->s.c * dt_size(p->dt);
+        if (p->kind == CG_DGRAD_ACCUM || p->kind == CG_WGRAD_F32) {
+            size_t bytes = p->kind == CG_WGRAD_F32 ? (size_t)p->s.k * p->s.r * p->s.s * p->s.c * sizeof(float)
+                                                   : (size_t)p->s.n * p->s.h * p->s.w * p->s.c * dt_size(p->dt);
             CUDA_CHECK(cb, cudaMalloc(&scratch, bytes));
             if (cudaMemsetAsync(scratch, 0, bytes, cb->stream) != cudaSuccess) {
                 cudaFree(scratch);

@@ -35,7 +35,7 @@ typedef enum {
     CG_SBR_WGRAD,       /* {x, scale, bias, dy, dw}: dw = wgrad(relu(x * scale + bias), dy) */
     CG_WGRAD_F32,       /* {x, dy, dw}: dw += wgrad(x, dy) with dw fp32 (beta = 1): the weight
                            gradient into the fp32 gradients without the act-dtype staging and
-                           the accumulate kernel, if an engine takes it (probe only) */
+                           the accumulate kernel (wgrad_f32), where an engine takes it */
     CG_KIND_COUNT
 } cg_kind_t;
 

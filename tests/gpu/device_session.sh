@@ -136,9 +136,10 @@ FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mo
 # none, the default all (bn_wide_final and bn_fold_running in it since the H200 run of
 # 2026-11-26), all with pdl (programmatic dependent launch of the own kernels), all with
 # bn_mask_bits (the add-relu BNs' masks as bits), all with bn_dual_add (the projection
-# shortcuts' BN inside the add-relu BN's kernels), and all with the three (none measured
-# yet; vec16, within noise twice, left out: FUSION_LISTS brings it back)
-FUSION_LISTS=${FUSION_LISTS:-none all all,pdl all,bn_mask_bits all,bn_dual_add all,pdl,bn_mask_bits,bn_dual_add}
+# shortcuts' BN inside the add-relu BN's kernels), all with the three, and all with
+# wgrad_f32 (weight gradients added into fp32 by cuDNN) (none measured yet; vec16, within
+# noise twice, left out: FUSION_LISTS brings it back)
+FUSION_LISTS=${FUSION_LISTS:-none all all,pdl all,bn_mask_bits all,bn_dual_add all,pdl,bn_mask_bits,bn_dual_add all,wgrad_f32}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -342,7 +343,7 @@ stage_compile() {
 # ---- stage fusion (issue 25): the fusion options' exactness and speed ----
 # Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
 # (train, resume, paths, graphs) with the options the default [all] leaves out on as well
-# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,
+# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,
 # the runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
 # "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
@@ -360,7 +361,7 @@ stage_fusion() {
     elif [ -n "$DRY" ]; then
         echo "fusion: dry run: the exactness tests need a GPU"
     else
-        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add ctest \
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32 ctest \
             -R 'test_gpu_cli_(train|resume|paths|graphs)' -j3 --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi

@@ -13,6 +13,9 @@
  *   dgrad_accum  conv2d_bwd_data_accum onto a random gradient, like conv + add; with
  *                dgrad_accum_tune too (non-deterministic: the candidates timed into a
  *                scratch output), the gradient still added once;
+ *   wgrad_f32    conv2d_bwd_filter adding into a random fp32 gradient in the convolution
+ *                (beta = 1), deterministic and not (candidates timed into a scratch
+ *                output), against the CPU's dw += wgrad: added once;
  *   bn_remask    one BN + ReLU and one BN + ReLU6 node in fp32, fp16 and bf16 with outputs
  *                on the mask's edges (remask_inputs): dx, sum_dy, sum_dy_xhat, dgamma,
  *                dbeta with the mask recomputed from x are the bits of the same backend
@@ -279,6 +282,26 @@ static void check_dgrad_accum_mode(const conv_shape_t *s, dtype_t dt, unsigned f
     pair_free(&p);
 }
 
+/* wgrad_f32: the weight gradient added into a random fp32 gradient by the convolution
+ * (beta = 1), against the CPU's conv2d_bwd_filter (dw += ...): once, including the first
+ * call (non-deterministic mode times the candidates into a scratch output) */
+static void check_wgrad_f32(const conv_shape_t *s, dtype_t dt, bool det) {
+    pair_t p = pair_make_fused(det, false, BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_WGRAD_F32);
+    int64_t nx = (int64_t)s->n * s->h * s->w * s->c, nw = (int64_t)s->k * s->r * s->s * s->c;
+    int64_t ny = (int64_t)s->n * s->p * s->q * s->k;
+    float *hx = hrand(nx, 44, -1, 1), *hdy = hrand(ny, 45, -1, 1), *hdw = hrand(nw, 46, -2, 2);
+    twin_t x = twin_new(&p, nx, dt, hx), dy = twin_new(&p, ny, dt, hdy), dw = twin_new(&p, nw, DT_F32, hdw);
+    OK(p.cpu, p.cpu->ops->conv2d_bwd_filter(p.cpu, s, dt, x.c, dy.c, (float *)dw.c));
+    OK(p.gpu, p.gpu->ops->conv2d_bwd_filter(p.gpu, s, dt, x.g, dy.g, (float *)dw.g));
+    char what[96];
+    snprintf(what, sizeof what, "wgrad_f32 %s%s", dtype_names[dt], det ? " deterministic" : "");
+    print_engine(p.gpu, s, 2, what);
+    CHECK_INT(twin_cmp(what, &p, &dw, dt_tol(dt)), 0);
+    twin_free(&p, &x); twin_free(&p, &dy); twin_free(&p, &dw);
+    free(hx); free(hdy); free(hdw);
+    pair_free(&p);
+}
+
 static void check_dgrad_accum(const conv_shape_t *s, dtype_t dt, unsigned fusion) {
     check_dgrad_accum_mode(s, dt, fusion, true);
 }
@@ -297,6 +320,8 @@ static void check_ops(dtype_t dt) {
         check_dgrad_accum(&ss[k], dt, BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_GRAPH_CONV);
         check_dgrad_accum_mode(&ss[k], dt, BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_GRAPH_CONV |
                                BACKEND_FUSE_DGRAD_ACCUM_TUNE, false);
+        check_wgrad_f32(&ss[k], dt, true);
+        check_wgrad_f32(&ss[k], dt, false);
     }
 }
 
