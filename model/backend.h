@@ -216,8 +216,8 @@ typedef struct backend_opts {
  *                before the add, as stored; its sums in the same order). ResNet-50 (CIFAR
  *                stem, batch 128): 4 such blocks, 62.9M elements, 5 passes of them fewer
  *                (forward: write and read z; backward: write dz, read it twice):
- *                predicted -0.63 GB, -0.13 to -0.19 ms, and 16 launches fewer [not yet
- *                measured]
+ *                predicted -0.63 GB, -0.13 to -0.19 ms, and 12 launches fewer (the
+ *                shortcut's apply, backward partial sums and apply) [not yet measured]
  *   wgrad_f32    with graph_conv, a dense convolution's weight gradient added by cuDNN
  *                into the fp32 gradient (an fp32 output, beta = 1), instead of written in
  *                the act dtype to a staging buffer and added by a kernel of ours: no
