@@ -223,7 +223,7 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
             int t = order[b]; order[b] = order[b - 1]; order[b - 1] = t;
         }
     int rc = 0, budget = rtc_budget;
-    double unfused_total = 0, fused_total = 0, fprop_total = 0;
+    double unfused_total = 0, fused_total = 0, fprop_total = 0, first_total = 0, best_total = 0;
     int counted = 0;
     for (int oi = 0; oi < nu && !rc; oi++) {
         int u = order[oi];
@@ -245,10 +245,15 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
             printf("{\"bench\": \"conv_patterns\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
                    "\"arch\": \"%s\", \"deterministic\": %s, \"shape\": \"%s\", \"layers\": %d, \"sbr_layers\": %d, "
                    "\"kind\": \"%s\", \"configs\": %d, \"usable\": %d, \"runtime\": %d, \"pre_ms\": %.4f, "
-                   "\"pre_engine\": \"%s\", \"rtc_ms\": %.4f, \"rtc_engine\": \"%s\", \"why\": \"%s\"}\n",
+                   "\"first_ms\": %.4f, \"pre_engine\": \"%s\", \"rtc_ms\": %.4f, \"rtc_engine\": \"%s\", "
+                   "\"why\": \"%s\"}\n",
                    dev, precision, batch, arch, deterministic ? "true" : "false", shape, layers[u], sbr[u],
-                   KIND_NAMES[k], r.configs, r.usable, r.runtime, r.pre_ms, r.pre_engine, r.rtc_ms, r.rtc_engine,
-                   r.why);
+                   KIND_NAMES[k], r.configs, r.usable, r.runtime, r.pre_ms, r.first_ms, r.pre_engine, r.rtc_ms,
+                   r.rtc_engine, r.why);
+            if (r.first_ms >= 0 && r.pre_ms >= 0 && (k == PK_FPROP || k == PK_WGRAD)) {
+                first_total += layers[u] * r.first_ms;
+                best_total += layers[u] * r.pre_ms;
+            }
             fflush(stdout);
         }
         if (rc) break;
@@ -279,9 +284,10 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
     if (!rc)
         printf("{\"bench\": \"conv_patterns_total\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
                "\"arch\": \"%s\", \"deterministic\": %s, \"sbr_layers_counted\": %d, \"unfused_ms\": %.4f, "
-               "\"fused_ms\": %.4f, \"fprop_ms\": %.4f, \"rtc_budget_left\": %d}\n",
+               "\"fused_ms\": %.4f, \"fprop_ms\": %.4f, \"fprop_wgrad_first_ms\": %.4f, "
+               "\"fprop_wgrad_best_ms\": %.4f, \"rtc_budget_left\": %d}\n",
                dev, precision, batch, arch, deterministic ? "true" : "false", counted, unfused_total, fused_total,
-               fprop_total, budget);
+               fprop_total, first_total, best_total, budget);
     net_free(n);
     backend_free(be);
     return rc;

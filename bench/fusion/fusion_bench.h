@@ -33,7 +33,9 @@ int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const ch
  * ({"bench": "conv_patterns_bn", "bn_apply_in_ms", "bn_stats_out_ms"}), and a last line
  * with the totals over the layers where the prologue applies (input a BN + ReLU with
  * one consumer: sbr_layers): unfused (bn_apply of the input + fprop + bn_stats of the
- * output) against the best fused fprop + genStats, ms per step. */
+ * output) against the best fused fprop + genStats, ms per step; and over every layer,
+ * fprop + wgrad with the first usable pre-compiled engine (deterministic mode's pick)
+ * against the fastest of the first 4 (fprop_wgrad_first_ms, fprop_wgrad_best_ms). */
 int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
                           bool deterministic, dtype_t dt);
 

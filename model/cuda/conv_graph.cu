@@ -639,7 +639,7 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
                           cuda_graph_probe_t *r) {
     cuda_be_t *cb = cb_of(be);
     memset(r, 0, sizeof *r);
-    r->pre_ms = r->rtc_ms = -1.0f;
+    r->pre_ms = r->rtc_ms = r->first_ms = -1.0f;
     if (kind < 0 || kind >= CG_KIND_COUNT) return cb_fail(cb, "cudnn graph probe: unknown graph kind %d", kind);
     CB_ENTER(cb);
     struct cg_plan p;
@@ -696,7 +696,7 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
                     r->rtc_ms = ms;
                     snprintf(r->rtc_engine, sizeof r->rtc_engine, "%s", name);
                 } else {
-                    timed++;
+                    if (timed++ == 0) r->first_ms = ms;
                     if (ms >= 0 && (r->pre_ms < 0 || ms < r->pre_ms)) {
                         r->pre_ms = ms;
                         snprintf(r->pre_engine, sizeof r->pre_engine, "%s", name);

@@ -119,12 +119,16 @@ int cuda_conv_graph_describe(int kind, const conv_shape_t *s, dtype_t dt, bool d
  * deterministic mode: no NONDETERMINISTIC note, and the kinds with reductions count no
  * usable engine, as plan_build), split into pre-compiled ones and runtime-compiled ones
  * (NVRTC at finalize, ~1 s each); the first 4 usable pre-compiled ones that finalize are
- * timed (ms per run, one warm-up and two runs, events) and the fastest kept; with rtc,
+ * timed (ms per run, one warm-up and two runs, events) and the fastest kept (and the
+ * first one's time: deterministic mode's pick where no runtime-compiled engine comes
+ * before it); with rtc,
  * the first usable runtime-compiled one is finalized and timed too. 0, or -1 with be's
  * error (a CUDA failure); a graph that does not build is 0 with why set. */
 typedef struct cuda_graph_probe {
     int configs, usable, runtime;   /* runtime: of the usable, runtime-compiled */
     float pre_ms, rtc_ms;           /* -1: none (or rtc not asked) */
+    float first_ms;                 /* the first usable pre-compiled plan's: what deterministic
+                                     * mode runs (it takes that one untimed); -1: none */
     char pre_engine[128], rtc_engine[128];
     char why[160];
 } cuda_graph_probe_t;

@@ -483,8 +483,9 @@ for r in rows:
               f"{r['sbr_layers']:3} {r['kind']:16} {r['configs']:3} {r['usable']:3} {r['runtime']:3} "
               f"{r['pre_ms']:7.4f} {r['rtc_ms']:7.4f}")
     elif r.get("bench") == "conv_patterns_total":
-        print("total:", {k: r[k] for k in ("precision", "deterministic", "sbr_layers_counted", "unfused_ms",
-                                           "fused_ms", "fprop_ms")})
+        print("total:", {k: r.get(k) for k in ("precision", "deterministic", "sbr_layers_counted", "unfused_ms",
+                                               "fused_ms", "fprop_ms", "fprop_wgrad_first_ms",
+                                               "fprop_wgrad_best_ms")})
 PY
     return $rc
 }
