@@ -41,11 +41,13 @@ void net_free(net_t *n) {
         backend_t *be = n->be;
         void *ptrs[] = {n->params, n->grads, n->buffers, n->shadow, n->input, n->scratch[0],
                         n->scratch[1], n->bn_mem, n->sum_dy, n->sum_dy_xhat, n->labels,
-                        n->loss_sum, n->correct, n->targets, n->rng_key};
+                        n->loss_sum, n->correct, n->targets, n->rng_key, n->sum_dy2, n->sum_dy_xhat2};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) be->ops->release(be, ptrs[i]);
-        for (int i = 0; i < n->n_nodes; i++)
+        for (int i = 0; i < n->n_nodes; i++) {
             if (n->nodes[i].y) be->ops->release(be, n->nodes[i].y);
+            if (n->nodes[i].mask) be->ops->release(be, n->nodes[i].mask);
+        }
         for (int i = 0; i < n->n_slots; i++)
             if (n->slots && n->slots[i]) be->ops->release(be, n->slots[i]);
     }
