@@ -17,6 +17,10 @@
 #                            rounded to the dtype: fp16 (relu, relu6) and bf16 (relu6, 5.999
 #                            rounding to 6) differ from the same backend reading y; fp32
 #                            (nothing to round) still passes
+#   mask_bit_flip            (test_gpu_fusion's stand-ins) a mask bit flipped: its bits differ
+#                            from y's mask
+#   dual_dz_unmasked         (the same) the shortcut BN summed from the unmasked dy: its
+#                            sum_dy_xhat2 differs from the separate ops'
 # With `images BINARY`: test_gpu_cli_images' GPU-vs-CPU cases with RUNNER_GPU_CLI_DRYRUN=cpu
 # (the "gpu" side is the runner on the CPU's Winograd engine) without a defect (must pass)
 # and with the test's own planted defects (must fail the case meant for them):
@@ -79,5 +83,11 @@ expect 1 "ok   test_remask_node_fp32" bn_remask_unrounded $rm_cases "$fusion"
 # recorded and replayed, repeat a step without the option (the replay's BN statistics put
 # back first: without that the replay "differed" on the H100 run of 2026-11-26)
 RUNNER_CPU_GRAPHS=1 expect 0 "2 passed, 0 failed" "" test_remask_net,test_fold_running_net "$fusion"
+# bn_mask_bits and bn_dual_add's node checks on the dry run's stand-ins (the ops' contract
+# on the CPU's ops): pass as they are, fail on a flipped mask bit and on an unmasked dz
+nb_cases=test_mask_bits_node_fp32,test_mask_bits_node_bf16,test_dual_node_fp32,test_dual_node_bf16
+expect 0 "4 passed, 0 failed" "" $nb_cases "$fusion"
+expect 1 "bits differ from y's mask" mask_bit_flip test_mask_bits_node_bf16 "$fusion"
+expect 1 "sum_dy_xhat2 differs (separate ops: DIFFERS" dual_dz_unmasked test_dual_node_fp32 "$fusion"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -19,6 +19,10 @@
  *                        forward's output computed in fp32 and NOT rounded to dt, the
  *                        defect bn_remask must not have (fp16 stores a tiny positive
  *                        output as 0, which masks)
+ *   mask_bit_flip        (the CPU dry run's stand-ins of test_gpu_fusion only) bn_apply_mask
+ *                        flips one bit of the mask it writes
+ *   dual_dz_unmasked     (the same) bn_bwd_reduce_dual sums the shortcut BN's gradient
+ *                        from dy not masked by the ReLU
  * Works on either backend kind (reads and writes through download/upload). Test code only:
  * the wrapped tables live in static storage of the including program.
  * The CLI tests, whose GPU side is a runner process, plant their defects in that side's
@@ -201,6 +205,10 @@ static inline void plant_side(backend_t *be, int i, const char *name) {
     else if (!strncmp(name, "bn_remask_unrounded", 19)) {
         ps->ops.bn_bwd_reduce = plant_bn_bred;
         ps->ops.bn_bwd_apply = plant_bn_bapp;
+    }
+    else if (!strcmp(name, "mask_bit_flip") || !strcmp(name, "dual_dz_unmasked")) {
+        /* planted by test_gpu_fusion's dry-run stand-ins themselves (they replace the
+         * side's table after this) */
     }
     else { fprintf(stderr, "gpu_plant: unknown defect %s\n", name); exit(2); }
     be->ops = &ps->ops;

@@ -530,6 +530,12 @@ static bool host_keeps(act_kind_t act, float y) { return act == ACT_RELU6 ? !(y 
  * the CPU too: the refusals as the cuda backend's, bits from the stored y, y made of the
  * bits for the backward ops (they use y for the mask only). */
 static const backend_ops_t *g_dry;
+/* RUNNER_GPU_TEST_PLANT in the stand-ins (gpu_plant.h's list): mask_bit_flip flips one bit
+ * of every mask written; dual_dz_unmasked gives the shortcut's BN the unmasked dy */
+static bool dry_plant(const char *name) {
+    const char *v = getenv("RUNNER_GPU_TEST_PLANT");
+    return v && !strcmp(v, name);
+}
 static int d_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                         const float *var, const float *gamma, const float *beta, float eps, const void *z,
                         act_kind_t act, void *y, uint8_t *mask) {
@@ -538,6 +544,7 @@ static int d_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void 
     memset(mask, 0, (size_t)(m * c + 7) / 8);
     for (int64_t i = 0; i < m * c; i++)
         if (host_keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    if (dry_plant("mask_bit_flip")) mask[(m * c) / 16] ^= 4;
     return 0;
 }
 static float *d_y_of_bits(int64_t m, int c, const uint8_t *mask) {
@@ -729,7 +736,7 @@ static int d_bred_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *
     float *g = hbuf(m * c);
     for (int64_t i = 0; i < m * c; i++) {
         bool k = mask ? (mask[i >> 3] >> (i & 7)) & 1u : host_keeps(act, ((const float *)y)[i]);
-        g[i] = k ? ((const float *)dy)[i] : 0.0f;
+        g[i] = k || dry_plant("dual_dz_unmasked") ? ((const float *)dy)[i] : 0.0f;
     }
     int rc = g_dry->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, NULL, NULL, eps, sum_dy, sum_dy_xhat, dgamma,
                                   dbeta) ||
