@@ -385,16 +385,27 @@ stage_fusion() {
     cat "$L/fusion.jsonl" >>"$BJ"
     "$PY" - "$L/fusion.jsonl" <<'PY'
 import json, sys
-print(f"{'prec':5} {'batch':>5} {'fusion':34} {'img/s':>8} {'step ms':>8} {'graphs ms':>9} {'mfu':>6}")
+# each row's replayed step against the same configuration's `all` row (what an option
+# on top of all saves: negative is faster), and the byte model's non-conv GB
+ALL = "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running"
+rows = []
 for line in open(sys.argv[1]):
     try:
-        r = json.loads(line)
+        rows.append(json.loads(line))
     except ValueError:
         continue
+base = {(r.get("precision"), r.get("batch")): r.get("graphs_step_ms") for r in rows if r.get("fusion") == ALL}
+print(f"{'prec':5} {'batch':>5} {'fusion (+ on top of all)':34} {'img/s':>8} {'step ms':>8} {'graphs ms':>9} "
+      f"{'vs all':>7} {'mfu':>6} {'GB':>5}")
+for r in rows:
     f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"
-    print(f"{r.get('precision', ''):5} {r.get('batch', 0):5} {str(r.get('fusion', '?')):34} "
+    fu = str(r.get("fusion", "?"))
+    name = "all" if fu == ALL else "+" + fu[len(ALL) + 1:] if fu.startswith(ALL + ",") else fu
+    b, g = base.get((r.get("precision"), r.get("batch"))), r.get("graphs_step_ms")
+    d = g - b if isinstance(b, (int, float)) and isinstance(g, (int, float)) and fu != ALL else None
+    print(f"{r.get('precision', ''):5} {r.get('batch', 0):5} {name:34} "
           f"{f(r.get('runner_img_per_s'), '.0f'):>8} {f(r.get('step_ms'), '.2f'):>8} "
-          f"{f(r.get('graphs_step_ms'), '.2f'):>9} {f(r.get('mfu'), '.3f'):>6}")
+          f"{f(g, '.2f'):>9} {f(d, '+.2f'):>7} {f(r.get('mfu'), '.3f'):>6} {f(r.get('nonconv_gb_model'), '.2f'):>5}")
 PY
     return $rc
 }
