@@ -10,7 +10,12 @@
  * Where the backend has the fused convolution ops (backend.h, issue 25) it calls them
  * on the nodes net_fusion.h names: a conv and the BN statistics after it, a conv's data
  * gradient and the backward reduction of the BN before it, a conv's data gradient added
- * into its input's gradient (no scratch, no add); else the ops one by one.
+ * into its input's gradient (no scratch, no add); else the ops one by one. Where it has
+ * the mask-bit ops, a BN + add + ReLU keeps its mask as bits in a training forward and
+ * both backward passes read them (node mask_ok says they were written); where it has the
+ * dual ops, a projection shortcut's BN (net_dual_bn) is applied inside the add-relu BN's
+ * forward and backward, its own apply skipped and no gradient given to its output
+ * (node dual_ok), falling back to the separate ops where the backend answers 1.
  * What it does not do: double backward, backward through an eval forward.
  */
 #include "model/net_fusion.h"
@@ -435,7 +440,7 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
     bool acc_a = false, acc_b = false;
     /* bn_dual_add: the shortcut BN's backward is this node's too, and its output (this
      * node's second input) gets no gradient */
-    bool dual = d->kind == NODE_BN_ADD_RELU && d->dual >= 0 && d->dual_ok;
+    bool dual = d->kind == NODE_BN_ADD_RELU && d->dual >= 0 && d->dual_ok && *reduced != i;
     void *dx = a >= 0 ? grad_target(n, a, 0, &acc_a) : NULL;
     void *dz = b >= 0 && !dual ? grad_target(n, b, 1, &acc_b) : NULL;
     switch (d->kind) {
