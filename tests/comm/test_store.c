@@ -74,7 +74,7 @@ static void test_set_get_add_timeout(void) {
     err_t we = {0};
     CHECK_INT(store_wait(c, "never-set", 0.3, &we), -1);
     double dt = now_s() - t0;
-    CHECK(dt >= 0.29 && dt < 2.0);
+    CHECK(dt >= 0.29 && dt < 10.0);   /* the upper bound: a loaded 2-core machine, not a speed test */
     CHECK_INT(we.code, ERR_RUNTIME);
     CHECK_CONTAINS(we.msg, "never-set");
     CHECK_CONTAINS(we.msg, "timed out after 0.3 s");
@@ -162,7 +162,7 @@ static void test_unreachable_master(void) {
     store_t *c = store_connect("127.0.0.1", port, 1, 2, 1.0, &e);
     double dt = now_s() - t0;
     CHECK(c == NULL);
-    CHECK(dt >= 0.9 && dt < 4.0);
+    CHECK(dt >= 0.9 && dt < 10.0);
     CHECK_INT(e.code, ERR_INPUT);
     char where[64];
     snprintf(where, sizeof where, "127.0.0.1:%d", port);
@@ -189,7 +189,7 @@ static void test_failure_flag_wakes_waiter(void) {
         double dt = now_s() - t0;
         store_close(c);
         /* expected: fails in well under the 20 s timeout with rank 0's message */
-        _exit(rc == -1 && dt < 5 && strstr(ce.msg, "rank 0 failed: disk on fire") ? 0 : 31);
+        _exit(rc == -1 && dt < 12 && strstr(ce.msg, "rank 0 failed: disk on fire") ? 0 : 31);
     }
     store_t *c = store_connect("127.0.0.1", port, 0, 2, 10, &e);
     usleep(300000);
@@ -222,7 +222,7 @@ static void test_barrier_names_missing_rank(void) {
     store_t *c = store_connect("127.0.0.1", port, 0, 3, 0.5, &e);
     double t0 = now_s();
     CHECK_INT(store_barrier(c, "start", &e), -1);
-    CHECK(now_s() - t0 < 3.0);
+    CHECK(now_s() - t0 < 10.0);   /* promptly: the barrier waits 0.5 s; room for a loaded machine */
     CHECK_CONTAINS(e.msg, "barrier 'start': rank(s) 2 never arrived within 0.5 s");
     CHECK_INT(wait_child(kid), 0);
     store_close(c);
