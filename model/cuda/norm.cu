@@ -234,6 +234,34 @@ __device__ __forceinline__ unsigned mask_bits(const uint8_t *mask, int64_t i) {
     }
 }
 
+/* Zeroes g[k] whose mask bit (element i + k; bn_mask_bits) is clear. */
+template <int V>
+__device__ __forceinline__ void drop_by_bits(float (&g)[V], const uint8_t *mask, int64_t i) {
+    unsigned b = mask_bits<V>(mask, i);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (!((b >> k) & 1u)) g[k] = 0.0f;
+}
+
+/* Zeroes g[k] where the gradient does not pass act at the stored y[k]. */
+template <typename T, int V>
+__device__ __forceinline__ void drop_by_y(float (&g)[V], const T *y, int act) {
+    float yv[V];
+    load_v<T, V>(y, yv);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (!act_keeps(act, yv[k])) g[k] = 0.0f;
+}
+
+/* The mask byte of a thread's 8 outputs v (bit k: act_keeps of v[k] as stored in T). */
+template <typename T, int V>
+__device__ __forceinline__ uint8_t mask_byte(int act, const float (&v)[V]) {
+    unsigned b = 0;
+#pragma unroll
+    for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
+    return (uint8_t)b;
+}
+
 /* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). MASK (V = 8 only): also
  * the mask byte of the thread's 8 elements, act_keeps of each as stored in y. */
 template <typename T, int V, bool MASK = false>
@@ -259,12 +287,7 @@ __global__ void __launch_bounds__(256) bn_apply_k(int64_t m, int c, const T *x, 
 #pragma unroll
         for (int k = 0; k < V; k++) v[k] = bn_out(act, v[k], mu[k], sc[k], bt[k], z != NULL, z ? w[k] : 0.0f);
         store_v<T, V>(y + r * c + ch0, v);
-        if constexpr (MASK) {
-            unsigned b = 0;
-#pragma unroll
-            for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
-            mask[(r * c + ch0) >> 3] = (uint8_t)b;
-        }
+        if constexpr (MASK) mask[(r * c + ch0) >> 3] = mask_byte<T, V>(act, v);
     }
 }
 
@@ -311,23 +334,17 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
 #pragma unroll 2
         for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m;
              r += (int64_t)gridDim.y * blockDim.y) {
-            float xv[V], g[V], yv[V];
+            float xv[V], g[V];
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
             if constexpr (MASK) {
-                unsigned b = mask_bits<V>(mask, r * c + ch0);
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (!((b >> k) & 1u)) g[k] = 0.0f;
+                drop_by_bits<V>(g, mask, r * c + ch0);
             } else if (beta) {
 #pragma unroll
                 for (int k = 0; k < V; k++)
                     if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
             } else if (y) {
-                load_v<T, V>(y + r * c + ch0, yv);
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (!act_keeps(act, yv[k])) g[k] = 0.0f;
+                drop_by_y<T, V>(g, y + r * c + ch0, act);
             }
 #pragma unroll
             for (int k = 0; k < V; k++) {
@@ -385,24 +402,18 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
     }
     remask_params<V>(ch0, var, gamma, beta, eps, sc, bt);
     for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < m; r += (int64_t)gridDim.y * blockDim.y) {
-        float xv[V], g[V], yv[V];
+        float xv[V], g[V];
         int64_t off = r * c + ch0;
         load_v<T, V>(x + off, xv);
         load_v<T, V>(dy + off, g);
         if constexpr (MASK) {
-            unsigned b = mask_bits<V>(mask, off);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                if (!((b >> k) & 1u)) g[k] = 0.0f;
+            drop_by_bits<V>(g, mask, off);
         } else if (beta) {
 #pragma unroll
             for (int k = 0; k < V; k++)
                 if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
         } else if (y) {
-            load_v<T, V>(y + off, yv);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                if (!act_keeps(act, yv[k])) g[k] = 0.0f;
+            drop_by_y<T, V>(g, y + off, act);
         }
         if (dz) store_v<T, V>(dz + off, g);
 #pragma unroll
@@ -693,12 +704,7 @@ __global__ void __launch_bounds__(256) bn_apply_dual_k(int64_t m, int c, const T
             v[k] = bn_out(act, v[k], mu[k], sc[k], bt[k], true, z);
         }
         store_v<T, V>(y + r * c + ch0, v);
-        if constexpr (MASK) {
-            unsigned b = 0;
-#pragma unroll
-            for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
-            mask[(r * c + ch0) >> 3] = (uint8_t)b;
-        }
+        if constexpr (MASK) mask[(r * c + ch0) >> 3] = mask_byte<T, V>(act, v);
     }
 }
 
@@ -728,18 +734,8 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_dual_k(int64_t m, int c, c
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
             load_v<T, V>(x2 + r * c + ch0, x2v);
-            if constexpr (MASK) {
-                unsigned b = mask_bits<V>(mask, r * c + ch0);
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (!((b >> k) & 1u)) g[k] = 0.0f;
-            } else {
-                float yv[V];
-                load_v<T, V>(y + r * c + ch0, yv);
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (!act_keeps(act, yv[k])) g[k] = 0.0f;
-            }
+            if constexpr (MASK) drop_by_bits<V>(g, mask, r * c + ch0);
+            else drop_by_y<T, V>(g, y + r * c + ch0, act);
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 s[k] += g[k];
@@ -786,18 +782,8 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_dual_k(int64_t m, int c, con
         load_v<T, V>(x + off, xv);
         load_v<T, V>(dy + off, g);
         load_v<T, V>(x2 + off, x2v);
-        if constexpr (MASK) {
-            unsigned b = mask_bits<V>(mask, off);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                if (!((b >> k) & 1u)) g[k] = 0.0f;
-        } else {
-            float yv[V];
-            load_v<T, V>(y + off, yv);
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                if (!act_keeps(act, yv[k])) g[k] = 0.0f;
-        }
+        if constexpr (MASK) drop_by_bits<V>(g, mask, off);
+        else drop_by_y<T, V>(g, y + off, act);
 #pragma unroll
         for (int k = 0; k < V; k++) {
             xv[k] = bn_dx(g[k], xv[k], mu[k], is[k], a[k], mdy[k], mdyx[k]);
