@@ -61,15 +61,57 @@
 enum { CG_MAX_PACKS = 64, CG_TUNE = 4, CG_MAX_CFG = 64, CG_MAX_NOTES = 16 };
 static const size_t CG_WS_CAP = (size_t)1 << 30;
 
-/* Tensors per kind (the pointer count), the direction each kind computes, its tag. */
-static const int KIND_NT[CG_KIND_COUNT] = {3, 3, 3, 3, 5, 7, 8, 5, 7, 5, 3};
-static const int KIND_DIR[CG_KIND_COUNT] = {0, 1, 2, 1, 0, 1, 1, 0, 0, 2, 2};
-/* Kinds whose per-channel outputs are reductions over the batch (genStats, sums). */
-static const bool KIND_REDUCES[CG_KIND_COUNT] = {false, false, false, false, true,  true,
-                                                 true,  false, true,  false, false};
-static const char *const KIND_TAG[CG_KIND_COUNT] = {"", "", "", " beta=1", " +genstats", " +dbn-sums",
-                                                    " +drelu+dbn-sums", " sbr+", " sbr+ +genstats", " sbr+",
-                                                    " fp32 beta=1"};
+/* What each graph kind is, in cg_kind_t's order:
+ *   tensors  its tensors in pointer order, a letter each (their count is the kind's
+ *            pointer count; sizes in tensor_bytes): X the conv input, Y its output, W the
+ *            filter (act dtype), F the filter in fp32, K / C fp32 vectors of k / c
+ *            channels, c a vector of c channels in the act dtype (scale, bias);
+ *   dir      the direction it computes (0 fwd, 1 bwd data, 2 bwd filter);
+ *   reduces  its last two tensors are per-channel reductions over the batch (genStats,
+ *            sums), zeroed before each run;
+ *   tag      what conv_engine adds to the engine's name;
+ *   key      its name for tests and the probe (cuda_conv_graph_kind_name);
+ *   name     what the notices call it;
+ *   option   the fusion option that measures it against the unfused ops (verdicts). */
+static const struct {
+    const char *tensors;
+    int dir;
+    bool reduces;
+    const char *tag, *key, *name, *option;
+} KINDS[CG_KIND_COUNT] = {
+    {"XWY", 0, false, "", "fprop", "fprop", ""},
+    {"YWX", 1, false, "", "dgrad", "dgrad", ""},
+    {"XYW", 2, false, "", "wgrad", "wgrad", ""},
+    {"YWX", 1, false, " beta=1", "dgrad_accum", "dgrad (beta 1)", ""},
+    {"XWYKK", 0, true, " +genstats", "fprop_stats", "fprop + genStats", "conv_stats"},
+    {"YWXXCCC", 1, true, " +dbn-sums", "dgrad_dbn", "dgrad + dBN sums", "dgrad_dbn"},
+    {"YWXXXCCC", 1, true, " +drelu+dbn-sums", "dgrad_drelu_dbn", "dgrad + dReLU + dBN sums", "dgrad_dbn"},
+    {"XccWY", 0, false, " sbr+", "sbr_fprop", "scale-bias-ReLU + fprop", ""},
+    {"XccWYKK", 0, true, " sbr+ +genstats", "sbr_fprop_stats", "scale-bias-ReLU + fprop + genStats", ""},
+    {"XccYW", 2, false, " sbr+", "sbr_wgrad", "scale-bias-ReLU + wgrad", ""},
+    {"XYF", 2, false, " fp32 beta=1", "wgrad_f32", "wgrad into fp32 (beta 1)", ""},
+};
+
+const char *cuda_conv_graph_kind_name(int kind) {
+    return kind >= 0 && kind < CG_KIND_COUNT ? KINDS[kind].key : NULL;
+}
+
+/* The kind's pointer count. */
+static int kind_nt(int kind) { return (int)strlen(KINDS[kind].tensors); }
+
+/* Bytes of tensor i of kind on s in dt (the letters of KINDS). */
+static size_t tensor_bytes(int kind, const conv_shape_t *s, dtype_t dt, int i) {
+    size_t e = dt_size(dt);
+    switch (KINDS[kind].tensors[i]) {
+    case 'X': return (size_t)s->n * s->h * s->w * s->c * e;
+    case 'Y': return (size_t)s->n * s->p * s->q * s->k * e;
+    case 'W': return (size_t)s->k * s->r * s->s * s->c * e;
+    case 'F': return (size_t)s->k * s->r * s->s * s->c * 4;
+    case 'K': return (size_t)s->k * 4;
+    case 'C': return (size_t)s->c * 4;
+    default: return (size_t)s->c * e;
+    }
+}
 
 /* One finalized variant pack: the pointers and workspace it was built for. */
 typedef struct cg_pack {
@@ -163,7 +205,7 @@ static void describe(bd_t cfg, bd_t engine, int kind, char *buf, size_t len) {
         if (w > 0) used += (size_t)w < len - used ? (size_t)w : len - used - 1;
     }
     for (int i = 0; i < nk; i++) cudnnBackendDestroyDescriptor(knobs[i]);
-    if (used + 1 < len) snprintf(buf + used, len - used, "%s", KIND_TAG[kind]);
+    if (used + 1 < len) snprintf(buf + used, len - used, "%s", KINDS[kind].tag);
 }
 
 /* The workspace a plan may use: 1 GiB, at most a quarter of the free memory. */
@@ -179,7 +221,7 @@ static int64_t ws_limit(void) {
 
 /* A finalized variant pack for ptrs and workspace ws, or NULL with *st set. */
 static bd_t make_pack(const struct cg_plan *p, void *const *ptrs, void *ws, cudnnStatus_t *st) {
-    int nt = KIND_NT[p->kind];
+    int nt = kind_nt(p->kind);
     int64_t uids[CG_MAX_T];
     void *data[CG_MAX_T];
     for (int i = 0; i < nt; i++) {
@@ -201,26 +243,9 @@ static bd_t make_pack(const struct cg_plan *p, void *const *ptrs, void *ws, cudn
 
 /* The per-channel outputs a kind's reduction ops accumulate into (zeroed before a run). */
 static int zero_sums(cuda_be_t *cb, const struct cg_plan *p, void *const *ptrs) {
-    size_t k = (size_t)p->s.k * sizeof(float), c = (size_t)p->s.c * sizeof(float);
-    switch (p->kind) {
-    case CG_FPROP_STATS:
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[3], 0, k, cb->stream));
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[4], 0, k, cb->stream));
-        break;
-    case CG_SBR_FPROP_STATS:
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[5], 0, k, cb->stream));
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[6], 0, k, cb->stream));
-        break;
-    case CG_DGRAD_DBN:
-    case CG_DGRAD_DRELU_DBN: {
-        int nt = KIND_NT[p->kind];
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[nt - 2], 0, c, cb->stream));
-        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[nt - 1], 0, c, cb->stream));
-        break;
-    }
-    default:
-        break;
-    }
+    if (!KINDS[p->kind].reduces) return 0;
+    for (int i = kind_nt(p->kind) - 2; i < kind_nt(p->kind); i++)
+        CUDA_CHECK(cb, cudaMemsetAsync(ptrs[i], 0, tensor_bytes(p->kind, &p->s, p->dt, i), cb->stream));
     return 0;
 }
 
@@ -326,19 +351,14 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
     bool heur_b = (cb->fusion & BACKEND_FUSE_HEUR_B) != 0;
     const cudnnBackendHeurMode_t *modes = heur_b ? MODES_B : MODES;
     int nmodes = heur_b ? 3 : 2;
-    static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad (beta 1)",
-                                                     "fprop + genStats", "dgrad + dBN sums",
-                                                     "dgrad + dReLU + dBN sums", "scale-bias-ReLU + fprop",
-                                                     "scale-bias-ReLU + fprop + genStats",
-                                                     "scale-bias-ReLU + wgrad", "wgrad into fp32 (beta 1)"};
     if (cb->capturing)
         return cb_fail(cb, "cudnn graph: a %s plan for a new shape cannot be built while recording a CUDA graph",
-                       NAMES[p->kind]);
-    if (cb->deterministic && KIND_REDUCES[p->kind]) {   /* see the top of the file */
+                       KINDS[p->kind].name);
+    if (cb->deterministic && KINDS[p->kind].reduces) {   /* see the top of the file */
         char text[256];
         snprintf(text, sizeof text, "deterministic: %s runs unfused (cuDNN's fused statistics add partial sums "
                  "across thread blocks in no fixed order, and their engines carry no NONDETERMINISTIC note)",
-                 NAMES[p->kind]);
+                 KINDS[p->kind].name);
         cg_notice(cb, text);
         p->ready = false;
         return 0;
@@ -386,7 +406,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
         const conv_shape_t *s = &p->s;
         char text[320];
         snprintf(text, sizeof text, "cudnn graph API: no %s%s engine for %s (first: %dx%d conv %d->%d stride %d, %s); "
-                 "the unfused path runs there", cb->deterministic ? "deterministic " : "", NAMES[p->kind],
+                 "the unfused path runs there", cb->deterministic ? "deterministic " : "", KINDS[p->kind].name,
                  dtype_names[p->dt], s->r, s->s, s->c, s->k, s->stride, why);
         cg_notice(cb, text);
         cg_free(&p->b);   /* nothing will run on this graph */
@@ -403,8 +423,7 @@ static int plan_build(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
         void *tptrs[CG_MAX_T], *scratch = NULL;
         memcpy(tptrs, ptrs, sizeof tptrs);
         if (p->kind == CG_DGRAD_ACCUM || p->kind == CG_WGRAD_F32) {
-            size_t bytes = p->kind == CG_WGRAD_F32 ? (size_t)p->s.k * p->s.r * p->s.s * p->s.c * sizeof(float)
-                                                   : (size_t)p->s.n * p->s.h * p->s.w * p->s.c * dt_size(p->dt);
+            size_t bytes = tensor_bytes(p->kind, &p->s, p->dt, 2);
             CUDA_CHECK(cb, cudaMalloc(&scratch, bytes));
             if (cudaMemsetAsync(scratch, 0, bytes, cb->stream) != cudaSuccess) {
                 cudaFree(scratch);
@@ -477,7 +496,7 @@ static struct cg_plan *plan_lookup(cuda_be_t *cb, int kind, const conv_shape_t *
 
 static void alignments(int kind, void *const *ptrs, unsigned char *al) {
     memset(al, 0, CG_MAX_T);
-    for (int i = 0; i < KIND_NT[kind]; i++) al[i] = align_of(ptrs[i]);
+    for (int i = 0; i < kind_nt(kind); i++) al[i] = align_of(ptrs[i]);
 }
 
 /* The plan of this key, built on first use; NULL with the error set. */
@@ -509,7 +528,7 @@ static struct cg_plan *plan_get(cuda_be_t *cb, int kind, const conv_shape_t *s, 
 
 /* The variant pack of p for ptrs and the current workspace, made on first use. */
 static bd_t pack_get(cuda_be_t *cb, struct cg_plan *p, void *const *ptrs) {
-    int nt = KIND_NT[p->kind];
+    int nt = kind_nt(p->kind);
     for (int i = 0; i < p->n_packs; i++) {
         cg_pack_t *k = &p->packs[i];
         if (k->ws == cb->ws.p && !memcmp(k->ptrs, ptrs, (size_t)nt * sizeof(void *))) return k->vp;
@@ -565,8 +584,6 @@ int cu_conv_graph_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_
 
 void cu_conv_graph_set_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, dtype_t dt, void *const *ptrs,
                                int verdict) {
-    static const char *const OPTION[CG_KIND_COUNT] = {"", "", "", "", "conv_stats", "dgrad_dbn", "dgrad_dbn",
-                                                      "", "", "", ""};
     if (kind < 0 || kind >= CG_KIND_COUNT) return;
     unsigned char al[CG_MAX_T];
     alignments(kind, ptrs, al);
@@ -577,7 +594,7 @@ void cu_conv_graph_set_verdict(cuda_be_t *cb, int kind, const conv_shape_t *s, d
         p->ready = false;
         char text[200];
         snprintf(text, sizeof text, "%s: the unfused ops measured faster than the fused graph on some layers "
-                 "(first: %dx%d conv %d->%d stride %d), which run unfused", OPTION[kind], s->r, s->s, s->c, s->k,
+                 "(first: %dx%d conv %d->%d stride %d), which run unfused", KINDS[kind].option, s->r, s->s, s->c, s->k,
                  s->stride);
         cg_notice(cb, text);
     }
@@ -587,7 +604,7 @@ int cu_conv_graph_engine(cuda_be_t *cb, const conv_shape_t *s, int which, char *
     const struct cg_plan *best = NULL;
     for (int i = 0; i < cb->n_gplans; i++) {   /* the fused kinds are what training runs */
         const struct cg_plan *p = &cb->gplans[i];
-        if (p->ready && KIND_DIR[p->kind] == which && !memcmp(&p->s, s, sizeof *s) && (!best || p->kind > best->kind))
+        if (p->ready && KINDS[p->kind].dir == which && !memcmp(&p->s, s, sizeof *s) && (!best || p->kind > best->kind))
             best = p;
     }
     if (!best) return 1;
@@ -617,24 +634,6 @@ int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char
 
 /* ---- the pattern probe (cuda_backend.h) ---- */
 
-/* Bytes of tensor i of kind on s in dt: the kinds' tensors by letter, X the conv input
- * (n h w c), Y its output (n p q k), W the filter, K / C fp32 vectors of k / c, c a
- * vector of c in dt (scale, bias). */
-static size_t probe_bytes(int kind, const conv_shape_t *s, dtype_t dt, int i) {
-    static const char *const T[CG_KIND_COUNT] = {"XWY", "YWX", "XYW", "YWX", "XWYKK", "YWXXCCC", "YWXXXCCC",
-                                                 "XccWY", "XccWYKK", "XccYW", "XYF"};
-    size_t e = dt_size(dt);
-    switch (T[kind][i]) {
-    case 'X': return (size_t)s->n * s->h * s->w * s->c * e;
-    case 'Y': return (size_t)s->n * s->p * s->q * s->k * e;
-    case 'W': return (size_t)s->k * s->r * s->s * s->c * e;
-    case 'K': return (size_t)s->k * 4;
-    case 'C': return (size_t)s->c * 4;
-    case 'F': return (size_t)s->k * s->r * s->s * s->c * 4;
-    default: return (size_t)s->c * e;
-    }
-}
-
 int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_t dt, bool rtc,
                           cuda_graph_probe_t *r) {
     cuda_be_t *cb = cb_of(be);
@@ -654,12 +653,12 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
         cg_free(&p.b);
         return 0;
     }
-    if (cb->deterministic && KIND_REDUCES[kind])
+    if (cb->deterministic && KINDS[kind].reduces)
         snprintf(r->why, sizeof r->why, "deterministic: a fused reduction is never built");
     void *ptrs[CG_MAX_T] = {0}, *ws = NULL;
-    int nt = KIND_NT[kind], rc = 0;
+    int nt = kind_nt(kind), rc = 0;
     for (int i = 0; i < nt && !rc; i++) {
-        size_t bytes = probe_bytes(kind, s, dt, i);
+        size_t bytes = tensor_bytes(kind, s, dt, i);
         if (cudaMalloc(&ptrs[i], bytes) != cudaSuccess || cudaMemsetAsync(ptrs[i], 0, bytes, cb->stream) != cudaSuccess)
             rc = cb_fail(cb, "cudnn graph probe: %zu bytes for tensor %d", bytes, i);
     }
@@ -674,7 +673,7 @@ int cuda_conv_graph_probe(backend_t *be, int kind, const conv_shape_t *s, dtype_
             r->configs++;
             bd_t eng = cfg_engine(cfgs[i]), plan = NULL;
             int64_t wsz = 0;
-            bool usable = eng && engine_usable(cb, dt, eng) && !(cb->deterministic && KIND_REDUCES[kind]);
+            bool usable = eng && engine_usable(cb, dt, eng) && !(cb->deterministic && KINDS[kind].reduces);
             bool is_rtc = usable && runtime_compiled(eng);
             r->usable += usable;
             r->runtime += is_rtc;

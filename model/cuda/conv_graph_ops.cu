@@ -1,9 +1,10 @@
 /* conv_graph_ops.cu: the cuDNN graph API descriptors of each graph kind of
  * conv_graph.cuh (tensors, the convolution, pointwise, reduction and genStats
  * operations), built and finalized on the host (no device needed), with sticky errors;
- * and the unit-test entry points of cuda_backend.h (cuda_conv_graph_kinds / _kind_name /
- * _describe). Layout conventions at the top of conv_graph.cu. Not here: operation graphs,
- * engines, plans and execution (conv_graph.cu).
+ * and the unit-test entry points of cuda_backend.h (cuda_conv_graph_kinds / _describe;
+ * _kind_name is conv_graph.cu's, from its table of kinds). Layout conventions at the top
+ * of conv_graph.cu. Not here: operation graphs, engines, plans and execution
+ * (conv_graph.cu).
  */
 #include "model/cuda/conv_graph_impl.cuh"
 
@@ -297,13 +298,6 @@ int cg_build_ops(cg_build_t *b, int kind, const conv_shape_t *s, dtype_t dt, con
 }
 
 int cuda_conv_graph_kinds(void) { return CG_KIND_COUNT; }
-
-const char *cuda_conv_graph_kind_name(int kind) {
-    static const char *const NAMES[CG_KIND_COUNT] = {"fprop", "dgrad", "wgrad", "dgrad_accum", "fprop_stats",
-                                                     "dgrad_dbn", "dgrad_drelu_dbn", "sbr_fprop",
-                                                     "sbr_fprop_stats", "sbr_wgrad", "wgrad_f32"};
-    return kind >= 0 && kind < CG_KIND_COUNT ? NAMES[kind] : NULL;
-}
 
 int cuda_conv_graph_describe(int kind, const conv_shape_t *s, dtype_t dt, bool deterministic, char *why, size_t len) {
     cg_build_t b;
