@@ -1055,36 +1055,26 @@ static void test_fold_running_net(void) {
 /* pdl: the own kernels launched with programmatic dependent launch compute what they
  * computed, so a step and its graph replay are the unfused step's bits, alone and with
  * the default options (where the BN kernels follow cuDNN's and each other) */
-static void test_pdl_net(void) {
-    check_same_bits_net(DT_F32, BACKEND_FUSE_PDL);
-    check_same_bits_net(DT_F16, BACKEND_FUSE_PDL);
-    check_same_bits_net(DT_BF16, BACKEND_FUSE_PDL);
-    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_PDL, BACKEND_FUSE_ALL);
-    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_PDL, BACKEND_FUSE_ALL);
+/* An option whose results are the bits of the step without it: alone in fp32, fp16 and
+ * bf16, then on top of all (with `with` too) against all in bf16 and fp16. */
+static void check_same_bits_option(unsigned option, unsigned with) {
+    check_same_bits_net(DT_F32, option);
+    check_same_bits_net(DT_F16, option);
+    check_same_bits_net(DT_BF16, option);
+    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | option | with, BACKEND_FUSE_ALL);
+    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | option | with, BACKEND_FUSE_ALL);
 }
+
+static void test_pdl_net(void) { check_same_bits_option(BACKEND_FUSE_PDL, 0); }
 
 /* bn_mask_bits: the 9 add-relu BNs of resnet20 read their mask from bits, the same bits
  * as reading y, a step and its graph replay; alone and with all against all */
-static void test_mask_bits_net(void) {
-    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_MASK_BITS);
-    check_same_bits_net(DT_F16, BACKEND_FUSE_BN_MASK_BITS);
-    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_MASK_BITS);
-    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, BACKEND_FUSE_ALL);
-    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_MASK_BITS, BACKEND_FUSE_ALL);
-}
+static void test_mask_bits_net(void) { check_same_bits_option(BACKEND_FUSE_BN_MASK_BITS, 0); }
 
 /* bn_dual_add: resnet20's two projection shortcuts applied inside their add-relu BNs, the
  * same bits as without it, a step and its graph replay; alone, with all and with
  * bn_mask_bits */
-static void test_dual_net(void) {
-    check_same_bits_net(DT_F32, BACKEND_FUSE_BN_DUAL_ADD);
-    check_same_bits_net(DT_F16, BACKEND_FUSE_BN_DUAL_ADD);
-    check_same_bits_net(DT_BF16, BACKEND_FUSE_BN_DUAL_ADD);
-    check_same_bits_vs(DT_BF16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD | BACKEND_FUSE_BN_MASK_BITS,
-                       BACKEND_FUSE_ALL);
-    check_same_bits_vs(DT_F16, BACKEND_FUSE_ALL | BACKEND_FUSE_BN_DUAL_ADD | BACKEND_FUSE_BN_MASK_BITS,
-                       BACKEND_FUSE_ALL);
-}
+static void test_dual_net(void) { check_same_bits_option(BACKEND_FUSE_BN_DUAL_ADD, BACKEND_FUSE_BN_MASK_BITS); }
 
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
 static void test_net_fp16(void) { check_net(DT_F16, 1e-2, 3e-2); }

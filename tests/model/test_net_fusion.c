@@ -453,23 +453,33 @@ static void free_result(result_t *r) {
     free(r->bufs);
 }
 
+/* *out = the CPU backend's op table (the composites below start from it); false when
+ * no CPU backend could be made. */
+static bool cpu_table(backend_ops_t *out) {
+    err_t e = {0};
+    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
+    backend_t *tmp = cpu_backend_create(&bo, &e);
+    CHECK(tmp != NULL);
+    if (!tmp) return false;
+    *out = *tmp->ops;
+    backend_free(tmp);
+    return true;
+}
+
 /* The net build() makes, trained one step with the CPU's table without fused slots, with
  * its own (the accumulate slot) and with the composites: the same bits; the composites
  * called stats / dbn / accum times, which the byte model's counts repeat. */
 static void check_fused_calls(net_t *(*build)(err_t *), dtype_t dt, bool mask, int stats, int dbn, int accum) {
     /* reference: the CPU's table without any fused slot */
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *tmp = cpu_backend_create(&bo, &e);
-    CHECK(tmp != NULL && tmp->ops->conv2d_bwd_data_accum != NULL);   /* the cpu backend has it */
     static backend_ops_t plain, fused;
-    plain = *tmp->ops;
+    if (!cpu_table(&plain)) return;
+    CHECK(plain.conv2d_bwd_data_accum != NULL);   /* the cpu backend has it */
+    fused = plain;
     plain.conv2d_bwd_data_accum = NULL;
-    fused = *tmp->ops;
     fused.conv2d_bwd_data_accum = c_accum;
     fused.conv2d_fwd_bn_stats = c_stats;
     fused.conv2d_bwd_data_bn = c_dbn;
-    backend_free(tmp);
     g_mask = mask;
     g_stats = g_dbn = g_accum = 0;
     result_t ref = run_step(build, &plain, dt);
@@ -543,15 +553,10 @@ static int c_bapp(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, co
  * gives y byte for byte, and the step the same bits. */
 static void check_remask_promise(net_t *(*build)(err_t *), dtype_t dt, int remasked) {
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *tmp = cpu_backend_create(&bo, &e);
-    CHECK(tmp != NULL);
-    if (!tmp) return;
     static backend_ops_t remask;
-    remask = *tmp->ops;
+    if (!cpu_table(&remask)) return;
     remask.bn_bwd_reduce = c_bred;
     remask.bn_bwd_apply = c_bapp;
-    backend_free(tmp);
     g_remask_calls = g_remask_same = 0;
     result_t ref = run_step(build, NULL, dt);
     CHECK_INT(g_remask_calls, 0);
@@ -632,23 +637,23 @@ static int c_bapp_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *
     return rc;
 }
 
+/* The mask-bit composites into table o. */
+static void install_mask_ops(backend_ops_t *o) {
+    o->bn_apply_mask = c_apply_mask;
+    o->bn_bwd_reduce_mask = c_bred_mask;
+    o->bn_bwd_apply_mask = c_bapp_mask;
+}
+
 /* The net keeps the mask of exactly its add-relu BNs (add_relu of them: the byte model's
  * mask_bits) as bits in the training forward, never in the evaluation forward, reads
  * them in both backward passes, and the step gives the same bits as reading y; where the
  * backend answers 1 (cannot), the net reads y and the same bits come out again. */
 static void check_mask_bits(net_t *(*build)(err_t *), dtype_t dt, int add_relu) {
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *tmp = cpu_backend_create(&bo, &e);
-    CHECK(tmp != NULL);
-    if (!tmp) return;
     static backend_ops_t mb;
-    mb = *tmp->ops;
+    if (!cpu_table(&mb)) return;
     CHECK(mb.bn_apply_mask == NULL);   /* a cuda option: the cpu backend reads y */
-    mb.bn_apply_mask = c_apply_mask;
-    mb.bn_bwd_reduce_mask = c_bred_mask;
-    mb.bn_bwd_apply_mask = c_bapp_mask;
-    backend_free(tmp);
+    install_mask_ops(&mb);
     result_t ref = run_step(build, NULL, dt);
     g_mb_apply = g_mb_refused = g_mb_bwd = g_mb_same = 0;
     g_mb_refuse = false;
@@ -756,21 +761,14 @@ static int c_bapp_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *
  * the same bits again. With the mask-bit composites too, the dual ops get the bits. */
 static void check_dual(net_t *(*build)(err_t *), dtype_t dt, int dual) {
     err_t e = {0};
-    backend_opts_t bo = {.kind = BACKEND_CPU, .threads = 1};
-    backend_t *tmp = cpu_backend_create(&bo, &e);
-    CHECK(tmp != NULL);
-    if (!tmp) return;
     static backend_ops_t du, dumb;
-    du = *tmp->ops;
+    if (!cpu_table(&du)) return;
     CHECK(du.bn_apply_dual == NULL);   /* a cuda option */
     du.bn_apply_dual = c_apply_dual;
     du.bn_bwd_reduce_dual = c_bred_dual;
     du.bn_bwd_apply_dual = c_bapp_dual;
     dumb = du;
-    dumb.bn_apply_mask = c_apply_mask;
-    dumb.bn_bwd_reduce_mask = c_bred_mask;
-    dumb.bn_bwd_apply_mask = c_bapp_mask;
-    backend_free(tmp);
+    install_mask_ops(&dumb);
     result_t ref = run_step(build, NULL, dt);
     g_du_apply = g_du_refused = g_du_bwd = g_du_bits = 0;
     g_du_refuse = false;
