@@ -175,14 +175,13 @@ stage_test() {
 stage_sanitize() {
     command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not on PATH"; return 1; }
     local rc=0 t only
-    for t in test_gpu_ops test_gpu_norm test_gpu_conv test_gpu_fusion; do
+    for t in test_gpu_ops test_gpu_norm test_gpu_conv test_gpu_bn_fusion; do
         # test_gpu_conv: the half-precision cases, the accumulation, graphs and conv_engine
         # (cudnnFind runs every algorithm under memcheck: fp32 and TF32 would not fit the box);
-        # test_gpu_fusion: the BN kernels of bn_remask, bn_mask_bits and bn_dual_add (nodes
-        # of 256, 64 and 24 channels: every vector width), no convolutions
+        # test_gpu_bn_fusion: the BN kernels of bn_remask, bn_mask_bits and bn_dual_add
+        # (nodes of 256, 64 and 24 channels: every vector width), no convolutions
         only=""
         [ "$t" = test_gpu_conv ] && only="test_conv_fp16,test_conv_bf16,test_bwd_filter_accumulates,test_clear_caches_stales_graphs,test_conv_engine_reported"
-        [ "$t" = test_gpu_fusion ] && only="test_remask_node_bf16,test_mask_bits_node_fp32,test_mask_bits_node_bf16,test_dual_node_fp32,test_dual_node_bf16"
         (cd "$B/tests/gpu" && box 60 env "$RENV" RUNNER_TEST_ONLY="$only" compute-sanitizer --tool memcheck \
             --leak-check no --error-exitcode 9 "./$t") >"$L/sanitize_$t.log" 2>&1 || rc=1
         echo "$t: $(grep -E 'ERROR SUMMARY' "$L/sanitize_$t.log" | tail -1)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_dryrun.sh: the GPU tests' own checks, shown to catch planted defects, on the CPU.
-# Runs test_gpu_ops' soft cross-entropy case, test_gpu_net, test_gpu_fusion's bn_remask
-# node cases and its whole-step same-bits cases (on the cpu graph recorder) with
+# Runs test_gpu_ops' soft cross-entropy case, test_gpu_net, test_gpu_fusion's whole-step
+# same-bits cases (on the cpu graph recorder) and test_gpu_bn_fusion's node cases with
 # RUNNER_GPU_TEST_DRYRUN=cpu
 # (the "gpu" side is a second CPU backend on another convolution engine,
 # gpu_test_util.h) without a defect (must pass) and with each defect of gpu_plant.h
@@ -17,7 +17,7 @@
 #                            rounded to the dtype: fp16 (relu, relu6) and bf16 (relu6, 5.999
 #                            rounding to 6) differ from the same backend reading y; fp32
 #                            (nothing to round) still passes
-#   mask_bit_flip            (test_gpu_fusion's stand-ins) a mask bit flipped: its bits differ
+#   mask_bit_flip            (test_gpu_bn_fusion's stand-ins) a mask bit flipped: its bits differ
 #                            from y's mask
 #   dual_dz_unmasked         (the same) the shortcut BN summed from the unmasked dy: its
 #                            sum_dy_xhat2 differs from the separate ops'
@@ -65,7 +65,7 @@ if [ "$1" = images ]; then
     [ "$fails" -eq 0 ]
     exit
 fi
-ops=$1 net=$2 fusion=$3
+ops=$1 net=$2 fusion=$3 bn=$4
 expect 0 "ok   test_softmax_xent_soft" "" test_softmax_xent_soft "$ops"
 expect 1 "got\[0\]\[0\] == .*expected want\[0\]" xent_soft_tie_high@both test_softmax_xent_soft "$ops"
 expect 1 "got\[1\]\[0\] == .*expected want\[0\]" xent_soft_drop_row test_softmax_xent_soft "$ops"
@@ -75,10 +75,10 @@ expect 1 "FAIL test_step_bf16" conv_dw_sign test_step_bf16 "$net"
 expect 1 "FAIL test_step_fp32" conv_dw_sign test_step_fp32 "$net"
 expect 1 "FAIL test_three_sgd_steps" sgd_no_wd test_three_sgd_steps "$net"
 rm_cases=test_remask_node_fp32,test_remask_node_fp16,test_remask_node_bf16
-expect 0 "3 passed, 0 failed" "" $rm_cases "$fusion"
-expect 1 "bn_remask fp16 relu: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$fusion"
-expect 1 "bn_remask bf16 relu6: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$fusion"
-expect 1 "ok   test_remask_node_fp32" bn_remask_unrounded $rm_cases "$fusion"
+expect 0 "3 passed, 0 failed" "" $rm_cases "$bn"
+expect 1 "bn_remask fp16 relu: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$bn"
+expect 1 "bn_remask bf16 relu6: dx differs (from y: DIFFERS" bn_remask_unrounded $rm_cases "$bn"
+expect 1 "ok   test_remask_node_fp32" bn_remask_unrounded $rm_cases "$bn"
 # the whole-step cases on the cpu recorder (RUNNER_CPU_GRAPHS=1): a step, and the step
 # recorded and replayed, repeat a step without the option (the replay's BN statistics put
 # back first: without that the replay "differed" on the H100 run of 2026-11-26)
@@ -86,8 +86,8 @@ RUNNER_CPU_GRAPHS=1 expect 0 "2 passed, 0 failed" "" test_remask_net,test_fold_r
 # bn_mask_bits and bn_dual_add's node checks on the dry run's stand-ins (the ops' contract
 # on the CPU's ops): pass as they are, fail on a flipped mask bit and on an unmasked dz
 nb_cases=test_mask_bits_node_fp32,test_mask_bits_node_bf16,test_dual_node_fp32,test_dual_node_bf16
-expect 0 "4 passed, 0 failed" "" $nb_cases "$fusion"
-expect 1 "bits differ from y's mask" mask_bit_flip test_mask_bits_node_bf16 "$fusion"
-expect 1 "sum_dy_xhat2 differs (separate ops: DIFFERS" dual_dz_unmasked test_dual_node_fp32 "$fusion"
+expect 0 "4 passed, 0 failed" "" $nb_cases "$bn"
+expect 1 "bits differ from y's mask" mask_bit_flip test_mask_bits_node_bf16 "$bn"
+expect 1 "sum_dy_xhat2 differs (separate ops: DIFFERS" dual_dz_unmasked test_dual_node_fp32 "$bn"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -19,7 +19,7 @@
  *                        forward's output computed in fp32 and NOT rounded to dt, the
  *                        defect bn_remask must not have (fp16 stores a tiny positive
  *                        output as 0, which masks)
- *   mask_bit_flip        (the CPU dry run's stand-ins of test_gpu_fusion only) bn_apply_mask
+ *   mask_bit_flip        (the CPU dry run's stand-ins of test_gpu_bn_fusion only) bn_apply_mask
  *                        flips one bit of the mask it writes
  *   dual_dz_unmasked     (the same) bn_bwd_reduce_dual sums the shortcut BN's gradient
  *                        from dy not masked by the ReLU
@@ -207,7 +207,7 @@ static inline void plant_side(backend_t *be, int i, const char *name) {
         ps->ops.bn_bwd_apply = plant_bn_bapp;
     }
     else if (!strcmp(name, "mask_bit_flip") || !strcmp(name, "dual_dz_unmasked")) {
-        /* planted by test_gpu_fusion's dry-run stand-ins themselves (they replace the
+        /* planted by test_gpu_bn_fusion's dry-run stand-ins themselves (they replace the
          * side's table after this) */
     }
     else { fprintf(stderr, "gpu_plant: unknown defect %s\n", name); exit(2); }
