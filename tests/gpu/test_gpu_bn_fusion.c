@@ -22,6 +22,7 @@
  * in the device session. Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/mask_host.h"
 
 /* ---- bn_remask ---- */
 
@@ -208,8 +209,6 @@ static void mask_inputs(int c, dtype_t dt, float *h[MB_IN]) {
     h[0][(int64_t)1 * c + c - 1] = NAN;
 }
 
-/* act_keeps on the host: what bn_bwd_* keep at stored y */
-static bool host_keeps(act_kind_t act, float y) { return act == ACT_RELU6 ? !(y <= 0.0f || y >= 6.0f) : y > 0.0f; }
 
 /* The CPU dry run's stand-ins for the mask ops (the cuda backend's contract, on the
  * "gpu" side's CPU ops; rounded floats, 4 bytes an element), so the checks below run on
@@ -227,15 +226,13 @@ static int d_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void 
                         act_kind_t act, void *y, uint8_t *mask) {
     if (act == ACT_NONE || c % 8 || (uintptr_t)x % 32 || (uintptr_t)y % 32 || (z && (uintptr_t)z % 32)) return 1;
     if (g_dry->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y)) return -1;
-    memset(mask, 0, (size_t)(m * c + 7) / 8);
-    for (int64_t i = 0; i < m * c; i++)
-        if (host_keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    mask_from_y(mask, m * c, act, y);
     if (dry_plant("mask_bit_flip")) mask[(m * c) / 16] ^= 4;
     return 0;
 }
 static float *d_y_of_bits(int64_t m, int c, const uint8_t *mask) {
     float *r = hbuf(m * c);
-    for (int64_t i = 0; i < m * c; i++) r[i] = (mask[i >> 3] >> (i & 7)) & 1u ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < m * c; i++) r[i] = mask_bit(mask, i) ? 1.0f : 0.0f;
     return r;
 }
 static int d_bred_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
@@ -346,8 +343,8 @@ static void check_mask_node(dtype_t dt, act_kind_t act, int c) {
     }
     int wrong = 0, masked_edge = 0;
     for (int64_t i = 0; i < n; i++) {
-        bool bit = (mask[i >> 3] >> (i & 7)) & 1u;
-        wrong += bit != host_keeps(act, fb[0][i]);
+        bool bit = mask_bit(mask, i);
+        wrong += bit != mask_keeps(act, fb[0][i]);
         masked_edge += !bit && (i / c) % 4 == 0;
     }
     fprintf(stderr, "  bn_mask_bits %s %s c %d: %d of 7 outputs the same bits; %d bits differ from y's mask; "
@@ -408,11 +405,7 @@ static int d_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void 
              g_dry->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y);
     free(z);
     if (rc) return -1;
-    if (mask) {
-        memset(mask, 0, (size_t)(m * c + 7) / 8);
-        for (int64_t i = 0; i < m * c; i++)
-            if (host_keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
-    }
+    if (mask) mask_from_y(mask, m * c, act, y);
     return 0;
 }
 static int d_bred_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
@@ -421,7 +414,7 @@ static int d_bred_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *
                        float *sum_dy2, float *sum_dy_xhat2, float *dgamma2, float *dbeta2, const uint8_t *mask) {
     float *g = hbuf(m * c);
     for (int64_t i = 0; i < m * c; i++) {
-        bool k = mask ? (mask[i >> 3] >> (i & 7)) & 1u : host_keeps(act, ((const float *)y)[i]);
+        bool k = mask ? mask_bit(mask, i) : mask_keeps(act, ((const float *)y)[i]);
         g[i] = k || dry_plant("dual_dz_unmasked") ? ((const float *)dy)[i] : 0.0f;
     }
     int rc = g_dry->bn_bwd_reduce(be, m, c, dt, x, y, act, dy, mean, var, NULL, NULL, eps, sum_dy, sum_dy_xhat, dgamma,

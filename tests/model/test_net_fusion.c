@@ -40,6 +40,7 @@
 #include "model/net_fusion.h"
 #include "model/arch/resnet.h"
 #include "util/rng.h"
+#include "tests/mask_host.h"
 #include "tests/test.h"
 
 /* the options that change bytes (the byte model's), all three */
@@ -578,8 +579,6 @@ static void check_remask_promise(net_t *(*build)(err_t *), dtype_t dt, int remas
 static int g_mb_apply, g_mb_refused, g_mb_bwd, g_mb_same;   /* calls; refused; backward calls; bits == y's mask */
 static bool g_mb_refuse;                                     /* the composite apply answers 1 (cannot) */
 
-/* What bn_bwd_* keep at stored y (the cpu backend stores rounded floats) */
-static bool keeps(act_kind_t act, float y) { return act == ACT_RELU6 ? !(y <= 0.0f || y >= 6.0f) : y > 0.0f; }
 
 static int c_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                         const float *var, const float *gamma, const float *beta, float eps, const void *z,
@@ -591,10 +590,7 @@ static int c_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void 
         return 1;
     }
     if (g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y)) return -1;
-    const float *yf = y;
-    memset(mask, 0, (size_t)(m * c + 7) / 8);
-    for (int64_t i = 0; i < m * c; i++)
-        if (keeps(act, yf[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+    mask_from_y(mask, m * c, act, y);
     return 0;
 }
 
@@ -605,9 +601,9 @@ static float *y_of_bits(int64_t m, int c, const void *y, act_kind_t act, const u
     if (!r) return NULL;
     bool same = true;
     for (int64_t i = 0; i < m * c; i++) {
-        bool bit = (mask[i >> 3] >> (i & 7)) & 1u;
+        bool bit = mask_bit(mask, i);
         r[i] = bit ? 1.0f : 0.0f;
-        same = same && bit == keeps(act, ((const float *)y)[i]);
+        same = same && bit == mask_keeps(act, ((const float *)y)[i]);
     }
     g_mb_bwd++;
     g_mb_same += same;
@@ -701,9 +697,7 @@ static int c_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void 
     if (rc) return -1;
     if (mask) {
         g_du_bits++;
-        memset(mask, 0, (size_t)(m * c + 7) / 8);
-        for (int64_t i = 0; i < m * c; i++)
-            if (keeps(act, ((const float *)y)[i])) mask[i >> 3] |= (uint8_t)(1u << (i & 7));
+        mask_from_y(mask, m * c, act, y);
     }
     return 0;
 }
@@ -713,7 +707,7 @@ static float *c_dz(int64_t m, int c, const void *y, act_kind_t act, const void *
     float *g = malloc((size_t)(m * c) * sizeof(float));
     if (!g) return NULL;
     for (int64_t i = 0; i < m * c; i++) {
-        bool k = mask ? (mask[i >> 3] >> (i & 7)) & 1u : keeps(act, ((const float *)y)[i]);
+        bool k = mask ? mask_bit(mask, i) : mask_keeps(act, ((const float *)y)[i]);
         g[i] = k ? ((const float *)dy)[i] : 0.0f;
     }
     return g;
