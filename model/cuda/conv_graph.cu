@@ -244,7 +244,7 @@ static bd_t make_pack(const struct cg_plan *p, void *const *ptrs, void *ws, cudn
 /* The per-channel outputs a kind's reduction ops accumulate into (zeroed before a run). */
 static int zero_sums(cuda_be_t *cb, const struct cg_plan *p, void *const *ptrs) {
     if (!KINDS[p->kind].reduces) return 0;
-    for (int i = kind_nt(p->kind) - 2; i < kind_nt(p->kind); i++)
+    for (int nt = kind_nt(p->kind), i = nt - 2; i < nt; i++)
         CUDA_CHECK(cb, cudaMemsetAsync(ptrs[i], 0, tensor_bytes(p->kind, &p->s, p->dt, i), cb->stream));
     return 0;
 }
@@ -496,7 +496,7 @@ static struct cg_plan *plan_lookup(cuda_be_t *cb, int kind, const conv_shape_t *
 
 static void alignments(int kind, void *const *ptrs, unsigned char *al) {
     memset(al, 0, CG_MAX_T);
-    for (int i = 0; i < kind_nt(kind); i++) al[i] = align_of(ptrs[i]);
+    for (int i = 0, nt = kind_nt(kind); i < nt; i++) al[i] = align_of(ptrs[i]);
 }
 
 /* The plan of this key, built on first use; NULL with the error set. */
