@@ -188,17 +188,19 @@ typedef struct backend_opts {
  *                waits for its predecessor's completion and memory
  *                (cudaGridDependencySynchronize) before its first access, so the results
  *                are the same bits; what it removes is the gap between dependent kernels
- *                (~330 own kernels a ResNet-50 step) [not yet measured: the H200 run had
- *                9.30 ms of per-op GPU time in an eager step against 7.89 ms replayed, the
- *                per-launch cost that remains in a graph unknown]
+ *                (~330 own kernels a ResNet-50 step) <H200, 2026-11-26 (7a04ce7), on top
+ *                of all: the replayed step unchanged (+0.02 / -0.01 ms at bf16 / fp16
+ *                batch 128, 0.00 at 256), the step with normal launches 0.4 ms faster
+ *                (8.65 -> 8.22 ms bf16 128, 13.76 -> 13.29 bf16 256); exact
+ *                (test_gpu_cli_* with it on); in all since then>
  *   heur_b       with graph_conv, the engines of a convolution's graph ranked by cuDNN's
  *                neural-net heuristic (CUDNN_HEUR_MODE_B; mode A's ranking where it has
  *                none) before mode A's list: in deterministic mode, which takes the first
  *                usable engine untimed so that every run and resume picks the same one,
  *                that first engine is mode B's; outside it, mode B's first 4 are timed.
  *                Another engine: rounding, not the result; deterministic mode still
- *                repeats its bits [not yet measured: the flagship (deterministic) stepped
- *                at 8.03 ms against 7.89 replayed by the non-deterministic bench, H200]
+ *                repeats its bits <H200 (7a04ce7): the flagship's epoch 3.15 s against
+ *                3.13 with mode A's first: not in all>
  *   bn_mask_bits the BN + add + ReLU layers (a residual block's last BN, whose mask
  *                bn_remask cannot recompute without the residual) store their ReLU mask
  *                as bits while the forward writes y (bn_apply_mask), and both BN backward
@@ -206,8 +208,9 @@ typedef struct backend_opts {
  *                the same mask, so the same bits in every result; in ResNet-50 (CIFAR
  *                stem, batch 128, 16 such layers, 230M elements) the two passes read 0.92
  *                GB of y and 0.06 GB of bits instead, the forward writes 0.03 GB more
- *                (predicted -0.83 GB: -0.17 to -0.25 ms at 4.8 to 3.35 TB/s) [not yet
- *                measured]
+ *                (predicted -0.83 GB: -0.17 to -0.25 ms at 4.8 to 3.35 TB/s) <H200
+ *                (7a04ce7), whole step replayed, on top of all: -0.39 ms at bf16 batch
+ *                128 (7.89 -> 7.50), fp16 -0.44; exact; in all since then>
  *   bn_dual_add  a projection shortcut's BN (the downsample BN of a stage's first block)
  *                is applied inside the kernels of the block's last BN (bn_apply_dual,
  *                bn_bwd_reduce_dual, bn_bwd_apply_dual): its output is never stored and
@@ -217,7 +220,10 @@ typedef struct backend_opts {
  *                stem, batch 128): 4 such blocks, 62.9M elements, 5 passes of them fewer
  *                (forward: write and read z; backward: write dz, read it twice):
  *                predicted -0.63 GB, -0.13 to -0.19 ms, and 12 launches fewer (the
- *                shortcut's apply, backward partial sums and apply) [not yet measured]
+ *                shortcut's apply, backward partial sums and apply) <H200 (7a04ce7): -0.21
+ *                ms at bf16 batch 128 (7.89 -> 7.67), fp16 -0.28; with pdl and
+ *                bn_mask_bits -0.56 / -0.57 (7.33 / 7.35 ms), the flagship's epoch 2.91 s
+ *                against 3.13; exact; in all since then>
  *   wgrad_f32    with graph_conv, a dense convolution's weight gradient added by cuDNN
  *                into the fp32 gradient (an fp32 output, beta = 1), instead of written in
  *                the act dtype to a staging buffer and added by a kernel of ours: no
@@ -225,7 +231,9 @@ typedef struct backend_opts {
  *                fp32; not the bits of the unfused path), 53 launches and -0.09 GB a
  *                ResNet-50 step fewer; the staged path where cuDNN has no engine for the
  *                fp32 output (runtime-compiled engines included; the pattern probe says
- *                which) [not yet measured]
+ *                which) <H200 (7a04ce7): cuDNN 9.19 finalizes no engine for the fp32
+ *                output of a bf16 or fp16 wgrad on any ResNet-50 layer, so the staged path
+ *                ran everywhere (+0.00 ms): not in all>
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -249,7 +257,8 @@ enum {
     BACKEND_FUSE_COUNT = 15,
     BACKEND_FUSE_EVERY = (1u << 15) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
-                       BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING
+                       BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING | BACKEND_FUSE_PDL |
+                       BACKEND_FUSE_BN_MASK_BITS | BACKEND_FUSE_BN_DUAL_ADD
 };
 /* The option names in bit order: the one list backend_fusion_name, the parser's message
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */

@@ -83,8 +83,9 @@ void config_defaults(experiment_t *e) {
      * dgrad_accum and bn_remask exact (test_gpu_cli_train / resume / paths / graphs with
      * them on) and faster (the flagship's epoch 3.68 s against 3.86 s, bf16; the whole
      * step replayed, batch 128: 9.08 ms against 13.93 ms); all has also held bn_wide_final
-     * and bn_fold_running since the H200 run of the same day (model/backend.h). [] turns
-     * them off. */
+     * and bn_fold_running since the H200 run of the same day, and pdl, bn_mask_bits and
+     * bn_dual_add since the H200 run of 7a04ce7 (model/backend.h: the flagship's epoch
+     * 2.91 s against 3.13). [] turns them off. */
     e->train.n_cuda_fusion = 1;
     snprintf(e->train.cuda_fusion[0], sizeof e->train.cuda_fusion[0], "all");
     e->train.ema.warmup_gamma = 1.0;

@@ -64,7 +64,9 @@ int gpu_prof_collect(gpu_prof_t *p, err_t *e);
  * calls, GPU ms, host ms, MB, GB/s, TFLOP/s; totals; the memory-bound kinds' bytes). */
 void gpu_prof_print(const gpu_prof_t *p, int steps, FILE *f);
 /* The same as a JSON object, {"mode": "eager" | "replayed", "kinds": [{"kind", "calls", "gpu_ms", "host_ms", "bytes",
- * "flops", "late"}...], "gpu_ms", "host_ms", "nonconv_bytes", "nonconv_gpu_ms",
+ * "flops", "late"}...], "gpu_ms", "host_ms", "nonconv_bytes", "nonconv_gpu_ms", "span_ms"
+ * (the replayed mode: a replay's first event to its last, in which the calls' disjoint
+ * intervals lie; 0 in the eager mode),
  * "head_start_us", "shapes": [{"kind", "rows", "channels", "calls", "gpu_ms", "bytes"}...]},
  * all per step; "shapes" has a line per (kind, rows, channels) of the timed calls whose
  * wrapper names its shape (the convolutions by output: n*p*q rows of k channels; the BN

@@ -133,13 +133,12 @@ fi
 # issue 24's families (stage families)
 FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mobilenet_v2}
 # issue 25's option lists the fusion stage benchmarks, per configuration in this order:
-# none, the default all (bn_wide_final and bn_fold_running in it since the H200 run of
-# 2026-11-26), all with pdl (programmatic dependent launch of the own kernels), all with
-# bn_mask_bits (the add-relu BNs' masks as bits), all with bn_dual_add (the projection
-# shortcuts' BN inside the add-relu BN's kernels), all with the three, and all with
-# wgrad_f32 (weight gradients added into fp32 by cuDNN) (none measured yet; vec16, within
-# noise twice, left out: FUSION_LISTS brings it back)
-FUSION_LISTS=${FUSION_LISTS:-none all all,pdl all,bn_mask_bits all,bn_dual_add all,pdl,bn_mask_bits,bn_dual_add all,wgrad_f32}
+# none, all as it was before the H200 run of 7a04ce7 (graph_conv, dgrad_accum, bn_remask,
+# bn_wide_final, bn_fold_running), and the default all (pdl, bn_mask_bits and bn_dual_add in
+# it since that run: -0.56 ms a bf16 batch-128 step replayed; the row before it is what they
+# save at each configuration). vec16 (within noise twice), bn_more_splits (slower) and
+# wgrad_f32 (cuDNN had no engine) are left out: FUSION_LISTS brings them back
+FUSION_LISTS=${FUSION_LISTS:-none graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running all}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -271,9 +270,10 @@ stage_e2e() {
     # shellcheck disable=SC2086
     {
         e2e_pair bf16 "$bf16" $single
-        # the options not yet in all, on top of it (E2E_CANDIDATE="" leaves the row out):
-        # what the flagship would gain if the default took them
-        local cand=${E2E_CANDIDATE-[all, pdl, bn_mask_bits, bn_dual_add]}
+        # options not yet in all, on top of it (E2E_CANDIDATE, e.g. "[all, vec16]"; none by
+        # default since pdl, bn_mask_bits and bn_dual_add went into all): what the
+        # flagship would gain if the default took them
+        local cand=${E2E_CANDIDATE-}
         [ -z "$cand" ] || { e2e_run e2e_bf16_fusion_candidate "$bf16" $single --set "train.cuda_fusion=$cand" || rc=1; }
         # what train.deterministic (the recipe's default, true) costs the flagship: cuDNN's
         # engines without the deterministic filter (E2E_NONDET=0 leaves the row out)
@@ -386,7 +386,7 @@ stage_fusion() {
 import json, sys
 # each row's replayed step against the same configuration's `all` row (what an option
 # on top of all saves: negative is faster), and the byte model's non-conv GB
-ALL = "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running"
+ALL = "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add"
 rows = []
 for line in open(sys.argv[1]):
     try:

@@ -56,7 +56,7 @@ PY
 
 echo "0123456789ab-packed" >"$tmp/commit.txt"
 PATH="$tmp/bin:$PATH" SESSION_DRYRUN=cpu SESSION_DRYRUN_FASHION="$tmp/fm" RUNNER_BUILD_DIR="$build" \
-    SESSION_COMMIT_FILE="$tmp/commit.txt" OUT="$tmp/out" BUDGET=900 bash "$root/tests/gpu/device_session.sh" \
+    SESSION_COMMIT_FILE="$tmp/commit.txt" OUT="$tmp/out" BUDGET=900 E2E_CANDIDATE="[all, vec16]" bash "$root/tests/gpu/device_session.sh" \
     >"$tmp/session.out" 2>&1
 rc=$?
 check "[ $rc -eq 0 ]" "device_session.sh exit 0"
@@ -74,7 +74,7 @@ check "py '$o/gpu_tests.json' 'all(k in r for k in (\"cuda\", \"cudnn\", \"nccl\
 check "py '$o/gpu_tests.json' 'r[\"commit\"] == \"0123456789ab-packed\"'" "gpu_tests.json: the commit file's commit, not git describe's"
 check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if x.get(\"status\") == \"completed\") == [\"e2e_bf16_default\", \"e2e_bf16_fusion_candidate\", \"e2e_bf16_fusion_none\", \"e2e_bf16_graphs_false\", \"e2e_bf16_heur_b\", \"e2e_bf16_nondeterministic\", \"e2e_ddp1_nccl_bf16_default\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_default\", \"e2e_fp16_fusion_none\"] and \"checks\" in r[-1]'" \
     "gpu_e2e.json: ten configurations completed (default, graphs false, DDP world 1, fp16; fusion none of bf16, DDP world 1, fp16; bf16 with the candidate options; bf16 non-deterministic; bf16 with heur_b), the checks"
-check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if \"all\" not in str(x.get(\"cuda_fusion\"))) == [\"e2e_bf16_fusion_none\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_fusion_none\"] and [x[\"config\"] for x in r[:-1] if \"pdl\" in str(x.get(\"cuda_fusion\"))] == [\"e2e_bf16_fusion_candidate\"]'" \
+check "py '$o/gpu_e2e.json' 'sorted(x[\"config\"] for x in r[:-1] if \"all\" not in str(x.get(\"cuda_fusion\"))) == [\"e2e_bf16_fusion_none\", \"e2e_ddp1_nccl_bf16_fusion_none\", \"e2e_fp16_fusion_none\"] and [x[\"config\"] for x in r[:-1] if \"vec16\" in str(x.get(\"cuda_fusion\"))] == [\"e2e_bf16_fusion_candidate\"]'" \
     "gpu_e2e.json: the rows say their cuda_fusion (the default all, but in the three fusion-none rows; the candidate row its list)"
 check "py '$o/gpu_e2e.json' 'r[-1][\"checks\"][\"flagship_cuda_graphs\"] == \"auto\" and r[-1][\"checks\"][\"speedup_vs_graphs_false\"] > 0'" \
     "gpu_e2e.json: the default is auto, compared with false"
@@ -86,8 +86,8 @@ check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0
     "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
 check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
     "the fusion stage: the exactness tests skipped without a GPU, the stage ok"
-check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-7:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,bn_mask_bits\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,bn_dual_add\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,wgrad_f32\"] else 1)' '$o/bench.jsonl'" \
-    "the fusion stage: one bench row per option list (none, all, all + pdl, all + bn_mask_bits, all + bn_dual_add, all + the three, all + wgrad_f32)"
+check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-3:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add\"] else 1)' '$o/bench.jsonl'" \
+    "the fusion stage: one bench row per option list (none, all before 7a04ce7's run, the default all)"
 check "grep -q 'patterns: dry run: the probe needs a GPU' '$o/session.log' && grep -qE '^patterns +ok' '$o/session.log'" \
     "the patterns stage (last by default): skipped without a GPU, the stage ok"
 check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
