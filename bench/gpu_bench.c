@@ -50,6 +50,10 @@
  * engines (~1 s each) are built and timed too; --deterministic 1 applies deterministic
  * mode's filters. JSON lines "conv_patterns", "conv_patterns_bn", "conv_patterns_total".
  *
+ * --bn-sweep REPS (issue 25): instead of training, the BN geometry sweep: each BN row op
+ * per distinct shape inside a CUDA graph, replayed REPS times, under the default launch
+ * geometry and a grid of others (fusion_bench.h); JSON lines "bn_sweep", "bn_sweep_total".
+ *
  * --predict: only the byte model for the configuration, no device needed: one JSON line
  * with the bytes per step of each category (net_traffic_names), their total, the conv
  * epilogues' reads, and how many nodes each fusion applies to.
@@ -75,7 +79,7 @@
  *                        [--device 0] [--graphs 1] [--profile 0] [--profile-steps 3]
  *                        [--image-size 32] [--stem cifar|imagenet] [--versions]
  *                        [--backend cuda|cpu] [--fusion LIST] [--conv-host-us PASSES]
- *                        [--predict 1] [--patterns RTC [--deterministic 1]]
+ *                        [--predict 1] [--patterns RTC [--deterministic 1]] [--bn-sweep REPS]
  * Not here: the PyTorch side and the results table (bench/gpu_vs_torch, .py).
  */
 #include <math.h>
@@ -109,10 +113,11 @@ typedef struct bench_opts {
     int predict;        /* --predict: the byte model only */
     int patterns;       /* --patterns RTC: the pattern probe (-1: not asked) */
     int deterministic;  /* --deterministic: the probe's filters */
+    int bn_sweep;       /* --bn-sweep REPS: the BN geometry sweep (0: not asked) */
 } bench_opts_t;
 
 static int parse(int argc, char **argv, bench_opts_t *o) {
-    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0, -1, 0};
+    *o = (bench_opts_t){"resnet50", "fp32", NULL, "cuda", 100, 128, 15, 60, 0, 1, 0, 3, 32, false, 0, 0, 0, -1, 0, 0};
     o->fusion = BACKEND_FUSE_ALL;   /* the runner's default, train.cuda_fusion [all] */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,6 +140,7 @@ static int parse(int argc, char **argv, bench_opts_t *o) {
         else if (!strcmp(a, "--predict")) o->predict = atoi(v);
         else if (!strcmp(a, "--patterns")) o->patterns = atoi(v);
         else if (!strcmp(a, "--deterministic")) o->deterministic = atoi(v);
+        else if (!strcmp(a, "--bn-sweep")) o->bn_sweep = atoi(v);
         else if (!strcmp(a, "--fusion")) {
             err_t e = {0};
             o->fusion = 0;   /* the list replaces the default */
@@ -325,6 +331,8 @@ int main(int argc, char **argv) {
     if (o.patterns >= 0)
         return fusion_bench_patterns(o.arch, o.classes, o.batch, o.precision, o.device, o.patterns, o.deterministic != 0,
                                      dt);
+    if (o.bn_sweep > 0)
+        return fusion_bench_bn_sweep(o.arch, o.classes, o.batch, o.precision, o.device, o.fusion, o.bn_sweep, dt);
     if (o.conv_passes > 0)
         return fusion_bench_conv_host_us(o.arch, o.classes, o.batch, o.precision, o.device, o.conv_passes, dt);
     backend_opts_t bo = {0};

@@ -39,6 +39,23 @@ int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const ch
 int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
                           bool deterministic, dtype_t dt);
 
+/* The BN geometry sweep (bn_sweep.c, --bn-sweep REPS): for each distinct BN shape of arch
+ * (rows x channels at batch, 32x32 input; layers counted) and each of the four BN row ops
+ * (bn_stats, bn_apply, bn_bwd_reduce, bn_bwd_apply: the relu layers' paths, the mask
+ * recomputed under bn_remask as `all` runs them), the op's time inside a CUDA graph of 20
+ * calls replayed REPS times, under the default launch geometry and a grid of overrides
+ * (cuda_backend_bn_geometry: rows_min, blocks_per_sm, v_max). One line per (op, shape,
+ * geometry):
+ *   {"bench": "bn_sweep", "op", "rows", "channels", "layers", "rows_min", "blocks_per_sm",
+ *    "v_max", "us", "gb_s", "vs_default", "same_bits", "max_rel_diff"}
+ * (same_bits: the output, y / dx or the two reduced vectors, against the default
+ * geometry's; max_rel_diff: the reductions' largest relative difference), then per op
+ * {"bench": "bn_sweep_total", "op", "default_ms", "best_per_shape_ms", "best_single_ms",
+ * "best_single": [rows_min, blocks_per_sm, v_max]}: per step, layers counted; and a table
+ * on stderr. fusion: the backend's options (default all). CUDA builds only. */
+int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *precision, int device,
+                          unsigned fusion, int reps, dtype_t dt);
+
 /* The byte model (model/net_fusion.h) for arch at batch, 32x32, dt, SGD, fusion options
  * fusion: one line with the bytes per step of each category, their total, the conv
  * epilogues' reads and how many nodes each fusion applies to. No device needed. */

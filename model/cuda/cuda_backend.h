@@ -102,6 +102,19 @@ int cuda_conv_graph_engine(backend_t *be, const conv_shape_t *s, int which, char
  * the graph does not build); after bn_bwd_reduce or bn_bwd_apply, whether it recomputed
  * the activation's mask instead of reading y (bn_remask). */
 int cuda_backend_last_fused(backend_t *be);
+/* Issue 25, for the BN geometry sweep (bench_gpu_bench --bn-sweep) and its test: overrides
+ * of the BN row kernels' launch geometry (model/cuda/norm.cu, bn_geom): rows_min, the
+ * fewest rows a thread takes (default 16, bn_more_splits 4); blocks_per_sm, the blocks
+ * (row splits x channel blocks) aimed at per SM (default 8); v_max, the widest channel
+ * vector a thread takes where the default would take a wider one (8, 4, 2 or 1; the mask
+ * kernels of bn_mask_bits keep 8). 0 keeps the default; NULL restores every default. The
+ * reductions (bn_stats, bn_bwd_reduce) then add their partial sums in another fixed
+ * order (rounding, not the result); the apply kernels compute each element alike, so
+ * their outputs are the same bits under any geometry (test_gpu_norm). */
+typedef struct cuda_bn_geom {
+    int rows_min, blocks_per_sm, v_max;
+} cuda_bn_geom_t;
+void cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g);
 /* For a unit test without a GPU: builds and finalizes every descriptor of the operations
  * of graph kind (0 .. cuda_conv_graph_kinds() - 1, named by cuda_conv_graph_kind_name:
  * fprop, dgrad, wgrad, dgrad_accum, fprop_stats, dgrad_dbn, dgrad_drelu_dbn) for shape s

@@ -67,6 +67,8 @@ typedef struct cuda_be {
      * slots its options turn on (fusion.cu), so that with none the net runs what it ran */
     unsigned fusion;
     bool last_fused;             /* the last fused op ran fused (not its unfused fallback) */
+    /* the BN row kernels' geometry overrides (cuda_backend_bn_geometry; 0: the default) */
+    int bn_rows_min, bn_blocks_per_sm, bn_v_max;
     struct cg_plan *gplans;
     int n_gplans, cap_gplans;
     backend_ops_t ops;

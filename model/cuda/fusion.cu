@@ -103,6 +103,13 @@ static float *sums(cuda_be_t *cb, int c) {
 
 int cuda_backend_last_fused(backend_t *be) { return cb_of(be)->last_fused ? 1 : 0; }
 
+void cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g) {
+    cuda_be_t *cb = cb_of(be);
+    cb->bn_rows_min = g && g->rows_min > 0 ? g->rows_min : 0;
+    cb->bn_blocks_per_sm = g && g->blocks_per_sm > 0 ? g->blocks_per_sm : 0;
+    cb->bn_v_max = g && g->v_max > 0 ? g->v_max : 0;
+}
+
 int cu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,
                              const void *w, void *dx) {
     cuda_be_t *cb = cb_of(be);

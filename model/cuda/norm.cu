@@ -445,10 +445,11 @@ static bn_geom_t bn_geom_v(const cuda_be_t *cb, int64_t m, int c, int v, bool na
     if (narrow && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
     int ty = BN_TX * BN_TY / tx;
     /* enough row splits for ~8 blocks per SM, at least 16 rows per thread (4 with
-     * bn_more_splits), at most 1024 */
-    int rows = (cb->fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16;
+     * bn_more_splits), at most 1024; cuda_backend_bn_geometry's overrides first */
+    int rows = cb->bn_rows_min ? cb->bn_rows_min : (cb->fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16;
+    int per_sm = cb->bn_blocks_per_sm ? cb->bn_blocks_per_sm : 8;
     int gx = (c + tx * v - 1) / (tx * v);
-    int64_t want = ((int64_t)cb->sm_count * 8 + gx - 1) / gx;
+    int64_t want = ((int64_t)cb->sm_count * per_sm + gx - 1) / gx;
     int64_t most = (m + (int64_t)ty * rows - 1) / ((int64_t)ty * rows);
     int64_t gy = want < most ? want : most;
     if (gy > 1024) gy = 1024;
@@ -465,7 +466,8 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     bool wide = cb->fusion & BACKEND_FUSE_VEC16;
     int v = 1;
     if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
-    for (int k = 8; v == 1 && k > 1; k /= 2) {
+    if (cb->bn_v_max && v > cb->bn_v_max) v = 1;   /* (vec16's width above the override) */
+    for (int k = cb->bn_v_max ? cb->bn_v_max : 8; v == 1 && k > 1; k /= 2) {
         size_t al = esz * (size_t)k;
         if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
     }

@@ -18,8 +18,8 @@
 # and copy the results from the reply's files_at into bench/results/ (see docs/benchmarks.md).
 #
 # Budget: BUDGET seconds from the start (default 540; the call's limit is its timeout_s);
-# STAGES picks stages and their order (default "build test sanitize bench e2e fusion fashion
-# patterns";
+# STAGES picks stages and their order (default "build test sanitize bench e2e fusion bnsweep
+# fashion patterns";
 # "compile" (torch.compile's four rows, ~100 s) is left out since the H200 run of
 # 2026-11-26 measured them: slower than eager in three of four configurations, and its
 # reserve would cut the fusion rows first;
@@ -58,7 +58,7 @@ O=${OUT:-$R/out-gpu/session}
 L=$(mktemp -d /tmp/gpu-session.XXXXXX)
 mkdir -p "$O" "$L/runs"
 exec > >(tee "$O/session.log") 2>&1
-stages=" ${STAGES:-build test sanitize bench e2e fusion fashion patterns} "
+stages=" ${STAGES:-build test sanitize bench e2e fusion bnsweep fashion patterns} "
 # seconds a stage leaves for the stages after it in $stages (compile ~110 s for its four
 # rows, fashion ~50 s for 3 epochs, the others a few)
 reserve_after() {
@@ -500,11 +500,36 @@ PY
     return $rc
 }
 
+# ---- stage bnsweep (issue 25): the BN row kernels under other launch geometries ----
+# bench_gpu_bench --bn-sweep (bench/fusion/bn_sweep.c): each BN op per ResNet-50 shape
+# inside a CUDA graph, the default geometry against a grid of overrides, bf16 at batch 128
+# then 256 (BNSWEEP_CFGS); lines into bench.jsonl and bnsweep.jsonl, the per-op totals
+# (default, best per shape, best single geometry: ms a step) printed. ~20 s a configuration.
+stage_bnsweep() {
+    [ -n "$DRY" ] && { echo "bnsweep: dry run: the sweep needs a GPU"; return 0; }
+    local probe rc=0 cfg
+    probe=$(rr "$B/bench/bench_gpu_bench" --bn-sweep 1 --batch 0 2>&1)
+    if [[ $probe == *"unknown option --bn-sweep"* ]]; then
+        echo "bnsweep: this build's bench_gpu_bench has no --bn-sweep"
+        return 0
+    fi
+    : >"$L/bnsweep.jsonl"
+    for cfg in ${BNSWEEP_CFGS:-bf16:128 bf16:256}; do
+        [ "$(left)" -gt $(($(reserve_after bnsweep) + 30)) ] || { echo "bnsweep: no time left for $cfg"; continue; }
+        box 90 env "$RENV" "$B/bench/bench_gpu_bench" --arch "$ARCH" --precision "${cfg%%:*}" --batch "${cfg##*:}" \
+            --bn-sweep 5 >>"$L/bnsweep.jsonl" 2>"$L/bnsweep_${cfg/:/_}.err" || rc=1
+        echo "-- $cfg"
+        tail -6 "$L/bnsweep_${cfg/:/_}.err"
+    done
+    cat "$L/bnsweep.jsonl" >>"$BJ"
+    return $rc
+}
+
 stage_allreduce() { box $(($(left) - 20)) env "$RENV" bash bench/allreduce_suite.sh "$B" >"$L/allreduce.log" 2>&1; tail -n 30 "$L/allreduce.log"; }
 
 # in the order STAGES names them (known names only)
 for st in $stages; do
-    [[ " build test sanitize bench e2e compile fusion fashion patterns families tb allreduce " == *" $st "* ]] ||
+    [[ " build test sanitize bench e2e compile fusion bnsweep fashion patterns families tb allreduce " == *" $st "* ]] ||
         { note "$st" "UNKNOWN stage"; continue; }
     t0=$(date +%s)
     echo "== $st ($(el) s, $(left) s left)"

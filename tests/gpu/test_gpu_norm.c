@@ -7,8 +7,10 @@
  * 24, 5 at 40), and with the bn_wide_final option (the reductions' second pass with 32 x
  * 32 threads a block), on shapes up to the 1024 row splits of a 128 x 32 x 32 layer and
  * on splits that are not a multiple of 32; with bn_more_splits (at least 4 rows a thread:
- * 4x the row splits of the small layers); and bn_fold_running's one op against the two
- * it replaces, bit for bit. Skipped (77) without a GPU.
+ * 4x the row splits of the small layers); bn_fold_running's one op against the two
+ * it replaces, bit for bit; and the launch geometry overrides of the BN sweep
+ * (cuda_backend_bn_geometry): the apply kernels' bits unchanged under each, the
+ * reductions within a few ulps, and the CPU's results. Skipped (77) without a GPU.
  */
 #include "tests/gpu/gpu_test_util.h"
 
@@ -23,9 +25,11 @@ static twin_t twin_from_cpu(pair_t *p, const twin_t *src) {
 }
 
 static unsigned g_fusion;   /* the CUDA backend's fusion options (test_bn_vec16) */
+static const cuda_bn_geom_t *g_geom;   /* the CUDA backend's BN geometry override (test_bn_geometry) */
 
 static void check_bn(int64_t m, int c, dtype_t dt) {
     pair_t p = pair_make_fused(true, false, g_fusion);
+    if (g_geom && p.gpu->kind == BACKEND_CUDA) cuda_backend_bn_geometry(p.gpu, g_geom);
     double tol = dt_tol(dt);
     char what[128];
     float *hx = hrand(m * c, 11, -2.0f, 2.0f), *hz = hrand(m * c, 12, -1.0f, 1.0f);
@@ -217,8 +221,109 @@ static void test_bn_fold_running(void) {
     g_fusion = 0;
 }
 
+/* cuda_backend_bn_geometry (bench_gpu_bench --bn-sweep's overrides): under each override
+ * the apply kernels' outputs (y with and without the residual, dx, dz) are the default
+ * geometry's bits, and the reductions' (mean, var, sum_dy, sum_dy_xhat) agree with the
+ * default's within 1e-5 of the vector's largest value (another fixed order of the same
+ * sums; a row counted twice or missed moves a sum by a whole term); once more against the
+ * CPU (check_bn) under the most different override. */
+static const cuda_bn_geom_t GEOMS[] = {{4, 0, 0}, {32, 0, 0}, {0, 32, 0}, {0, 4, 0}, {0, 0, 2}, {4, 16, 4}, {8, 0, 1}};
+enum { NGEOMS = (int)(sizeof GEOMS / sizeof GEOMS[0]) };
+
+/* the GPU's outputs of the six ops on one input, under geometry gi (-1: the default) */
+static void geom_run(pair_t *p, int gi, int64_t m, int c, dtype_t dt, twin_t *t, float **out) {
+    backend_t *g = p->gpu;
+    cuda_backend_bn_geometry(g, gi < 0 ? NULL : &GEOMS[gi]);
+    float *mean = (float *)t[3].g, *var = (float *)t[4].g, *gam = (float *)t[5].g, *bet = (float *)t[6].g;
+    OK(g, g->ops->bn_stats(g, m, c, dt, t[0].g, (float *)t[7].g, (float *)t[8].g));
+    OK(g, g->ops->bn_apply(g, m, c, dt, t[0].g, mean, var, gam, bet, 1e-5f, t[1].g, ACT_RELU, t[9].g));
+    OK(g, g->ops->bn_apply(g, m, c, dt, t[0].g, mean, var, gam, bet, 1e-5f, NULL, ACT_RELU, t[10].g));
+    OK(g, g->ops->bn_bwd_reduce(g, m, c, dt, t[0].g, t[9].g, ACT_RELU, t[2].g, mean, var, NULL, NULL, 1e-5f,
+                                (float *)t[11].g, (float *)t[12].g, (float *)t[13].g, (float *)t[14].g));
+    OK(g, g->ops->bn_bwd_apply(g, m, c, dt, t[0].g, t[9].g, ACT_RELU, t[2].g, mean, var, gam, NULL, 1e-5f,
+                               (float *)t[11].g, (float *)t[12].g, m, t[15].g, t[16].g));
+    /* outputs: 0 mean, 1 var, 2 y (+z), 3 y, 4 sum_dy, 5 sum_dy_xhat, 6 dx, 7 dz */
+    static const int idx[8] = {7, 8, 9, 10, 11, 12, 15, 16};
+    for (int k = 0; k < 8; k++) {
+        float *cv;
+        twin_get(p, &t[idx[k]], &cv, &out[k]);
+        free(cv);
+    }
+    cuda_backend_bn_geometry(g, NULL);
+}
+
+static void check_geometry(int64_t m, int c, dtype_t dt) {
+    pair_t p = pair_make_fused(true, false, 0);
+    if (p.gpu->kind != BACKEND_CUDA) {   /* RUNNER_GPU_TEST_DRYRUN=cpu: the overrides are the cuda backend's */
+        fprintf(stderr, "  dry run: cuda_backend_bn_geometry is the cuda backend's\n");
+        pair_free(&p);
+        return;
+    }
+    float *hx = hrand(m * c, 31, -2.0f, 2.0f), *hz = hrand(m * c, 32, -1.0f, 1.0f), *hdy = hrand(m * c, 33, -1, 1);
+    for (int64_t i = 0; i < m * c; i++) hx[i] += 2.0f + (float)(i % c) * 0.01f;
+    float *hmv = hrand(4 * (int64_t)c, 34, 0.5f, 1.5f);   /* fixed mean, var, gamma, beta for the apply passes */
+    twin_t t[17];
+    t[0] = twin_new(&p, m * c, dt, hx);
+    t[1] = twin_new(&p, m * c, dt, hz);
+    t[2] = twin_new(&p, m * c, dt, hdy);
+    for (int k = 0; k < 4; k++) t[3 + k] = twin_new(&p, c, DT_F32, hmv + k * c);
+    for (int k = 7; k < 17; k++) {
+        bool chan = k == 7 || k == 8 || (k >= 11 && k <= 14);
+        t[k] = twin_new(&p, chan ? c : m * c, chan ? DT_F32 : dt, NULL);
+    }
+    static const char *const names[8] = {"mean", "var", "y (+z)", "y", "sum_dy", "sum_dy_xhat", "dx", "dz"};
+    float *ref[8], *got[8];
+    geom_run(&p, -1, m, c, dt, t, ref);
+    for (int gi = 0; gi < NGEOMS; gi++) {
+        geom_run(&p, gi, m, c, dt, t, got);
+        for (int k = 0; k < 8; k++) {
+            int64_t n = (k < 2 || k == 4 || k == 5) ? c : m * c;
+            bool exact = !(k < 2 || k == 4 || k == 5);
+            int64_t bad = 0;
+            double worst = 0, scale = 0;   /* reductions: relative to the vector's largest |sum| */
+            for (int64_t i = 0; i < n && !exact; i++) scale = fmax(scale, fabs((double)ref[k][i]));
+            for (int64_t i = 0; i < n; i++) {
+                if (exact) {
+                    bad += memcmp(&ref[k][i], &got[k][i], sizeof(float)) != 0;
+                } else {
+                    double rel = fabs((double)got[k][i] - ref[k][i]) / (scale > 0 ? scale : 1.0);
+                    if (rel > worst) worst = rel;
+                    bad += rel > 1e-5;
+                }
+            }
+            if (bad)
+                fprintf(stderr, "  m%lld c%d %s geometry (%d,%d,%d) %s: %lld of %lld differ (worst rel %.3g)\n",
+                        (long long)m, c, dtype_names[dt], GEOMS[gi].rows_min, GEOMS[gi].blocks_per_sm,
+                        GEOMS[gi].v_max, names[k], (long long)bad, (long long)n, worst);
+            CHECK(bad == 0);
+            free(got[k]);
+        }
+    }
+    for (int k = 0; k < 8; k++) free(ref[k]);
+    for (int k = 0; k < 17; k++) twin_free(&p, &t[k]);
+    free(hx); free(hz); free(hdy); free(hmv);
+    pair_free(&p);
+}
+
+static void test_bn_geometry(void) {
+    check_geometry(8192, 256, DT_BF16);
+    check_geometry(2048, 512, DT_F16);
+    check_geometry(32768, 64, DT_BF16);
+    check_geometry(150, 24, DT_F32);
+    /* against the CPU under the override farthest from the default (4 rows, 4-wide, 16 per SM) */
+    pair_t p = pair_make_fused(true, false, 0);
+    bool cuda = p.gpu->kind == BACKEND_CUDA;
+    pair_free(&p);
+    if (!cuda) return;
+    g_geom = &GEOMS[5];
+    check_bn(8192, 256, DT_BF16);
+    check_bn(3000, 200, DT_F16);
+    g_geom = NULL;
+}
+
 int main(void) {
     gpu_or_skip();
+    TEST_RUN(test_bn_geometry);
     TEST_RUN(test_bn_fold_running);
     TEST_RUN(test_bn_wide_final);
     TEST_RUN(test_bn_more_splits);

@@ -1,0 +1,275 @@
+/* bn_sweep.c: bench_gpu_bench --bn-sweep (issue 25; contract in fusion_bench.h): the BN
+ * row kernels' time per ResNet-50 shape under launch geometries other than the default,
+ * each op replayed inside a CUDA graph (the way the runner's step runs it).
+ *
+ * Why: the fifth GPU run's replayed profile (H200, bf16 batch 128) had the BN reductions
+ * at 1.0 (bn_stats) and 1.2 TB/s (bn_bwd_reduce) and the apply passes at 2.1 and 2.4 TB/s,
+ * the small layers far below (8192 x 256 bn_bwd_reduce: 22 us a call at 0.38 TB/s, on 64
+ * blocks for 132 SMs): 4.4 of the step's ~8.4 instrumented ms. bn_more_splits, one guess
+ * at a better geometry applied to every layer, measured slower; this sweep measures
+ * every shape under a grid of geometries in one call, so that a rule (a fixed function of
+ * the shape, which keeps the reductions deterministic) can be chosen from measurements.
+ */
+#include "bench/fusion/fusion_bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RUNNER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "model/cuda/cuda_backend.h"
+#endif
+#include "model/net.h"
+#include "model/arch/resnet.h"
+#include "util/half.h"
+
+#ifdef RUNNER_HAVE_CUDA
+enum { SW_STATS, SW_APPLY, SW_BWD_REDUCE, SW_BWD_APPLY, SW_OPS };
+static const char *const SW_NAMES[SW_OPS] = {"bn_stats", "bn_apply", "bn_bwd_reduce", "bn_bwd_apply"};
+/* bytes each op moves per element (act dtype): x | x, y | x, dy | x, dy, dx (bn_remask's
+ * paths: the mask recomputed from x, as `all` runs the 33 BN + ReLU layers) */
+static const int SW_PASSES[SW_OPS] = {1, 2, 2, 3};
+
+/* The geometries: the default first, then one knob at a time, then pairs. */
+static const cuda_bn_geom_t SW_GEOMS[] = {
+    {0, 0, 0},  {8, 0, 0},  {4, 0, 0},  {32, 0, 0}, {0, 16, 0}, {0, 32, 0}, {0, 4, 0},
+    {0, 0, 4},  {0, 0, 2},  {4, 16, 0}, {8, 16, 0}, {4, 32, 0}, {8, 0, 4}, {4, 16, 4},
+};
+enum { SW_NGEOMS = (int)(sizeof SW_GEOMS / sizeof SW_GEOMS[0]), SW_SHAPES = 64, SW_CALLS = 20 };
+
+typedef struct sw_bufs {
+    void *x, *dy, *y, *dx;
+    float *p;   /* mean, var, gamma, beta, sum_dy, sum_dy_xhat, dgamma, dbeta: 8 x c */
+} sw_bufs_t;
+
+static int sw_call(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b) {
+    float *mean = b->p, *var = b->p + c, *gamma = b->p + 2 * c, *beta = b->p + 3 * c;
+    float *sdy = b->p + 4 * c, *sdyx = b->p + 5 * c, *dg = b->p + 6 * c, *db = b->p + 7 * c;
+    switch (op) {
+    case SW_STATS: return be->ops->bn_stats(be, m, c, dt, b->x, mean, var);
+    case SW_APPLY: return be->ops->bn_apply(be, m, c, dt, b->x, mean, var, gamma, beta, 1e-5f, NULL, ACT_RELU, b->y);
+    case SW_BWD_REDUCE:
+        return be->ops->bn_bwd_reduce(be, m, c, dt, b->x, b->y, ACT_RELU, b->dy, mean, var, gamma, beta, 1e-5f, sdy,
+                                      sdyx, dg, db);
+    default:
+        return be->ops->bn_bwd_apply(be, m, c, dt, b->x, b->y, ACT_RELU, b->dy, mean, var, gamma, beta, 1e-5f, sdy,
+                                     sdyx, m, b->dx, NULL);
+    }
+}
+
+/* us per call of op inside a graph of SW_CALLS calls (one eager call first, so scratch
+ * is grown outside the capture; the graph launched once, then reps times between
+ * events); -1 on failure. */
+static double sw_time(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b, int reps) {
+    void *g = NULL;
+    if (sw_call(be, op, m, c, dt, b) || be->ops->sync(be) || be->ops->graph_capture_begin(be)) return -1.0;
+    int rc = 0;
+    for (int i = 0; i < SW_CALLS && !rc; i++) rc = sw_call(be, op, m, c, dt, b);
+    if (be->ops->graph_capture_end(be, &g) || !g || rc) {
+        if (g) be->ops->graph_free(be, g);
+        return -1.0;
+    }
+    cudaStream_t st = (cudaStream_t)cuda_backend_stream(be);
+    cudaEvent_t a, z;
+    double us = -1.0;
+    if (cudaEventCreate(&a) == cudaSuccess) {
+        if (cudaEventCreate(&z) == cudaSuccess) {
+            if (be->ops->graph_launch(be, g) == 0 && cudaEventRecord(a, st) == cudaSuccess) {
+                for (int r = 0; r < reps && !rc; r++) rc = be->ops->graph_launch(be, g) != 0;
+                float ms = 0.0f;
+                if (!rc && cudaEventRecord(z, st) == cudaSuccess && cudaEventSynchronize(z) == cudaSuccess &&
+                    cudaEventElapsedTime(&ms, a, z) == cudaSuccess)
+                    us = 1e3 * ms / ((double)reps * SW_CALLS);
+            }
+            cudaEventDestroy(z);
+        }
+        cudaEventDestroy(a);
+    }
+    be->ops->graph_free(be, g);
+    return us;
+}
+
+/* The op's output under the current geometry, downloaded: y (apply), dx (bwd apply), or
+ * the 2 x c statistics / sums (reductions), as floats. NULL on failure. */
+static float *sw_output(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b, size_t *n) {
+    size_t esz = backend_elem_size(be, dt);
+    bool red = op == SW_STATS || op == SW_BWD_REDUCE;
+    size_t bytes = red ? 2 * (size_t)c * sizeof(float) : (size_t)m * c * esz;
+    const void *src = op == SW_STATS ? (const void *)b->p : op == SW_BWD_REDUCE ? (const void *)(b->p + 4 * c)
+                      : op == SW_APPLY ? b->y : b->dx;
+    float *h = malloc(bytes);
+    if (!h || sw_call(be, op, m, c, dt, b) || be->ops->download(be, h, src, bytes) || be->ops->sync(be)) {
+        free(h);
+        return NULL;
+    }
+    *n = bytes;
+    return h;
+}
+
+/* n floats to dst on the device as dt (rounded to nearest on the host). */
+static int sw_upload(backend_t *be, void *dst, float *h, size_t n, dtype_t dt) {
+    if (dt == DT_F32) return be->ops->upload(be, dst, h, n * sizeof(float));
+    uint16_t *q = malloc(n * sizeof(uint16_t));
+    if (!q) return -1;
+    for (size_t i = 0; i < n; i++) q[i] = dt == DT_BF16 ? f32_to_bf16(h[i]) : f32_to_f16(h[i]);
+    int rc = be->ops->upload(be, dst, q, n * sizeof(uint16_t));
+    free(q);
+    return rc;
+}
+
+/* Deterministic test data on the host: x ~ a spread around a channel offset, dy small. */
+static int sw_fill(backend_t *be, int64_t m, int c, dtype_t dt, const sw_bufs_t *b) {
+    size_t n = (size_t)m * c;
+    float *h = malloc((n > 8 * (size_t)c ? n : 8 * (size_t)c) * sizeof(float));
+    if (!h) return -1;
+    uint32_t s = 12345u;
+    int rc = 0;
+    for (int t = 0; t < 2 && !rc; t++) {
+        for (size_t i = 0; i < n; i++) {
+            s = s * 1664525u + 1013904223u;
+            float u = (float)(s >> 8) / 16777216.0f - 0.5f;
+            h[i] = t == 0 ? 2.0f * u + 0.1f * (float)(i % (size_t)c % 7) : 0.01f * u;
+        }
+        rc = sw_upload(be, t == 0 ? b->x : b->dy, h, n, dt);
+    }
+    float *p = h;   /* reuse: the per-channel parameters */
+    for (int k = 0; k < 8 * c; k++) p[k] = k < 2 * c ? 0.0f : k < 3 * c ? 1.0f + 0.01f * (float)(k % 5) : 0.0f;
+    if (!rc) rc = be->ops->upload(be, b->p, p, 8 * (size_t)c * sizeof(float));
+    free(h);
+    return rc;
+}
+#endif
+
+int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *precision, int device,
+                          unsigned fusion, int reps, dtype_t dt) {
+#ifndef RUNNER_HAVE_CUDA
+    (void)arch; (void)classes; (void)batch; (void)precision; (void)device; (void)fusion; (void)reps; (void)dt;
+    fprintf(stderr, "gpu_bench: --bn-sweep needs a CUDA build\n");
+    return 1;
+#else
+    char dev[256];
+    backend_cuda_device_name(device, dev, sizeof dev);
+    err_t e = {0};
+    backend_opts_t bo = {0};
+    bo.kind = BACKEND_CUDA;
+    bo.device = device;
+    bo.allow_tf32 = strcmp(precision, "fp32") != 0;
+    bo.cuda_fusion = fusion;
+    net_t *n = resnet_build(arch, 3, classes, false, &e);
+    int nn = n ? net_num_nodes(n) : 0;
+    int *h = n ? calloc(3 * (size_t)nn, sizeof(int)) : NULL;
+    backend_t *be = h && !net_plan_shapes(n, 32, 32, h, h + nn, h + 2 * nn, &e) ? backend_create(&bo, &e) : NULL;
+    if (!be) {
+        fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : "out of memory");
+        free(h);
+        net_free(n);
+        return 1;
+    }
+    /* the distinct BN shapes (rows x channels) and how many layers have each */
+    int64_t sm[SW_SHAPES];
+    int sc[SW_SHAPES], sl[SW_SHAPES], ns = 0;
+    for (int i = 0; i < nn; i++) {
+        node_kind_t k = net_node_kind(n, i);
+        if (k != NODE_BN && k != NODE_BN_RELU && k != NODE_BN_ADD_RELU && k != NODE_BN_RELU6) continue;
+        int64_t m = (int64_t)batch * h[i] * h[nn + i];
+        int c = h[2 * nn + i], u = 0;
+        while (u < ns && !(sm[u] == m && sc[u] == c)) u++;
+        if (u == ns) {
+            if (ns == SW_SHAPES) continue;
+            sm[ns] = m, sc[ns] = c, sl[ns] = 0;
+            ns++;
+        }
+        sl[u]++;
+    }
+    free(h);
+    net_free(n);
+    int64_t mmax = 0;
+    int cmax = 0;
+    for (int u = 0; u < ns; u++) {
+        if (sm[u] * sc[u] > mmax) mmax = sm[u] * sc[u];
+        if (sc[u] > cmax) cmax = sc[u];
+    }
+    size_t esz = backend_elem_size(be, dt);
+    sw_bufs_t b = {0};
+    int rc = !(b.x = be->ops->alloc(be, (size_t)mmax * esz)) || !(b.dy = be->ops->alloc(be, (size_t)mmax * esz)) ||
+             !(b.y = be->ops->alloc(be, (size_t)mmax * esz)) || !(b.dx = be->ops->alloc(be, (size_t)mmax * esz)) ||
+             !(b.p = be->ops->alloc(be, 8 * (size_t)cmax * sizeof(float)));
+    /* per op: the default's total per step, the best geometry per shape, the best single one */
+    double dflt[SW_OPS] = {0}, best[SW_OPS] = {0}, geo_total[SW_OPS][SW_NGEOMS] = {{0}};
+    for (int u = 0; u < ns && !rc; u++) {
+        int64_t m = sm[u];
+        int c = sc[u];
+        if (sw_fill(be, m, c, dt, &b)) { rc = 1; break; }
+        for (int op = 0; op < SW_OPS && !rc; op++) {
+            cuda_backend_bn_geometry(be, NULL);
+            size_t n0 = 0, n1 = 0;
+            float *ref = sw_output(be, op, m, c, dt, &b, &n0);
+            double us0 = -1, best_us = -1;
+            for (int gi = 0; gi < SW_NGEOMS && !rc; gi++) {
+                cuda_backend_bn_geometry(be, &SW_GEOMS[gi]);
+                double us = sw_time(be, op, m, c, dt, &b, reps);
+                float *out = ref ? sw_output(be, op, m, c, dt, &b, &n1) : NULL;
+                if (us < 0 || !out) {
+                    fprintf(stderr, "gpu_bench: --bn-sweep %s %lld x %d failed: %s\n", SW_NAMES[op], (long long)m, c,
+                            be->err.msg);
+                    rc = 1;
+                    free(out);
+                    break;
+                }
+                /* apply outputs: the same bits; reductions: the largest relative difference */
+                bool same = n0 == n1 && !memcmp(ref, out, n0);
+                double rel = 0;
+                if (op == SW_STATS || op == SW_BWD_REDUCE)
+                    for (size_t k = 0; k < n0 / sizeof(float); k++) {
+                        double d = out[k] - ref[k], r = ref[k] < 0 ? -ref[k] : ref[k];
+                        d = d < 0 ? -d : d;
+                        if (r > 1e-6 && d / r > rel) rel = d / r;
+                    }
+                free(out);
+                if (gi == 0) us0 = us;
+                if (best_us < 0 || us < best_us) best_us = us;
+                geo_total[op][gi] += us * sl[u] / 1e3;
+                double gb = (double)SW_PASSES[op] * (double)m * c * esz / (us * 1e-6) / 1e9;
+                printf("{\"bench\": \"bn_sweep\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                       "\"arch\": \"%s\", \"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, "
+                       "\"rows_min\": %d, \"blocks_per_sm\": %d, \"v_max\": %d, \"us\": %.3f, \"gb_s\": %.0f, "
+                       "\"vs_default\": %.3f, \"same_bits\": %s, \"max_rel_diff\": %.3g}\n",
+                       dev, precision, batch, arch, SW_NAMES[op], (long long)m, c, sl[u], SW_GEOMS[gi].rows_min,
+                       SW_GEOMS[gi].blocks_per_sm, SW_GEOMS[gi].v_max, us, gb, us / us0, same ? "true" : "false", rel);
+            }
+            free(ref);
+            if (!ref && !rc) {
+                fprintf(stderr, "gpu_bench: --bn-sweep %s: no reference output: %s\n", SW_NAMES[op], be->err.msg);
+                rc = 1;
+            }
+            dflt[op] += us0 * sl[u] / 1e3;
+            best[op] += best_us * sl[u] / 1e3;
+        }
+    }
+    cuda_backend_bn_geometry(be, NULL);
+    if (!rc) {
+        fprintf(stderr, "%-14s %10s %14s %24s\n", "op", "default ms", "best/shape ms", "best single geometry ms");
+        for (int op = 0; op < SW_OPS; op++) {
+            int bg = 0;
+            for (int gi = 1; gi < SW_NGEOMS; gi++)
+                if (geo_total[op][gi] < geo_total[op][bg]) bg = gi;
+            fprintf(stderr, "%-14s %10.3f %14.3f %12.3f (%d,%d,%d)\n", SW_NAMES[op], dflt[op], best[op],
+                    geo_total[op][bg], SW_GEOMS[bg].rows_min, SW_GEOMS[bg].blocks_per_sm, SW_GEOMS[bg].v_max);
+            printf("{\"bench\": \"bn_sweep_total\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                   "\"arch\": \"%s\", \"op\": \"%s\", \"default_ms\": %.4f, \"best_per_shape_ms\": %.4f, "
+                   "\"best_single_ms\": %.4f, \"best_single\": [%d, %d, %d]}\n",
+                   dev, precision, batch, arch, SW_NAMES[op], dflt[op], best[op], geo_total[op][bg],
+                   SW_GEOMS[bg].rows_min, SW_GEOMS[bg].blocks_per_sm, SW_GEOMS[bg].v_max);
+        }
+    }
+    be->ops->release(be, b.x);
+    be->ops->release(be, b.dy);
+    be->ops->release(be, b.y);
+    be->ops->release(be, b.dx);
+    be->ops->release(be, b.p);
+    backend_free(be);
+    return rc;
+#endif
+}
