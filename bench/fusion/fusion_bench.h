@@ -44,14 +44,14 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
  * (bn_stats, bn_apply, bn_bwd_reduce, bn_bwd_apply: the relu layers' paths, the mask
  * recomputed under bn_remask as `all` runs them), the op's time inside a CUDA graph of 20
  * calls replayed REPS times, under the default launch geometry and a grid of overrides
- * (cuda_backend_bn_geometry: rows_min, blocks_per_sm, v_max). One line per (op, shape,
- * geometry):
+ * (cuda_backend_bn_geometry: rows_min, blocks_per_sm, v_max, one_pass). One line per (op,
+ * shape, geometry):
  *   {"bench": "bn_sweep", "op", "rows", "channels", "layers", "rows_min", "blocks_per_sm",
- *    "v_max", "us", "gb_s", "vs_default", "same_bits", "max_rel_diff"}
+ *    "v_max", "one_pass", "us", "gb_s", "vs_default", "same_bits", "max_rel_diff"}
  * (same_bits: the output, y / dx or the two reduced vectors, against the default
  * geometry's; max_rel_diff: the reductions' largest relative difference), then per op
  * {"bench": "bn_sweep_total", "op", "default_ms", "best_per_shape_ms", "best_single_ms",
- * "best_single": [rows_min, blocks_per_sm, v_max]}: per step, layers counted; and a table
+ * "best_single": [rows_min, blocks_per_sm, v_max, one_pass]}: per step, layers counted; and a table
  * on stderr. fusion: the backend's options (default all). CUDA builds only. */
 int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *precision, int device,
                           unsigned fusion, int reps, dtype_t dt);

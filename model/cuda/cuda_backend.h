@@ -107,14 +107,19 @@ int cuda_backend_last_fused(backend_t *be);
  * fewest rows a thread takes (default 16, bn_more_splits 4); blocks_per_sm, the blocks
  * (row splits x channel blocks) aimed at per SM (default 8); v_max, the widest channel
  * vector a thread takes where the default would take a wider one (8, 4, 2 or 1; the mask
- * kernels of bn_mask_bits keep 8). 0 keeps the default; NULL restores every default. The
- * reductions (bn_stats, bn_bwd_reduce) then add their partial sums in another fixed
- * order (rounding, not the result); the apply kernels compute each element alike, so
- * their outputs are the same bits under any geometry (test_gpu_norm). */
+ * kernels of bn_mask_bits keep 8); one_pass, the reductions (bn_stats, bn_bwd_reduce but
+ * bn_dual_add's) in one kernel: the block that finishes a channel block last (a ticket
+ * per channel block) adds the row splits' partials and writes the results, instead of a
+ * second kernel doing it (one launch fewer per reduction). 0 keeps the default; NULL
+ * restores every default. The reductions then add their partial sums in another fixed
+ * order (rounding, not the result; deterministic either way); the apply kernels compute
+ * each element alike, so their outputs are the same bits under any geometry
+ * (test_gpu_norm). Outside a graph capture (one_pass allocates its tickets once): 0, or
+ * -1 with the backend's error. */
 typedef struct cuda_bn_geom {
-    int rows_min, blocks_per_sm, v_max;
+    int rows_min, blocks_per_sm, v_max, one_pass;
 } cuda_bn_geom_t;
-void cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g);
+int cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g);
 /* For a unit test without a GPU: builds and finalizes every descriptor of the operations
  * of graph kind (0 .. cuda_conv_graph_kinds() - 1, named by cuda_conv_graph_kind_name:
  * fprop, dgrad, wgrad, dgrad_accum, fprop_stats, dgrad_dbn, dgrad_drelu_dbn) for shape s

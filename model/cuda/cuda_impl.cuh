@@ -69,12 +69,14 @@ typedef struct cuda_be {
     bool last_fused;             /* the last fused op ran fused (not its unfused fallback) */
     /* the BN row kernels' geometry overrides (cuda_backend_bn_geometry; 0: the default) */
     int bn_rows_min, bn_blocks_per_sm, bn_v_max;
+    bool bn_one_pass;            /* the reductions' one-pass form (needs bn_counters) */
+    void *bn_counters;           /* CB_BN_COUNTERS tickets, zero between uses; cb_malloc'd once */
     struct cg_plan *gplans;
     int n_gplans, cap_gplans;
     backend_ops_t ops;
 } cuda_be_t;
 
-enum { CB_SMALL = 256 };
+enum { CB_SMALL = 256, CB_BN_COUNTERS = 1024 };
 
 static inline cuda_be_t *cb_of(backend_t *be) { return (cuda_be_t *)be; }
 

@@ -103,11 +103,23 @@ static float *sums(cuda_be_t *cb, int c) {
 
 int cuda_backend_last_fused(backend_t *be) { return cb_of(be)->last_fused ? 1 : 0; }
 
-void cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g) {
+int cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g) {
     cuda_be_t *cb = cb_of(be);
     cb->bn_rows_min = g && g->rows_min > 0 ? g->rows_min : 0;
     cb->bn_blocks_per_sm = g && g->blocks_per_sm > 0 ? g->blocks_per_sm : 0;
     cb->bn_v_max = g && g->v_max > 0 ? g->v_max : 0;
+    cb->bn_one_pass = false;
+    if (!g || !g->one_pass) return 0;
+    if (!cb->bn_counters) {   /* the tickets, zeroed once (each last block resets its own) */
+        if (cb->capturing) return cb_fail(cb, "bn geometry: the one-pass tickets cannot be made while capturing");
+        void *p = cb_malloc(cb, CB_BN_COUNTERS * sizeof(unsigned), "bn one-pass tickets");
+        if (!p) return -1;
+        if (cudaMemset(p, 0, CB_BN_COUNTERS * sizeof(unsigned)) != cudaSuccess)
+            return cb_fail(cb, "bn geometry: cudaMemset of the tickets failed");
+        cb->bn_counters = p;
+    }
+    cb->bn_one_pass = true;
+    return 0;
 }
 
 int cu_conv2d_bwd_data_accum(backend_t *be, const conv_shape_t *s, dtype_t dt, const void *dy,

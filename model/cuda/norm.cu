@@ -94,10 +94,74 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
     }
 }
 
-/* Partial sums of (x - shift) and (x - shift)^2, shift = the channel's value in row 0. */
-template <typename T, int V>
+/* What a one-pass reduction's last block writes (cuda_backend_bn_geometry's one_pass):
+ * the statistics' (mean, var, the running update) or the backward's sums; counters: one
+ * ticket per channel block, zero between uses (the last block resets its own). */
+typedef struct bn_final {
+    unsigned *counters;
+    int64_t m;
+    float *mean, *var, unbias, momentum, *run_mean, *run_var;            /* statistics */
+    const float *var_in;                                                 /* backward */
+    float eps, *sum_dy, *sum_dy_xhat, *dgamma, *dbeta;
+} bn_final_t;
+
+/* The one-pass reduction's second half, after block_partials (every thread of the block):
+ * the block whose ticket comes last for its channel block (blockIdx.x) adds every
+ * split's partials of its channels in double, split j into group j mod G and the G groups
+ * in order, a fixed order whichever block is last, so deterministic (not the two-pass
+ * kernels' order: rounding, not the result), and resets the ticket. True in the threads
+ * that hold a channel's two sums (*ch, *s, *s2). */
+template <int V>
+__device__ __forceinline__ bool block_final(int c, const float *part, unsigned *counters, int *ch, double *s,
+                                            double *s2) {
+    __shared__ unsigned ticket;
+    __shared__ double fa[BN_TX * BN_TY], fb[BN_TX * BN_TY];
+    __threadfence();   /* this block's partials before its ticket */
+    __syncthreads();
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    if (t == 0) ticket = atomicAdd(&counters[blockIdx.x], 1u);
+    __syncthreads();
+    if (ticket != gridDim.y - 1) return false;
+    __threadfence();   /* the others' partials, fenced before their tickets */
+    int splits = gridDim.y, nch = blockDim.x * V, base = blockIdx.x * nch;
+    int groups = (int)(blockDim.x * blockDim.y) / nch, k = t % nch, gi = t / nch;
+    double a = 0.0, b = 0.0;
+    if (gi < groups && base + k < c) {
+#pragma unroll 4
+        for (int j = gi; j < splits; j += groups) {
+            a += (double)__ldcg(part + (int64_t)j * c + base + k);
+            b += (double)__ldcg(part + (int64_t)(splits + j) * c + base + k);
+        }
+    }
+    fa[t] = a;
+    fb[t] = b;
+    __syncthreads();
+    if (t == 0) counters[blockIdx.x] = 0u;
+    if (gi != 0 || base + k >= c) return false;
+    a = b = 0.0;
+    for (int g = 0; g < groups; g++) {
+        a += fa[g * nch + k];
+        b += fb[g * nch + k];
+    }
+    *ch = base + k;
+    *s = a;
+    *s2 = b;
+    return true;
+}
+
+/* The statistics of channel ch from its two sums (of x - x[0][ch] and its square over m
+ * rows): mean, biased var, and with run_mean the running update; the one function of the
+ * two-pass final kernel and the one-pass last block. */
+template <typename T>
+__device__ __forceinline__ void stats_out(int ch, double s, double ss, int64_t m, const T *x, float *mean,
+                                          float *var, float unbias, float momentum, float *run_mean,
+                                          float *run_var);
+
+/* Partial sums of (x - shift) and (x - shift)^2, shift = the channel's value in row 0.
+ * ONE: then the statistics themselves in the last block (block_final; fin). */
+template <typename T, int V, bool ONE = false>
 __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, const T *x,
-                                                          float *part) {
+                                                          float *part, bn_final_t fin) {
     pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
@@ -120,6 +184,12 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
         }
     }
     block_partials<V>(s, ss, active, ch0, c, part);
+    if constexpr (ONE) {
+        int ch;
+        double a, b;
+        if (block_final<V>(c, part, fin.counters, &ch, &a, &b))
+            stats_out<T>(ch, a, b, m, x, fin.mean, fin.var, fin.unbias, fin.momentum, fin.run_mean, fin.run_var);
+    }
 }
 
 /* Adds the row splits of part ([2][splits][c]) per channel in double: a 32 x TY block
@@ -171,6 +241,17 @@ __device__ __forceinline__ void bn_running_one(int ch, float mu, float v, float 
     run_var[ch] = momentum * (v * unbias) + (1.0f - momentum) * run_var[ch];
 }
 
+template <typename T>
+__device__ __forceinline__ void stats_out(int ch, double s, double ss, int64_t m, const T *x, float *mean,
+                                          float *var, float unbias, float momentum, float *run_mean,
+                                          float *run_var) {
+    double ms = s / (double)m, v = ss / (double)m - ms * ms;
+    float mu = (float)((double)to_f32(x[ch]) + ms), vf = (float)(v > 0.0 ? v : 0.0);
+    mean[ch] = mu;
+    var[ch] = vf;
+    if (run_mean) bn_running_one(ch, mu, vf, unbias, momentum, run_mean, run_var);
+}
+
 /* mean, var from the splits' sums; with run_mean given (bn_fold_running), then the
  * running statistics from them, as bn_running_k would. */
 template <typename T, int TY>
@@ -181,12 +262,7 @@ __global__ void __launch_bounds__(BN_TX * TY) bn_stats_final_k(int64_t m, int c,
     pdl_enter();
     double s, ss;
     if (!sum_splits<TY>(c, splits, part, &s, &ss)) return;
-    int ch = blockIdx.x * BN_TX + threadIdx.x;
-    double ms = s / (double)m, v = ss / (double)m - ms * ms;
-    float mu = (float)((double)to_f32(x[ch]) + ms), vf = (float)(v > 0.0 ? v : 0.0);
-    mean[ch] = mu;
-    var[ch] = vf;
-    if (run_mean) bn_running_one(ch, mu, vf, unbias, momentum, run_mean, run_var);
+    stats_out<T>(blockIdx.x * BN_TX + threadIdx.x, s, ss, m, x, mean, var, unbias, momentum, run_mean, run_var);
 }
 
 /* Whether the gradient passes the fused activation at output v: v > 0 for relu (NaN
@@ -311,15 +387,28 @@ __device__ __forceinline__ void remask_params(int ch0, const float *var, const f
     }
 }
 
+/* The backward's per-channel results from the two sums (of g and g * (x - mean)): the
+ * one function of the two-pass final kernel and the one-pass last block. */
+__device__ __forceinline__ void bwd_out(int ch, double s, double sx, const float *var, float eps, float *sum_dy,
+                                        float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as the cpu backend */
+    float sdy = (float)s, sdyx = (float)(sx * invstd);
+    sum_dy[ch] = sdy;
+    sum_dy_xhat[ch] = sdyx;
+    if (dbeta) dbeta[ch] += sdy;
+    if (dgamma) dgamma[ch] += sdyx;
+}
+
 /* Partial sums of g and g * (x - mean), g = dy masked by the activation: recomputed from
  * x when beta is given (bn_remask; y is not read), read from the mask bits with MASK
- * (bn_mask_bits; y is not read), else seen from y when y is given. */
-template <typename T, int V, bool MASK = false>
+ * (bn_mask_bits; y is not read), else seen from y when y is given. ONE: then the sums
+ * themselves in the last block (block_final; fin). */
+template <typename T, int V, bool MASK = false, bool ONE = false>
 __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const T *x, const T *y,
                                                         int act, const T *dy, const float *mean,
                                                         const float *var, const float *gamma,
                                                         const float *beta, float eps, float *part,
-                                                        const uint8_t *mask) {
+                                                        const uint8_t *mask, bn_final_t fin) {
     pdl_enter();
     int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     bool active = ch0 < c;
@@ -354,6 +443,12 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
         }
     }
     block_partials<V>(s, sx, active, ch0, c, part);
+    if constexpr (ONE) {
+        int ch;
+        double a, b;
+        if (block_final<V>(c, part, fin.counters, &ch, &a, &b))
+            bwd_out(ch, a, b, fin.var_in, fin.eps, fin.sum_dy, fin.sum_dy_xhat, fin.dgamma, fin.dbeta);
+    }
 }
 
 template <int TY>
@@ -363,13 +458,7 @@ __global__ void __launch_bounds__(BN_TX * TY) bn_bwd_final_k(int c, int splits, 
     pdl_enter();
     double s, sx;
     if (!sum_splits<TY>(c, splits, part, &s, &sx)) return;
-    int ch = blockIdx.x * BN_TX + threadIdx.x;
-    double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as the cpu backend */
-    float sdy = (float)s, sdyx = (float)(sx * invstd);
-    sum_dy[ch] = sdy;
-    sum_dy_xhat[ch] = sdyx;
-    if (dbeta) dbeta[ch] += sdy;
-    if (dgamma) dgamma[ch] += sdyx;
+    bwd_out(blockIdx.x * BN_TX + threadIdx.x, s, sx, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);
 }
 
 /* One element of a BN's dx: a (gamma * invstd) * (g - mean(dy) - xhat * mean(dy * xhat)),
@@ -474,6 +563,12 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     return bn_geom_v(cb, m, c, v, wide);
 }
 
+/* Whether a reduction of geometry g runs in one pass (cuda_backend_bn_geometry's
+ * one_pass, its tickets allocated, a ticket for each channel block). */
+static bool one_pass(const cuda_be_t *cb, const bn_geom_t &g) {
+    return cb->bn_one_pass && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
+}
+
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
     case 8: { constexpr int V = 8; __VA_ARGS__; } break; \
     case 4: { constexpr int V = 4; __VA_ARGS__; } break; \
@@ -497,8 +592,18 @@ int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void 
     dim3 block(BN_TX, BN_TY);
     if (cb_grow(cb, &cb->scratch, (size_t)2 * g.grid.y * c * sizeof(float), "bn scratch")) return -1;
     float *part = (float *)cb->scratch.p;
+    bn_final_t fin = {};
+    if (one_pass(cb, g)) {   /* the statistics in the partial kernel's last block */
+        fin.counters = (unsigned *)cb->bn_counters;
+        fin.m = m, fin.mean = mean, fin.var = var, fin.unbias = unbias, fin.momentum = momentum;
+        fin.run_mean = run_mean, fin.run_var = run_var;
+        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
+            cb_launch(cb, (bn_stats_partial_k<T, V, true>), g.grid, g.block, 0, m, c, (const T *)x, part, fin)));
+        KERNEL_CHECK(cb, "bn_stats_partial_k (one pass)");
+        return 0;
+    }
     DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        cb_launch(cb, (bn_stats_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, part)));
+        cb_launch(cb, (bn_stats_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, part, fin)));
     KERNEL_CHECK(cb, "bn_stats_partial_k");
     dim3 fgrid((c + BN_TX - 1) / BN_TX);
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL) {
@@ -587,16 +692,25 @@ static int bwd_reduce(backend_t *be, int64_t m, int c, dtype_t dt, const void *x
     float *part = (float *)cb->scratch.p;
     const float *rb = mask ? NULL : remask_beta(cb, y, act, gamma, beta, NULL);
     cb->last_fused = rb != NULL || mask != NULL;
-    if (mask) {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_partial_k<T, V, true>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
-                      (int)act, (const T *)dy, mean, var, gamma, (const float *)NULL, eps, part, mask)));
-    } else {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_partial_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
-                      (int)act, (const T *)dy, mean, var, gamma, rb, eps, part, (const uint8_t *)NULL)));
+    bn_final_t fin = {};
+    bool one = one_pass(cb, g);
+    if (one) {   /* the sums in the partial kernel's last block */
+        fin.counters = (unsigned *)cb->bn_counters;
+        fin.var_in = var, fin.eps = eps, fin.sum_dy = sum_dy, fin.sum_dy_xhat = sum_dy_xhat;
+        fin.dgamma = dgamma, fin.dbeta = dbeta;
     }
+    const float *b2 = mask ? (const float *)NULL : rb;
+#define BWD_PARTIAL(MASK_, ONE_)                                                                                     \
+    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,                                                                     \
+        cb_launch(cb, (bn_bwd_partial_k<T, V, MASK_, ONE_>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y, \
+                  (int)act, (const T *)dy, mean, var, gamma, b2, eps, part, mask, fin)))
+    if (mask && one) BWD_PARTIAL(true, true);
+    else if (mask) BWD_PARTIAL(true, false);
+    else if (one) BWD_PARTIAL(false, true);
+    else BWD_PARTIAL(false, false);
+#undef BWD_PARTIAL
     KERNEL_CHECK(cb, "bn_bwd_partial_k");
+    if (one) return 0;
     if (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL)
         cb_launch(cb, (bn_bwd_final_k<BN_TY_WIDE>), (c + BN_TX - 1) / BN_TX, dim3(BN_TX, BN_TY_WIDE), 0,
             c, (int)g.grid.y, part, var, eps, sum_dy, sum_dy_xhat, dgamma, dbeta);

@@ -3,7 +3,8 @@
 bench/fusion/bn_sweep.c). On resnet20 (bf16, batch 8: three BN shapes, 8192 x 16, 2048 x
 32 and 512 x 64 rows x channels, 7 layers each: the stem's and a stage's six, the second
 and third stages' projection shortcuts' BN included) with 2 replays: a line per op, shape
-and geometry (4 x 3 x 14), each with a positive time; the default geometry first per op
+and geometry (4 x 3 x 20, the reductions' one-pass form among them), each with a
+positive time; the default geometry first per op
 and shape, at vs_default 1; the apply ops' outputs the same bits under every geometry
 and the reductions' within 1e-3 relative; the layer counts adding up to resnet20's 21
 BNs; and a total line per op whose default is the sum of its shapes' default times x
@@ -31,17 +32,17 @@ tot = {x["op"]: x for x in lines if x.get("bench") == "bn_sweep_total"}
 ops = ["bn_stats", "bn_apply", "bn_bwd_reduce", "bn_bwd_apply"]
 shapes = sorted({(x["rows"], x["channels"], x["layers"]) for x in rows})
 check(shapes == [(512, 64, 7), (2048, 32, 7), (8192, 16, 7)], f"shapes {shapes}")
-check(len(rows) == 4 * 3 * 14, f"{len(rows)} rows, want 168")
+check(len(rows) == 4 * 3 * 20, f"{len(rows)} rows, want 240")
 check(sorted(tot) == sorted(ops), f"totals for {sorted(tot)}")
 for op in ops:
     dflt = 0.0
     for m, c, n in shapes:
         mine = [x for x in rows if x["op"] == op and x["rows"] == m]
-        check(len(mine) == 14, f"{op} {m}x{c}: {len(mine)} geometries")
+        check(len(mine) == 20, f"{op} {m}x{c}: {len(mine)} geometries")
         if not mine:
             continue
         first = mine[0]
-        check((first["rows_min"], first["blocks_per_sm"], first["v_max"]) == (0, 0, 0) and
+        check((first["rows_min"], first["blocks_per_sm"], first["v_max"], first["one_pass"]) == (0, 0, 0, 0) and
               abs(first["vs_default"] - 1) < 1e-9, f"{op} {m}x{c}: the default first, {first}")
         dflt += first["us"] * n / 1e3
         for x in mine:
