@@ -95,7 +95,9 @@ static double sw_time(backend_t *be, int op, int64_t m, int c, dtype_t dt, const
 }
 
 /* The op's output under the current geometry, downloaded: y (apply), dx (bwd apply), or
- * the 2 x c statistics / sums (reductions), as floats. NULL on failure. */
+ * the 2 x c statistics / sums (reductions), as floats (zeroed before the call, which runs
+ * after the timing's graph replays: a one-pass ticket the replays left set would leave
+ * it unwritten). NULL on failure. */
 static float *sw_output(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b, size_t *n) {
     size_t esz = backend_elem_size(be, dt);
     bool red = op == SW_STATS || op == SW_BWD_REDUCE;
@@ -103,7 +105,9 @@ static float *sw_output(backend_t *be, int op, int64_t m, int c, dtype_t dt, con
     const void *src = op == SW_STATS ? (const void *)b->p : op == SW_BWD_REDUCE ? (const void *)(b->p + 4 * c)
                       : op == SW_APPLY ? b->y : b->dx;
     float *h = malloc(bytes);
-    if (!h || sw_call(be, op, m, c, dt, b) || be->ops->download(be, h, src, bytes) || be->ops->sync(be)) {
+    /* zeroed first: an output the op left unwritten (after the graph's replays, say) shows */
+    if (!h || be->ops->zero(be, (void *)src, bytes) || sw_call(be, op, m, c, dt, b) ||
+        be->ops->download(be, h, src, bytes) || be->ops->sync(be)) {
         free(h);
         return NULL;
     }
