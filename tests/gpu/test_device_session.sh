@@ -56,7 +56,7 @@ PY
 
 echo "0123456789ab-packed" >"$tmp/commit.txt"
 PATH="$tmp/bin:$PATH" SESSION_DRYRUN=cpu SESSION_DRYRUN_FASHION="$tmp/fm" RUNNER_BUILD_DIR="$build" \
-    SESSION_COMMIT_FILE="$tmp/commit.txt" OUT="$tmp/out" BUDGET=900 E2E_CANDIDATE="[all, vec16]" bash "$root/tests/gpu/device_session.sh" \
+    SESSION_COMMIT_FILE="$tmp/commit.txt" OUT="$tmp/out" BUDGET=900 E2E_CANDIDATE="[all, vec16]" E2E_NONDET=1 E2E_HEUR=1 bash "$root/tests/gpu/device_session.sh" \
     >"$tmp/session.out" 2>&1
 rc=$?
 check "[ $rc -eq 0 ]" "device_session.sh exit 0"
@@ -89,7 +89,7 @@ check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log
 check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-3:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add\"] else 1)' '$o/bench.jsonl'" \
     "the fusion stage: one bench row per option list (none, all before 7a04ce7's run, the default all)"
 check "grep -q 'bnsweep: dry run: the sweep needs a GPU' '$o/session.log' && grep -qE '^bnsweep +ok' '$o/session.log'" \
-    "the bnsweep stage (after fusion): skipped without a GPU, the stage ok"
+    "the bnsweep stage: skipped without a GPU, the stage ok"
 check "grep -q 'patterns: dry run: the probe needs a GPU' '$o/session.log' && grep -qE '^patterns +ok' '$o/session.log'" \
     "the patterns stage (last by default): skipped without a GPU, the stage ok"
 check "grep -q '\"profile\": {' '$o/bench.jsonl' && grep -q '\"conv_engines\": \[' '$o/bench.jsonl'" \
