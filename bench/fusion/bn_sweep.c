@@ -157,17 +157,12 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
     return 1;
 #else
     char dev[256];
-    backend_cuda_device_name(device, dev, sizeof dev);
     err_t e = {0};
-    backend_opts_t bo = {0};
-    bo.kind = BACKEND_CUDA;
-    bo.device = device;
-    bo.allow_tf32 = strcmp(precision, "fp32") != 0;
-    bo.cuda_fusion = fusion;
     net_t *n = resnet_build(arch, 3, classes, false, &e);
     int nn = n ? net_num_nodes(n) : 0;
     int *h = n ? calloc(3 * (size_t)nn, sizeof(int)) : NULL;
-    backend_t *be = h && !net_plan_shapes(n, 32, 32, h, h + nn, h + 2 * nn, &e) ? backend_create(&bo, &e) : NULL;
+    backend_t *be = h && !net_plan_shapes(n, 32, 32, h, h + nn, h + 2 * nn, &e) ? fusion_bench_backend(device, precision, fusion, false, dev, sizeof dev, &e)
+                                                                               : NULL;
     if (!be) {
         fprintf(stderr, "gpu_bench: %s\n", e.msg[0] ? e.msg : "out of memory");
         free(h);

@@ -36,19 +36,26 @@ static int conv_call(backend_t *be, int d, const conv_shape_t *s, dtype_t dt, vo
 
 enum { MAX_CONVS = 512 };
 
+backend_t *fusion_bench_backend(int device, const char *precision, unsigned fusion, bool deterministic, char *dev,
+                                size_t len, err_t *e) {
+    backend_cuda_device_name(device, dev, len);
+    backend_opts_t bo = {0};
+    bo.kind = BACKEND_CUDA;
+    bo.device = device;
+    bo.deterministic = deterministic;
+    bo.allow_tf32 = strcmp(precision, "fp32") != 0;
+    bo.cuda_fusion = fusion;
+    return backend_create(&bo, e);
+}
+
 int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const char *precision, int device,
                               int passes, dtype_t dt) {
     static const char *const DIRS[3] = {"fwd", "bwd_data", "bwd_filter"};
     char dev[256];
-    backend_cuda_device_name(device, dev, sizeof dev);
     for (int api = 0; api < 2; api++) {
         err_t e = {0};
-        backend_opts_t bo = {0};
-        bo.kind = BACKEND_CUDA;
-        bo.device = device;
-        bo.allow_tf32 = strcmp(precision, "fp32") != 0;
-        bo.cuda_fusion = api ? BACKEND_FUSE_GRAPH_CONV : 0;
-        backend_t *be = backend_create(&bo, &e);
+        backend_t *be = fusion_bench_backend(device, precision, api ? BACKEND_FUSE_GRAPH_CONV : 0, false, dev,
+                                             sizeof dev, &e);
         net_t *n = be ? resnet_build(arch, 3, classes, false, &e) : NULL;
         if (!n || net_bind(n, be, batch, 32, 32, dt, &e)) {
             fprintf(stderr, "gpu_bench: %s\n", e.msg);
@@ -177,15 +184,8 @@ int fusion_bench_patterns(const char *arch, int classes, int batch, const char *
         }
     }
     char dev[256];
-    backend_cuda_device_name(device, dev, sizeof dev);
     err_t e = {0};
-    backend_opts_t bo = {0};
-    bo.kind = BACKEND_CUDA;
-    bo.device = device;
-    bo.deterministic = deterministic;
-    bo.allow_tf32 = strcmp(precision, "fp32") != 0;
-    bo.cuda_fusion = BACKEND_FUSE_ALL;
-    backend_t *be = backend_create(&bo, &e);
+    backend_t *be = fusion_bench_backend(device, precision, BACKEND_FUSE_ALL, deterministic, dev, sizeof dev, &e);
     net_t *n = be ? resnet_build(arch, 3, classes, false, &e) : NULL;
     if (!n || net_bind(n, be, 1, 32, 32, dt, &e)) {   /* batch 1: the geometry only */
         fprintf(stderr, "gpu_bench: %s\n", e.msg);

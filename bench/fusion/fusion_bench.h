@@ -39,6 +39,11 @@ int fusion_bench_conv_host_us(const char *arch, int classes, int batch, const ch
 int fusion_bench_patterns(const char *arch, int classes, int batch, const char *precision, int device, int rtc_budget,
                           bool deterministic, dtype_t dt);
 
+/* The probes' CUDA backend on device (its name into dev): TF32 unless precision is fp32,
+ * the fusion options, deterministic mode's filters or not. NULL with e set. */
+backend_t *fusion_bench_backend(int device, const char *precision, unsigned fusion, bool deterministic, char *dev,
+                                size_t len, err_t *e);
+
 /* The BN geometry sweep (bn_sweep.c, --bn-sweep REPS): for each distinct BN shape of arch
  * (rows x channels at batch, 32x32 input; layers counted) and each of the four BN row ops
  * (bn_stats, bn_apply, bn_bwd_reduce, bn_bwd_apply: the relu layers' paths, the mask

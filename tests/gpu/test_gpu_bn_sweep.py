@@ -15,13 +15,10 @@ import json
 import subprocess
 import sys
 
-bench = sys.argv[1]
-v = subprocess.run([bench, "--versions"], capture_output=True, text=True)
-if v.returncode != 0 or json.loads(v.stdout or "{}").get("driver") in (None, "none"):
-    print("no GPU: skipped")
-    sys.exit(77)
+from pycheck import check, finish, gpu_or_skip
 
-from pycheck import check, finish
+bench = sys.argv[1]
+gpu_or_skip(bench)
 
 r = subprocess.run([bench, "--arch", "resnet20", "--classes", "10", "--batch", "8", "--precision", "bf16",
                     "--bn-sweep", "2"], capture_output=True, text=True, timeout=240)
