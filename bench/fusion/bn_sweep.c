@@ -156,7 +156,8 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
     fprintf(stderr, "gpu_bench: --bn-sweep needs a CUDA build\n");
     return 1;
 #else
-    char dev[256];
+    char dev[256], fnames[192];
+    backend_fusion_format(fusion, fnames, sizeof fnames);
     err_t e = {0};
     net_t *n = resnet_build(arch, 3, classes, false, &e);
     int nn = n ? net_num_nodes(n) : 0;
@@ -234,11 +235,11 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
                 geo_total[op][gi] += us * sl[u] / 1e3;
                 double gb = (double)SW_PASSES[op] * (double)m * c * esz / (us * 1e-6) / 1e9;
                 printf("{\"bench\": \"bn_sweep\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
-                       "\"arch\": \"%s\", \"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, "
+                       "\"arch\": \"%s\", \"fusion\": \"%s\", \"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, "
                        "\"rows_min\": %d, \"blocks_per_sm\": %d, \"v_max\": %d, \"one_pass\": %d, \"us\": %.3f, "
                        "\"gb_s\": %.0f, "
                        "\"vs_default\": %.3f, \"same_bits\": %s, \"max_rel_diff\": %.3g}\n",
-                       dev, precision, batch, arch, SW_NAMES[op], (long long)m, c, sl[u], SW_GEOMS[gi].rows_min,
+                       dev, precision, batch, arch, fnames, SW_NAMES[op], (long long)m, c, sl[u], SW_GEOMS[gi].rows_min,
                        SW_GEOMS[gi].blocks_per_sm, SW_GEOMS[gi].v_max, SW_GEOMS[gi].one_pass, us, gb, us / us0,
                        same ? "true" : "false", rel);
             }
@@ -262,9 +263,9 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
                     geo_total[op][bg], SW_GEOMS[bg].rows_min, SW_GEOMS[bg].blocks_per_sm, SW_GEOMS[bg].v_max,
                     SW_GEOMS[bg].one_pass);
             printf("{\"bench\": \"bn_sweep_total\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
-                   "\"arch\": \"%s\", \"op\": \"%s\", \"default_ms\": %.4f, \"best_per_shape_ms\": %.4f, "
+                   "\"arch\": \"%s\", \"fusion\": \"%s\", \"op\": \"%s\", \"default_ms\": %.4f, \"best_per_shape_ms\": %.4f, "
                    "\"best_single_ms\": %.4f, \"best_single\": [%d, %d, %d, %d]}\n",
-                   dev, precision, batch, arch, SW_NAMES[op], dflt[op], best[op], geo_total[op][bg],
+                   dev, precision, batch, arch, fnames, SW_NAMES[op], dflt[op], best[op], geo_total[op][bg],
                    SW_GEOMS[bg].rows_min, SW_GEOMS[bg].blocks_per_sm, SW_GEOMS[bg].v_max, SW_GEOMS[bg].one_pass);
         }
     }

@@ -51,11 +51,11 @@ backend_t *fusion_bench_backend(int device, const char *precision, unsigned fusi
  * calls replayed REPS times, under the default launch geometry and a grid of overrides
  * (cuda_backend_bn_geometry: rows_min, blocks_per_sm, v_max, one_pass). One line per (op,
  * shape, geometry):
- *   {"bench": "bn_sweep", "op", "rows", "channels", "layers", "rows_min", "blocks_per_sm",
+ *   {"bench": "bn_sweep", "fusion", "op", "rows", "channels", "layers", "rows_min", "blocks_per_sm",
  *    "v_max", "one_pass", "us", "gb_s", "vs_default", "same_bits", "max_rel_diff"}
  * (same_bits: the output, y / dx or the two reduced vectors, against the default
  * geometry's; max_rel_diff: the reductions' largest relative difference), then per op
- * {"bench": "bn_sweep_total", "op", "default_ms", "best_per_shape_ms", "best_single_ms",
+ * {"bench": "bn_sweep_total", "fusion", "op", "default_ms", "best_per_shape_ms", "best_single_ms",
  * "best_single": [rows_min, blocks_per_sm, v_max, one_pass]}: per step, layers counted; and a table
  * on stderr. fusion: the backend's options (default all). CUDA builds only. */
 int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *precision, int device,

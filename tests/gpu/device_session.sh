@@ -504,9 +504,12 @@ PY
 
 # ---- stage bnsweep (issue 25): the BN row kernels under other launch geometries ----
 # bench_gpu_bench --bn-sweep (bench/fusion/bn_sweep.c): each BN op per ResNet-50 shape
-# inside a CUDA graph, the default geometry against a grid of overrides, bf16 at batch 128
-# then 256 (BNSWEEP_CFGS); lines into bench.jsonl and bnsweep.jsonl, the per-op totals
-# (default, best per shape, best single geometry: ms a step) printed. ~20 s a configuration.
+# inside a CUDA graph, the default geometry against a grid of overrides; BNSWEEP_CFGS:
+# precision:batch[:options added to all], default bf16 at batch 128, the same with vec16
+# (16-byte accesses on the 64- and 128-channel layers, within noise over the whole step:
+# per shape it may differ), and bf16 at 256; lines into bench.jsonl and bnsweep.jsonl, the
+# per-op totals (default, best per shape, best single geometry: ms a step) printed. ~20 s
+# a configuration.
 stage_bnsweep() {
     [ -n "$DRY" ] && { echo "bnsweep: dry run: the sweep needs a GPU"; return 0; }
     local probe rc=0 cfg
@@ -516,12 +519,17 @@ stage_bnsweep() {
         return 0
     fi
     : >"$L/bnsweep.jsonl"
-    for cfg in ${BNSWEEP_CFGS:-bf16:128 bf16:256}; do
+    local prec rest batch extra log
+    for cfg in ${BNSWEEP_CFGS:-bf16:128 bf16:128:vec16 bf16:256}; do
         [ "$(left)" -gt $(($(reserve_after bnsweep) + 30)) ] || { echo "bnsweep: no time left for $cfg"; continue; }
-        box 90 env "$RENV" "$B/bench/bench_gpu_bench" --arch "$ARCH" --precision "${cfg%%:*}" --batch "${cfg##*:}" \
-            --bn-sweep 5 >>"$L/bnsweep.jsonl" 2>"$L/bnsweep_${cfg/:/_}.err" || rc=1
+        prec=${cfg%%:*} rest=${cfg#*:}
+        batch=${rest%%:*} extra=""
+        [[ $rest == *:* ]] && extra=",${rest#*:}"
+        log="$L/bnsweep_${cfg//:/_}.err"
+        box 90 env "$RENV" "$B/bench/bench_gpu_bench" --arch "$ARCH" --precision "$prec" --batch "$batch" \
+            --fusion "all$extra" --bn-sweep 5 >>"$L/bnsweep.jsonl" 2>"$log" || rc=1
         echo "-- $cfg"
-        tail -6 "$L/bnsweep_${cfg/:/_}.err"
+        tail -6 "$log"
     done
     cat "$L/bnsweep.jsonl" >>"$BJ"
     return $rc

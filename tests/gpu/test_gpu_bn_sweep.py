@@ -8,7 +8,8 @@ positive time; the default geometry first per op
 and shape, at vs_default 1; the apply ops' outputs the same bits under every geometry
 and the reductions' within 1e-3 relative; the layer counts adding up to resnet20's 21
 BNs; and a total line per op whose default is the sum of its shapes' default times x
-layers and whose best per shape is no more than it. Exit 77 (skipped) without a GPU.
+layers and whose best per shape is no more than it; every line naming the backend's
+options (the default all). Exit 77 (skipped) without a GPU.
 Usage: test_gpu_bn_sweep.py BENCH_GPU_BENCH
 """
 import json
@@ -27,6 +28,8 @@ lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
 rows = [x for x in lines if x.get("bench") == "bn_sweep"]
 tot = {x["op"]: x for x in lines if x.get("bench") == "bn_sweep_total"}
 ops = ["bn_stats", "bn_apply", "bn_bwd_reduce", "bn_bwd_apply"]
+ALL = "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add"
+check(all(x.get("fusion") == ALL for x in rows + list(tot.values())), "every line names the default options")
 shapes = sorted({(x["rows"], x["channels"], x["layers"]) for x in rows})
 check(shapes == [(512, 64, 7), (2048, 32, 7), (8192, 16, 7)], f"shapes {shapes}")
 check(len(rows) == 4 * 3 * 20, f"{len(rows)} rows, want 240")
