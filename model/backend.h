@@ -234,6 +234,15 @@ typedef struct backend_opts {
  *                which) <H200 (7a04ce7): cuDNN 9.19 finalizes no engine for the fp32
  *                output of a bf16 or fp16 wgrad on any ResNet-50 layer, so the staged path
  *                ran everywhere (+0.00 ms): not in all>
+ *   bn_one_pass  the BN reductions (bn_stats, bn_bwd_reduce; not bn_dual_add's) of the
+ *                layers with at most 64 row splits (ResNet-50 at batch 128: the 8 x 8 and
+ *                4 x 4 layers, 8192 and 2048 rows) in one kernel: the block that finishes
+ *                a channel block last (a ticket per channel block) adds the splits'
+ *                partials and writes the results, instead of a second kernel: 32 launches
+ *                a step fewer and no gap between the two; another fixed order of the
+ *                sums (deterministic; rounding, not the result) [not yet measured; the
+ *                fifth run's profile had these layers' reductions at 0.2 to 0.4 TB/s;
+ *                bench_gpu_bench --bn-sweep times the form per shape]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -254,8 +263,9 @@ enum {
     BACKEND_FUSE_BN_MASK_BITS = 1u << 12,
     BACKEND_FUSE_BN_DUAL_ADD = 1u << 13,
     BACKEND_FUSE_WGRAD_F32 = 1u << 14,
-    BACKEND_FUSE_COUNT = 15,
-    BACKEND_FUSE_EVERY = (1u << 15) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_ONE_PASS = 1u << 15,
+    BACKEND_FUSE_COUNT = 16,
+    BACKEND_FUSE_EVERY = (1u << 16) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING | BACKEND_FUSE_PDL |
                        BACKEND_FUSE_BN_MASK_BITS | BACKEND_FUSE_BN_DUAL_ADD
@@ -264,7 +274,7 @@ enum {
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
 #define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
     "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b", \
-    "bn_mask_bits", "bn_dual_add", "wgrad_f32"
+    "bn_mask_bits", "bn_dual_add", "wgrad_f32", "bn_one_pass"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an

@@ -441,5 +441,7 @@ backend_t *cuda_backend_create(const backend_opts_t *o, err_t *e) {
         CREATE_CHECK(1, "cublasLtCreate");
     }
     if (cb_grow(cb, &cb->ws, (size_t)32 << 20, "the shared workspace")) return create_fail(cb, e);
+    /* bn_one_pass: the reductions' tickets, zeroed once (each last block resets its own) */
+    if ((cb->fusion & BACKEND_FUSE_BN_ONE_PASS) && cu_bn_counters(cb)) return create_fail(cb, e);
     return &cb->base;
 }

@@ -110,14 +110,7 @@ int cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g) {
     cb->bn_v_max = g && g->v_max > 0 ? g->v_max : 0;
     cb->bn_one_pass = false;
     if (!g || !g->one_pass) return 0;
-    if (!cb->bn_counters) {   /* the tickets, zeroed once (each last block resets its own) */
-        if (cb->capturing) return cb_fail(cb, "bn geometry: the one-pass tickets cannot be made while capturing");
-        void *p = cb_malloc(cb, CB_BN_COUNTERS * sizeof(unsigned), "bn one-pass tickets");
-        if (!p) return -1;
-        if (cudaMemset(p, 0, CB_BN_COUNTERS * sizeof(unsigned)) != cudaSuccess)
-            return cb_fail(cb, "bn geometry: cudaMemset of the tickets failed");
-        cb->bn_counters = p;
-    }
+    if (cu_bn_counters(cb)) return -1;
     cb->bn_one_pass = true;
     return 0;
 }

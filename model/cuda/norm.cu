@@ -39,7 +39,7 @@
 
 #include "model/cuda/cuda_impl.cuh"
 
-enum { BN_TX = 32, BN_TY = 8, BN_TY_WIDE = 32 };
+enum { BN_TX = 32, BN_TY = 8, BN_TY_WIDE = 32, BN_ONE_PASS_SPLITS = 64 };
 
 /* Loads V consecutive elements (V-aligned) as floats. */
 template <typename T, int V>
@@ -563,10 +563,24 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
     return bn_geom_v(cb, m, c, v, wide);
 }
 
-/* Whether a reduction of geometry g runs in one pass (cuda_backend_bn_geometry's
- * one_pass, its tickets allocated, a ticket for each channel block). */
+int cu_bn_counters(cuda_be_t *cb) {
+    if (cb->bn_counters) return 0;
+    if (cb->capturing) return cb_fail(cb, "bn one pass: the tickets cannot be made while capturing");
+    void *p = cb_malloc(cb, CB_BN_COUNTERS * sizeof(unsigned), "bn one-pass tickets");
+    if (!p) return -1;
+    CUDA_CHECK(cb, cudaMemset(p, 0, CB_BN_COUNTERS * sizeof(unsigned)));
+    cb->bn_counters = p;
+    return 0;
+}
+
+/* Whether a reduction of geometry g runs in one pass: cuda_backend_bn_geometry's
+ * one_pass, or the bn_one_pass option where the row splits are at most
+ * BN_ONE_PASS_SPLITS (the last block adds splits x its channels' partials: cheap on the
+ * small layers, slower than the second kernel's c / 32 blocks on the 1024-split ones);
+ * its tickets allocated, one for each channel block. */
 static bool one_pass(const cuda_be_t *cb, const bn_geom_t &g) {
-    return cb->bn_one_pass && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
+    bool on = cb->bn_one_pass || ((cb->fusion & BACKEND_FUSE_BN_ONE_PASS) && g.grid.y <= BN_ONE_PASS_SPLITS);
+    return on && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
 }
 
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \

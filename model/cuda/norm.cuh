@@ -7,6 +7,10 @@
 
 #include "model/backend.h"
 
+/* The one-pass reductions' tickets (cuda_be_t.bn_counters), allocated and zeroed once,
+ * outside a capture: 0, or -1 with cb's error. */
+struct cuda_be;
+int cu_bn_counters(struct cuda_be *cb);
 int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean,
                 float *var);
 /* bn_stats then bn_update_running in one op: the running update in the statistics' final

@@ -325,6 +325,13 @@ static void test_bn_geometry(void) {
     check_bn(8192, 256, DT_BF16);
     check_bn(3000, 200, DT_F16);
     g_geom = NULL;
+    /* the bn_one_pass option: one pass on the layers of at most 64 row splits (these two),
+     * two passes on the rest (the third) */
+    g_fusion = BACKEND_FUSE_BN_ONE_PASS;
+    check_bn(8192, 256, DT_BF16);
+    check_bn(2048, 512, DT_F16);
+    check_bn(131072, 64, DT_BF16);
+    g_fusion = 0;
 }
 
 int main(void) {
