@@ -238,10 +238,13 @@ typedef struct backend_opts {
  *                layers with at most 64 row splits (ResNet-50 at batch 128: the 8 x 8 and
  *                4 x 4 layers, 8192 and 2048 rows) in one kernel: the block that finishes
  *                a channel block last (a ticket per channel block) adds the splits'
- *                partials and writes the results, instead of a second kernel: 32 launches
- *                a step fewer and no gap between the two; another fixed order of the
- *                sums (deterministic; rounding, not the result) [not yet measured; the
- *                fifth run's profile had these layers' reductions at 0.2 to 0.4 TB/s;
+ *                partials and writes the results, instead of a second kernel: 52 launches
+ *                a step fewer (28 statistics, 24 backward sums: the layers of 8192 and
+ *                2048 rows but the projection shortcuts' blocks, whose backward is
+ *                bn_dual_add's) and no gap between the two; another fixed order of the
+ *                sums (deterministic; rounding, not the result) [not yet measured;
+ *                predicted -0.05 to -0.15 ms at 1 to 3 us a launch and gap; the fifth
+ *                run's profile had these layers' reductions at 0.2 to 0.4 TB/s;
  *                bench_gpu_bench --bn-sweep times the form per shape]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
