@@ -421,7 +421,7 @@ int main(int argc, char **argv) {
     if (peak > 0)
         snprintf(mfu_json, sizeof mfu_json, "%.4f, \"mfu_normal\": %.4f, \"peak_tflops\": %.1f", tflops / peak,
                  3.0 * net_forward_flops(n, hw, hw) * normal_img_s / 1e12 / peak, peak);
-    char fusion[192];
+    char fusion[BACKEND_FUSION_NAMES_MAX];
     backend_fusion_format(o.fusion, fusion, sizeof fusion);
     net_traffic_t tr;
     if (net_traffic(n, o.batch, hw, hw, dt, false, o.fusion, &tr, &e)) tr.total = tr.conv_epilogue = 0;

@@ -46,7 +46,7 @@ int backend_fusion_parse(const char *list, unsigned *mask, err_t *e) {
         if (bit >= 0) *mask |= 1u << bit;
         else if (len == 3 && !strncmp(q, "all", 3)) *mask |= BACKEND_FUSE_ALL;
         else if (!(len == 4 && !strncmp(q, "none", 4)) && len) {
-            char known[256] = "";
+            char known[BACKEND_FUSION_NAMES_MAX] = "";
             for (int i = 0; i < BACKEND_FUSE_COUNT; i++)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s, ", FUSION_NAMES[i]);
             return err_set(e, ERR_INPUT, "cuda fusion: unknown option '%.*s'; use %sall or none", (int)len, q,

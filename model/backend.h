@@ -246,6 +246,16 @@ typedef struct backend_opts {
  *                predicted -0.05 to -0.15 ms at 1 to 3 us a launch and gap; the fifth
  *                run's profile had these layers' reductions at 0.2 to 0.4 TB/s;
  *                bench_gpu_bench --bn-sweep times the form per shape]
+ *   bn_apply_tune  the BN apply kernels (bn_apply, bn_bwd_apply and their mask and dual
+ *                forms) launched with the row splits (grid rows) that timed fastest at
+ *                the first call of each kernel and shape: the default's, half, 2x, 4x
+ *                and 8x, each timed 3 times with events on the call's own buffers
+ *                (outputs that overlap no input: the call repeats the same writes;
+ *                else, and while a graph is being recorded, the default runs untimed).
+ *                Each element is computed alike under any grid, so the results are the
+ *                same bits (test_gpu_norm) whatever the timing picks, run to run [not yet
+ *                measured; the fifth run's profile had the 8192- and 2048-row layers'
+ *                apply passes at 0.4 to 0.9 TB/s on 16 to 64 blocks]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -267,8 +277,9 @@ enum {
     BACKEND_FUSE_BN_DUAL_ADD = 1u << 13,
     BACKEND_FUSE_WGRAD_F32 = 1u << 14,
     BACKEND_FUSE_BN_ONE_PASS = 1u << 15,
-    BACKEND_FUSE_COUNT = 16,
-    BACKEND_FUSE_EVERY = (1u << 16) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_APPLY_TUNE = 1u << 16,
+    BACKEND_FUSE_COUNT = 17,
+    BACKEND_FUSE_EVERY = (1u << 17) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING | BACKEND_FUSE_PDL |
                        BACKEND_FUSE_BN_MASK_BITS | BACKEND_FUSE_BN_DUAL_ADD
@@ -277,13 +288,15 @@ enum {
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
 #define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
     "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b", \
-    "bn_mask_bits", "bn_dual_add", "wgrad_f32", "bn_one_pass"
+    "bn_mask_bits", "bn_dual_add", "wgrad_f32", "bn_one_pass", "bn_apply_tune"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
  * unknown name fails with ERR_INPUT naming the known ones. */
 int backend_fusion_parse(const char *list, unsigned *mask, err_t *e);
-/* Writes the names of mask's bits, comma-separated ("none" for 0). */
+/* Writes the names of mask's bits, comma-separated ("none" for 0); a buffer of
+ * BACKEND_FUSION_NAMES_MAX holds every option's (test_net_fusion checks it). */
+enum { BACKEND_FUSION_NAMES_MAX = 320 };
 void backend_fusion_format(unsigned mask, char *buf, size_t len);
 
 /* The op table. One line per slot; slots marked (optional) may be NULL. */

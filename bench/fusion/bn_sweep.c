@@ -156,7 +156,7 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
     fprintf(stderr, "gpu_bench: --bn-sweep needs a CUDA build\n");
     return 1;
 #else
-    char dev[256], fnames[192];
+    char dev[256], fnames[BACKEND_FUSION_NAMES_MAX];
     backend_fusion_format(fusion, fnames, sizeof fnames);
     err_t e = {0};
     net_t *n = resnet_build(arch, 3, classes, false, &e);

@@ -119,7 +119,7 @@ int fusion_bench_predict(const char *arch, int classes, int batch, const char *p
         net_free(n);
         return 1;
     }
-    char names[192];
+    char names[BACKEND_FUSION_NAMES_MAX];
     backend_fusion_format(fusion, names, sizeof names);
     printf("{\"bench\": \"byte_model\", \"arch\": \"%s\", \"precision\": \"%s\", \"batch\": %d, \"fusion\": \"%s\"",
            arch, precision, batch, names);

@@ -201,6 +201,7 @@ static void op_destroy(backend_t *be) {
     cu_conv_free_plans(cb);
     cu_conv_graph_free(cb);
     cu_linear_free_plans(cb);
+    free(cb->bn_tunes);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i].p);
     free(cb->allocs);
     if (cb->lt) cublasLtDestroy(cb->lt);

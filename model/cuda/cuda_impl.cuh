@@ -71,6 +71,8 @@ typedef struct cuda_be {
     int bn_rows_min, bn_blocks_per_sm, bn_v_max;
     bool bn_one_pass;            /* the reductions' one-pass form (needs bn_counters) */
     void *bn_counters;           /* CB_BN_COUNTERS tickets, zero between uses; cb_malloc'd once */
+    struct bn_tune *bn_tunes;    /* bn_apply_tune: the row splits timed per apply kernel and shape */
+    int n_bn_tunes, cap_bn_tunes;
     struct cg_plan *gplans;
     int n_gplans, cap_gplans;
     backend_ops_t ops;

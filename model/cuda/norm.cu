@@ -636,6 +636,85 @@ int cu_bn_stats(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, floa
     return cu_bn_stats_running(be, m, c, dt, x, mean, var, 1, 0.0f, NULL, NULL);
 }
 
+/* ---- bn_apply_tune: the apply kernels' row splits timed at a shape's first call ---- */
+typedef struct bn_tune {
+    int op, dt, v;
+    int64_t m;
+    int c;
+    unsigned gx, bx, by, gy;
+} bn_tune_t;
+
+enum { TUNE_APPLY = 0, TUNE_APPLY_DUAL = 8, TUNE_BWD_APPLY = 16, TUNE_BWD_APPLY_DUAL = 24 };   /* + flags < 8 */
+
+/* Whether an apply call may run again with the same results: no output (n bytes each)
+ * overlaps an input. */
+static bool no_overlap(const void *const *outs, int no, const void *const *ins, int ni, size_t n) {
+    for (int i = 0; i < no; i++)
+        for (int j = 0; j < ni; j++) {
+            uintptr_t a = (uintptr_t)outs[i], b = (uintptr_t)ins[j];
+            if (outs[i] && ins[j] && a < b + n && b < a + n) return false;
+        }
+    return true;
+}
+
+/* launch(g) for geometry g of apply kernel op (TUNE_* + flags), with bn_apply_tune the
+ * grid's rows cached per (op, shape, dtype, block) and, at the first call, timed: the
+ * default's, half, 2x, 4x and 8x (at most one row a thread, at most 65535), each launched
+ * once and then 3 times between events, the fastest kept; repeatable false or a capture
+ * running: the default, untimed and not cached. The last launch is the call's. */
+template <typename L>
+static int tuned_launch(cuda_be_t *cb, int op, int64_t m, int c, dtype_t dt, bn_geom_t g, bool repeatable,
+                        L launch) {
+    if (!(cb->fusion & BACKEND_FUSE_BN_APPLY_TUNE)) return launch(g);
+    for (int i = 0; i < cb->n_bn_tunes; i++) {
+        const bn_tune_t *t = &cb->bn_tunes[i];
+        if (t->op == op && t->dt == (int)dt && t->v == g.v && t->m == m && t->c == c && t->gx == g.grid.x &&
+            t->bx == g.block.x && t->by == g.block.y) {
+            g.grid.y = t->gy;
+            return launch(g);
+        }
+    }
+    if (cb->capturing || !repeatable) return launch(g);
+    int64_t rows = (m + g.block.y - 1) / g.block.y;
+    unsigned most = rows < 65535 ? (unsigned)rows : 65535u, base = g.grid.y, best = base;
+    unsigned cand[5] = {base, base / 2, base * 2, base * 4, base * 8};
+    cudaEvent_t a = NULL, b = NULL;
+    CUDA_CHECK(cb, cudaEventCreate(&a));
+    if (cudaEventCreate(&b) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return cb_fail(cb, "bn_apply_tune: cudaEventCreate failed");
+    }
+    float best_ms = -1.0f;
+    int rc = 0;
+    for (int k = 0; k < 5 && !rc; k++) {
+        unsigned gy = cand[k] < 1 ? 1 : cand[k] > most ? most : cand[k];
+        bool seen = false;
+        for (int j = 0; j < k; j++) seen |= (cand[j] < 1 ? 1 : cand[j] > most ? most : cand[j]) == gy;
+        if (seen) continue;
+        bn_geom_t t = g;
+        t.grid.y = gy;
+        float ms = 0.0f;
+        rc = launch(t) || cudaEventRecord(a, cb->stream) != cudaSuccess;
+        for (int r = 0; r < 3 && !rc; r++) rc = launch(t);
+        if (!rc) rc = cudaEventRecord(b, cb->stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+                      cudaEventElapsedTime(&ms, a, b) != cudaSuccess;
+        if (!rc && (best_ms < 0.0f || ms < best_ms)) best_ms = ms, best = gy;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    if (rc) return cb_fail(cb, "bn_apply_tune: timing the apply kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (cb->n_bn_tunes == cb->cap_bn_tunes) {
+        int cap = cb->cap_bn_tunes ? 2 * cb->cap_bn_tunes : 32;
+        bn_tune_t *q = (bn_tune_t *)realloc(cb->bn_tunes, (size_t)cap * sizeof *q);
+        if (!q) return cb_fail(cb, "bn_apply_tune: out of host memory");
+        cb->bn_tunes = q;
+        cb->cap_bn_tunes = cap;
+    }
+    cb->bn_tunes[cb->n_bn_tunes++] = bn_tune_t{op, (int)dt, g.v, m, c, g.grid.x, g.block.x, g.block.y, best};
+    g.grid.y = best;
+    return launch(g);
+}
+
 int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const float *mean,
                 const float *var, const float *gamma, const float *beta, float eps,
                 const void *z, act_kind_t act, void *y) {
@@ -643,10 +722,15 @@ int cu_bn_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, cons
     if (m <= 0 || c <= 0) return 0;
     CB_ENTER(cb);
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, z ? z : x, y, y, y);
-    DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-        cb_launch(cb, (bn_apply_k<T, V>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma,
-                                                             beta, eps, (const T *)z, (int)act, (T *)y,
-                                                             (uint8_t *)NULL)));
+    const void *outs[1] = {y}, *ins[2] = {x, z};
+    if (tuned_launch(cb, TUNE_APPLY + (z != NULL), m, c, dt, g, no_overlap(outs, 1, ins, 2, (size_t)m * c * dt_size(dt)),
+                     [&](const bn_geom_t &t) -> int {
+                         DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                             cb_launch(cb, (bn_apply_k<T, V>), t.grid, t.block, 0, m, c, (const T *)x, mean, var,
+                                       gamma, beta, eps, (const T *)z, (int)act, (T *)y, (uint8_t *)NULL)));
+                         return 0;
+                     }))
+        return -1;
     KERNEL_CHECK(cb, "bn_apply_k");
     return 0;
 }
@@ -663,9 +747,15 @@ int cu_bn_apply_mask(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     if (act == ACT_NONE || !mask || c % 8 != 0 || !all_aligned(x, z ? z : x, y, y, y, al)) return 1;
     CB_ENTER(cb);
     bn_geom_t g = bn_geom_v(cb, m, c, 8, true);
-    DISPATCH_DT(cb, dt, T,
-        cb_launch(cb, (bn_apply_k<T, 8, true>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma, beta, eps,
-                  (const T *)z, (int)act, (T *)y, mask));
+    const void *outs[2] = {y, mask}, *ins[2] = {x, z};
+    if (tuned_launch(cb, TUNE_APPLY + 2 + (z != NULL), m, c, dt, g,
+                     no_overlap(outs, 2, ins, 2, (size_t)m * c * dt_size(dt)), [&](const bn_geom_t &t) -> int {
+                         DISPATCH_DT(cb, dt, T,
+                             cb_launch(cb, (bn_apply_k<T, 8, true>), t.grid, t.block, 0, m, c, (const T *)x, mean,
+                                       var, gamma, beta, eps, (const T *)z, (int)act, (T *)y, mask));
+                         return 0;
+                     }))
+        return -1;
     KERNEL_CHECK(cb, "bn_apply_k (mask)");
     return 0;
 }
@@ -766,17 +856,24 @@ static int bwd_apply(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     float inv_count = (float)(1.0 / (double)count);
     const float *rb = mask ? NULL : remask_beta(cb, y, act, gamma, beta, dz);
     cb->last_fused = rb != NULL || mask != NULL;
-    if (mask) {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_apply_k<T, V, true>), g.grid, g.block, 0,
-                m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, (const float *)NULL,
-                eps, sum_dy, sum_dy_xhat, inv_count, (T *)dx, (T *)dz, mask)));
-    } else {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_apply_k<T, V>), g.grid, g.block, 0,
-                m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
-                sum_dy_xhat, inv_count, (T *)dx, (T *)dz, (const uint8_t *)NULL)));
-    }
+    const void *outs[2] = {dx, dz}, *ins[3] = {x, y, dy};
+    bool again = no_overlap(outs, 2, ins, 3, (size_t)m * c * dt_size(dt));
+    int flags = (mask != NULL) | (dz != NULL) << 1 | (rb != NULL) << 2;
+    if (tuned_launch(cb, TUNE_BWD_APPLY + flags, m, c, dt, g, again, [&](const bn_geom_t &t) -> int {
+            if (mask) {
+                DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                    cb_launch(cb, (bn_bwd_apply_k<T, V, true>), t.grid, t.block, 0,
+                        m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma,
+                        (const float *)NULL, eps, sum_dy, sum_dy_xhat, inv_count, (T *)dx, (T *)dz, mask)));
+            } else {
+                DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                    cb_launch(cb, (bn_bwd_apply_k<T, V>), t.grid, t.block, 0,
+                        m, c, (const T *)x, (const T *)y, (int)act, (const T *)dy, mean, var, gamma, rb, eps, sum_dy,
+                        sum_dy_xhat, inv_count, (T *)dx, (T *)dz, (const uint8_t *)NULL)));
+            }
+            return 0;
+        }))
+        return -1;
     KERNEL_CHECK(cb, "bn_bwd_apply_k");
     return 0;
 }
@@ -931,18 +1028,29 @@ int cu_bn_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void *x,
     if (m <= 0 || c <= 0) return 0;
     if (act == ACT_NONE) return 1;
     CB_ENTER(cb);
+    const void *outs[2] = {y, mask}, *ins[2] = {x, x2};
+    bool again = no_overlap(outs, 2, ins, 2, (size_t)m * c * dt_size(dt));
+    int rc;
     if (mask) {   /* 8 channels a thread, as bn_apply_mask */
         if (c % 8 != 0 || !all_aligned(x, x2, y, y, y, 8 * dt_size(dt))) return 1;
         bn_geom_t g = bn_geom_v(cb, m, c, 8, true);
-        DISPATCH_DT(cb, dt, T,
-            cb_launch(cb, (bn_apply_dual_k<T, 8, true>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma,
-                      beta, (const T *)x2, mean2, var2, gamma2, beta2, eps, (int)act, (T *)y, mask));
+        rc = tuned_launch(cb, TUNE_APPLY_DUAL + 1, m, c, dt, g, again, [&](const bn_geom_t &t) -> int {
+            DISPATCH_DT(cb, dt, T,
+                cb_launch(cb, (bn_apply_dual_k<T, 8, true>), t.grid, t.block, 0, m, c, (const T *)x, mean, var,
+                          gamma, beta, (const T *)x2, mean2, var2, gamma2, beta2, eps, (int)act, (T *)y, mask));
+            return 0;
+        });
     } else {
         bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, x2, y, y, y);
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_apply_dual_k<T, V, false>), g.grid, g.block, 0, m, c, (const T *)x, mean, var, gamma,
-                      beta, (const T *)x2, mean2, var2, gamma2, beta2, eps, (int)act, (T *)y, (uint8_t *)NULL)));
+        rc = tuned_launch(cb, TUNE_APPLY_DUAL, m, c, dt, g, again, [&](const bn_geom_t &t) -> int {
+            DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                cb_launch(cb, (bn_apply_dual_k<T, V, false>), t.grid, t.block, 0, m, c, (const T *)x, mean, var,
+                          gamma, beta, (const T *)x2, mean2, var2, gamma2, beta2, eps, (int)act, (T *)y,
+                          (uint8_t *)NULL)));
+            return 0;
+        });
     }
+    if (rc) return -1;
     KERNEL_CHECK(cb, "bn_apply_dual_k");
     return 0;
 }
@@ -1003,17 +1111,25 @@ int cu_bn_bwd_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void
     bn_geom_t g = bn_geom(cb, m, c, dt_size(dt), x, y, dy, dx, dx2);
     float inv = (float)(1.0 / (double)count), inv2 = (float)(1.0 / (double)count2);
     cb->last_fused = true;
-    if (mask) {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_apply_dual_k<T, V, true>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
-                      (int)act, (const T *)dy, mean, var, gamma, (const T *)x2, mean2, var2, gamma2, eps, sum_dy,
-                      sum_dy_xhat, inv, sum_dy2, sum_dy_xhat2, inv2, (T *)dx, (T *)dx2, mask)));
-    } else {
-        DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V,
-            cb_launch(cb, (bn_bwd_apply_dual_k<T, V, false>), g.grid, g.block, 0, m, c, (const T *)x, (const T *)y,
-                      (int)act, (const T *)dy, mean, var, gamma, (const T *)x2, mean2, var2, gamma2, eps, sum_dy,
-                      sum_dy_xhat, inv, sum_dy2, sum_dy_xhat2, inv2, (T *)dx, (T *)dx2, (const uint8_t *)NULL)));
-    }
+    const void *outs[2] = {dx, dx2}, *ins[4] = {x, y, dy, x2};
+    bool again = no_overlap(outs, 2, ins, 4, (size_t)m * c * dt_size(dt));
+    if (tuned_launch(cb, TUNE_BWD_APPLY_DUAL + (mask != NULL), m, c, dt, g, again, [&](const bn_geom_t &t) -> int {
+            if (mask) {
+                DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                    cb_launch(cb, (bn_bwd_apply_dual_k<T, V, true>), t.grid, t.block, 0, m, c, (const T *)x,
+                              (const T *)y, (int)act, (const T *)dy, mean, var, gamma, (const T *)x2, mean2, var2,
+                              gamma2, eps, sum_dy, sum_dy_xhat, inv, sum_dy2, sum_dy_xhat2, inv2, (T *)dx, (T *)dx2,
+                              mask)));
+            } else {
+                DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(t.v, V,
+                    cb_launch(cb, (bn_bwd_apply_dual_k<T, V, false>), t.grid, t.block, 0, m, c, (const T *)x,
+                              (const T *)y, (int)act, (const T *)dy, mean, var, gamma, (const T *)x2, mean2, var2,
+                              gamma2, eps, sum_dy, sum_dy_xhat, inv, sum_dy2, sum_dy_xhat2, inv2, (T *)dx, (T *)dx2,
+                              (const uint8_t *)NULL)));
+            }
+            return 0;
+        }))
+        return -1;
     KERNEL_CHECK(cb, "bn_bwd_apply_dual_k");
     return 0;
 }

@@ -425,7 +425,7 @@ static void check_net(dtype_t dt, double loss_tol, double grad_tol) {
  * backend (plans built again, as in another process: a run and its resume) does too.
  * Prints the option and which checks held, so a failure names the option. */
 static void check_det(dtype_t dt, unsigned fusion, bool another_backend) {
-    char names[192];
+    char names[BACKEND_FUSION_NAMES_MAX];
     backend_fusion_format(fusion, names, sizeof names);
     pair_t p = pair_make_fused(true, false, fusion);
     step_out_t f = step(p.gpu, dt, false), f2 = step(p.gpu, dt, false), fg = step(p.gpu, dt, true);
@@ -466,7 +466,7 @@ static void check_det_options(dtype_t dt) {
  * base step's loss, gradients and BN buffers (the running statistics among them) bit for
  * bit. */
 static void check_same_bits_vs(dtype_t dt, unsigned option, unsigned base) {
-    char name[192];
+    char name[BACKEND_FUSION_NAMES_MAX];
     backend_fusion_format(option, name, sizeof name);
     pair_t r = pair_make_fused(true, false, option), u = pair_make_fused(true, false, base);
     step_out_t a = step(r.gpu, dt, false), ag = step(r.gpu, dt, true), b = step(u.gpu, dt, false);
@@ -519,6 +519,11 @@ static void test_mask_bits_net(void) { check_same_bits_option(BACKEND_FUSE_BN_MA
  * bn_mask_bits */
 static void test_dual_net(void) { check_same_bits_option(BACKEND_FUSE_BN_DUAL_ADD, BACKEND_FUSE_BN_MASK_BITS); }
 
+/* bn_apply_tune: the apply kernels on the grid their first call timed fastest compute
+ * each element alike, so a step and its graph replay are the bits of the step without
+ * it; alone, and with all (its mask and dual apply kernels too) against all */
+static void test_apply_tune_net(void) { check_same_bits_option(BACKEND_FUSE_BN_APPLY_TUNE, 0); }
+
 static void test_net_fp32(void) { check_net(DT_F32, 1e-4, 1e-3); }
 static void test_net_fp16(void) { check_net(DT_F16, 1e-2, 3e-2); }
 static void test_net_bf16(void) { check_net(DT_BF16, 3e-2, 8e-2); }
@@ -541,6 +546,7 @@ int main(void) {
     TEST_RUN(test_pdl_net);
     TEST_RUN(test_mask_bits_net);
     TEST_RUN(test_dual_net);
+    TEST_RUN(test_apply_tune_net);
     TEST_RUN(test_net_fp32);
     TEST_RUN(test_net_fp16);
     TEST_RUN(test_net_bf16);

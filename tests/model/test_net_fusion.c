@@ -279,7 +279,7 @@ static void test_traffic_wgrad_f32(void) {
 static void test_fusion_names(void) {
     unsigned m = 0;
     err_t e = {0};
-    char buf[192];
+    char buf[BACKEND_FUSION_NAMES_MAX];
     CHECK_INT(backend_fusion_parse("conv_stats, dgrad_accum", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_ACCUM);
     backend_fusion_format(m, buf, sizeof buf);
@@ -290,11 +290,11 @@ static void test_fusion_names(void) {
     /* measured faster; the others stay selectable */
     CHECK_STR(buf, "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add");
     CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,"
-                                   "bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass", &m, &e), 0);
+                                   "bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,"
-                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass");
+                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune");
     CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,"
                                    "bn_mask_bits,bn_dual_add", &m, &e), 0);
     /* bn_remask measured faster (H100, 2026-11-26), bn_wide_final and bn_fold_running (H200),
@@ -302,7 +302,8 @@ static void test_fusion_names(void) {
     CHECK_INT(m, BACKEND_FUSE_ALL);
     CHECK(!(BACKEND_FUSE_ALL & (BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_VEC16 |
                                 BACKEND_FUSE_DGRAD_ACCUM_TUNE | BACKEND_FUSE_BN_MORE_SPLITS |
-                                BACKEND_FUSE_HEUR_B | BACKEND_FUSE_WGRAD_F32 | BACKEND_FUSE_BN_ONE_PASS)));   /* no gain, slower, or not measured */
+                                BACKEND_FUSE_HEUR_B | BACKEND_FUSE_WGRAD_F32 | BACKEND_FUSE_BN_ONE_PASS |
+                                BACKEND_FUSE_BN_APPLY_TUNE)));   /* no gain, slower, or not measured */
     CHECK_STR(backend_fusion_name(5), "bn_remask");
     CHECK_STR(backend_fusion_name(6), "bn_wide_final");
     CHECK_STR(backend_fusion_name(7), "bn_fold_running");
@@ -314,6 +315,7 @@ static void test_fusion_names(void) {
     CHECK_STR(backend_fusion_name(13), "bn_dual_add");
     CHECK_STR(backend_fusion_name(14), "wgrad_f32");
     CHECK_STR(backend_fusion_name(15), "bn_one_pass");
+    CHECK_STR(backend_fusion_name(16), "bn_apply_tune");
     CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
@@ -325,7 +327,7 @@ static void test_fusion_names(void) {
     /* the names come from the one list (BACKEND_FUSION_NAMES), as they did spelled out */
     CHECK_STR(e.msg, "cuda fusion: unknown option 'bogus'; use graph_conv, conv_stats, dgrad_dbn, dgrad_accum, "
                      "vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, "
-                     "heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, all or none");
+                     "heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, all or none");
 }
 
 /* ---- the net's calls, on the CPU ---- */
