@@ -540,6 +540,34 @@ stage_bnsweep() {
         tail -6 "$log"
     done
     cat "$L/bnsweep.jsonl" >>"$BJ"
+    # per configuration, op and shape: the default's us a call, the best geometry's and
+    # which it was, and the layers (what the per-step totals above add up)
+    "$PY" - "$L/bnsweep.jsonl" <<'PY'
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("bench") != "bn_sweep":
+        continue
+    k = (r["precision"], r["batch"], r["fusion"].endswith("vec16"), r["op"], r["rows"], r["channels"])
+    g = (r["rows_min"], r["blocks_per_sm"], r["v_max"], r["one_pass"])
+    b = best.setdefault(k, {"layers": r["layers"], "default": None, "best": None, "geom": None, "same": True})
+    if g == (0, 0, 0, 0):
+        b["default"] = r["us"]
+    if b["best"] is None or r["us"] < b["best"]:
+        b["best"], b["geom"] = r["us"], g
+    b["same"] &= bool(r["same_bits"]) or r["op"] in ("bn_stats", "bn_bwd_reduce")
+print(f"{'prec':5} {'batch':>5} {'v16':3} {'op':14} {'rows':>7} {'ch':>5} {'n':>2} {'dflt us':>8} {'best us':>8} "
+      f"{'saved ms':>8} {'geometry':14} bits")
+for k, b in best.items():
+    d = b["default"] or 0.0
+    print(f"{k[0]:5} {k[1]:5} {'y' if k[2] else 'n':3} {k[3]:14} {k[4]:7} {k[5]:5} {b['layers']:2} {d:8.2f} "
+          f"{b['best']:8.2f} {(d - b['best']) * b['layers'] / 1e3:8.3f} {str(b['geom']):14} "
+          f"{'same' if b['same'] else 'DIFFER'}")
+PY
     return $rc
 }
 
