@@ -184,7 +184,10 @@ stage_sanitize() {
         # (nodes of 256, 64 and 24 channels: every vector width), no convolutions
         only=""
         [ "$t" = test_gpu_conv ] && only="test_conv_fp16,test_conv_bf16,test_bwd_filter_accumulates,test_clear_caches_stales_graphs,test_conv_engine_reported"
-        (cd "$B/tests/gpu" && box 60 env "$RENV" RUNNER_TEST_ONLY="$only" compute-sanitizer --tool memcheck \
+        # (test_gpu_norm: 90 s, its geometry cases run every BN op under 11 geometries)
+        local sbox=60
+        [ "$t" = test_gpu_norm ] && sbox=90
+        (cd "$B/tests/gpu" && box "$sbox" env "$RENV" RUNNER_TEST_ONLY="$only" compute-sanitizer --tool memcheck \
             --leak-check no --error-exitcode 9 "./$t") >"$L/sanitize_$t.log" 2>&1 || rc=1
         echo "$t: $(grep -E 'ERROR SUMMARY' "$L/sanitize_$t.log" | tail -1)"
     done
