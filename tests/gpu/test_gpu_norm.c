@@ -139,11 +139,6 @@ static void test_bn_wide_final(void) {
     check_bn_dtypes(BACKEND_FUSE_BN_WIDE_FINAL, shapes, 5);
     g_fusion = BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_VEC16;
     check_bn(131072, 64, DT_BF16);
-    /* bn_apply_tune: the apply kernels' grid rows timed at each shape's first call */
-    g_fusion = BACKEND_FUSE_BN_APPLY_TUNE;
-    check_bn(8192, 256, DT_BF16);
-    check_bn(2048, 512, DT_F16);
-    check_bn(150, 24, DT_F32);
     g_fusion = 0;
 }
 
