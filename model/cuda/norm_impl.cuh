@@ -1,0 +1,318 @@
+/* norm_impl.cuh: what the BN kernels of norm.cu and norm_dual.cu (bn_dual_add) share,
+ * private to those two files: the vector loads and stores, the per-block partial sums
+ * and the second pass that adds the row splits (bn_bwd_final_k), the one expressions of
+ * the forward's output (bn_out), the channel scale, the activation mask (from y, from
+ * bits, as a byte) and the backward's dx (bn_dx), the launch geometry of the row kernels
+ * (bn_geom, with cuda_backend_bn_geometry's overrides) and bn_apply_tune's timed launch
+ * (tuned_launch). The layout of the work and the numerics are described at the top of
+ * norm.cu.
+ */
+#ifndef RUNNER_MODEL_CUDA_NORM_IMPL_CUH
+#define RUNNER_MODEL_CUDA_NORM_IMPL_CUH
+
+#include "model/cuda/cuda_impl.cuh"
+
+enum { BN_TX = 32, BN_TY = 8, BN_TY_WIDE = 32, BN_ONE_PASS_SPLITS = 64 };
+
+/* Loads V consecutive elements (V-aligned) as floats. */
+template <typename T, int V>
+__device__ __forceinline__ void load_v(const T *p, float (&f)[V]) {
+    if constexpr (V == 1) {
+        f[0] = to_f32(*p);
+    } else {
+        pack_t<T, V> a = *reinterpret_cast<const pack_t<T, V> *>(p);
+#pragma unroll
+        for (int k = 0; k < V; k++) f[k] = to_f32(a.v[k]);
+    }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_v(T *p, const float (&f)[V]) {
+    if constexpr (V == 1) {
+        *p = from_f32<T>(f[0]);
+    } else {
+        pack_t<T, V> a;
+#pragma unroll
+        for (int k = 0; k < V; k++) a.v[k] = from_f32<T>(f[k]);
+        *reinterpret_cast<pack_t<T, V> *>(p) = a;
+    }
+}
+
+/* Sums two per-thread arrays over threadIdx.y and writes them as split blockIdx.y of
+ * part (layout [2][splits][c]). Must be reached by every thread of the block (TX x TY =
+ * 256 at most; with TX = 32 the order of the sums is that of the 32 x 8 layout). */
+template <int V>
+__device__ __forceinline__ void block_partials(const float (&a)[V], const float (&b)[V],
+                                               bool active, int ch0, int c, float *part) {
+    __shared__ float sa[BN_TY * BN_TX * V], sb[BN_TY * BN_TX * V];
+    int row = blockDim.x * V;   /* one threadIdx.y's values */
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sa[threadIdx.y * row + threadIdx.x * V + k] = a[k];
+        sb[threadIdx.y * row + threadIdx.x * V + k] = b[k];
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && active) {
+        int64_t splits = gridDim.y;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            float u = 0.0f, w = 0.0f;
+            for (int j = 0; j < (int)blockDim.y; j++) {
+                u += sa[j * row + threadIdx.x * V + k];
+                w += sb[j * row + threadIdx.x * V + k];
+            }
+            part[(int64_t)blockIdx.y * c + ch0 + k] = u;
+            part[(splits + blockIdx.y) * c + ch0 + k] = w;
+        }
+    }
+}
+
+/* Whether the gradient passes the fused activation at output v: v > 0 for relu (NaN
+ * masks), not (v <= 0 or v >= 6) for relu6 (torch's hardtanh backward: NaN passes). */
+__device__ __forceinline__ bool act_keeps(int act, float v) {
+    return act == ACT_RELU6 ? !(v <= 0.0f || v >= 6.0f) : v > 0.0f;
+}
+
+/* A channel's scale gamma / sqrt(var + eps), each step rounded to nearest: what nvcc
+ * makes of `gamma / sqrtf(var + eps)` without fast math (IEEE division and square root),
+ * spelled out so that bn_apply_k and the backward's mask recompute cannot differ. */
+__device__ __forceinline__ float bn_scale(float gamma, float var, float eps) {
+    return __fdiv_rn(gamma, __fsqrt_rn(__fadd_rn(var, eps)));
+}
+
+/* The per-channel values an apply kernel computes a thread's V channels (ch0 on) with:
+ * mean, scale (bn_scale) and shift. */
+template <int V>
+__device__ __forceinline__ void apply_params(int ch0, const float *mean, const float *var, const float *gamma,
+                                             const float *beta, float eps, float (&mu)[V], float (&sc)[V],
+                                             float (&bt)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        mu[k] = mean[ch0 + k];
+        sc[k] = bn_scale(gamma[ch0 + k], var[ch0 + k], eps);
+        bt[k] = beta[ch0 + k];
+    }
+}
+
+/* The forward's fp32 output before rounding to T: act((v - mu) * sc + bt [+ w]), the
+ * multiply-add fused (as nvcc contracts it by default) and the residual added after;
+ * relu / relu6 let NaN pass, as torch and the cpu backend. */
+__device__ __forceinline__ float bn_out(int act, float v, float mu, float sc, float bt, bool add, float w) {
+    float o = __fmaf_rn(__fsub_rn(v, mu), sc, bt);
+    if (add) o = __fadd_rn(o, w);
+    if (act != ACT_NONE) o = o < 0.0f ? 0.0f : o;
+    if (act == ACT_RELU6) o = o > 6.0f ? 6.0f : o;
+    return o;
+}
+
+/* The mask bits of elements i .. i + V - 1 (bn_mask_bits) as bit k of the result: one
+ * byte load for V = 8 (i is then a multiple of 8: V divides c and the channel offset). */
+template <int V>
+__device__ __forceinline__ unsigned mask_bits(const uint8_t *mask, int64_t i) {
+    if constexpr (V == 8) {
+        return mask[i >> 3];
+    } else {
+        unsigned b = 0;
+#pragma unroll
+        for (int k = 0; k < V; k++) b |= ((unsigned)(mask[(i + k) >> 3] >> ((i + k) & 7)) & 1u) << k;
+        return b;
+    }
+}
+
+/* Zeroes g[k] whose mask bit (element i + k; bn_mask_bits) is clear. */
+template <int V>
+__device__ __forceinline__ void drop_by_bits(float (&g)[V], const uint8_t *mask, int64_t i) {
+    unsigned b = mask_bits<V>(mask, i);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (!((b >> k) & 1u)) g[k] = 0.0f;
+}
+
+/* Zeroes g[k] where the gradient does not pass act at the stored y[k]. */
+template <typename T, int V>
+__device__ __forceinline__ void drop_by_y(float (&g)[V], const T *y, int act) {
+    float yv[V];
+    load_v<T, V>(y, yv);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (!act_keeps(act, yv[k])) g[k] = 0.0f;
+}
+
+/* The mask byte of a thread's 8 outputs v (bit k: act_keeps of v[k] as stored in T). */
+template <typename T, int V>
+__device__ __forceinline__ uint8_t mask_byte(int act, const float (&v)[V]) {
+    unsigned b = 0;
+#pragma unroll
+    for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
+    return (uint8_t)b;
+}
+
+/* The backward sums' second pass (norm.cu's bn_bwd_final_k, 32 x 32 threads a block
+ * with bn_wide_final): adds splits row splits of part ([2][splits][c]) per channel in
+ * double, writes sum_dy and sum_dy_xhat and adds them into dbeta and dgamma (either may
+ * be NULL). 0, or -1 with cb's error. */
+int cu_bn_bwd_final(cuda_be_t *cb, int c, int splits, const float *part, const float *var, float eps,
+                    float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta);
+
+/* The per-channel values a dx kernel computes a thread's V channels (ch0 on) with: mean,
+ * 1 / std, gamma / std, and the two sums over count (bn_dx's mdy, mdyx). */
+template <int V>
+__device__ __forceinline__ void dx_params(int ch0, const float *mean, const float *var, const float *gamma, float eps,
+                                          const float *sum_dy, const float *sum_dy_xhat, float inv_count,
+                                          float (&mu)[V], float (&is)[V], float (&a)[V], float (&mdy)[V],
+                                          float (&mdyx)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        mu[k] = mean[ch0 + k];
+        is[k] = 1.0f / sqrtf(var[ch0 + k] + eps);
+        a[k] = gamma[ch0 + k] * is[k];
+        mdy[k] = sum_dy[ch0 + k] * inv_count;
+        mdyx[k] = sum_dy_xhat[ch0 + k] * inv_count;
+    }
+}
+
+/* One element of a BN's dx: a (gamma * invstd) * (g - mean(dy) - xhat * mean(dy * xhat)),
+ * the one expression bn_bwd_apply_k and bn_bwd_apply_dual_k compile (the same bits). */
+__device__ __forceinline__ float bn_dx(float g, float x, float mu, float is, float a, float mdy, float mdyx) {
+    float xhat = (x - mu) * is;
+    return a * (g - mdy - xhat * mdyx);
+}
+
+/* Launch geometry of the row kernels: V channels per thread, TX x TY threads a block,
+ * the grid. Default: V = 8 (half only), 4 or 2 when V divides c, a warp's 32 lanes all
+ * get channels, the access is at most 16 bytes and every pointer is aligned to it, else
+ * 1; TX = 32, TY = 8; row splits (grid.y) for ~8 blocks an SM, at least 16 rows a thread
+ * (bn_more_splits: 4, so the 8 x 8 and 4 x 4 layers fill the GPU), at most 1024. With vec16 (BACKEND_FUSE_VEC16): V = 16 bytes of channels wherever
+ * that divides c and the pointers are 16-byte aligned, TX = c / V when that is below 32
+ * (TY = 256 / TX rows per block step), so 64 half channels take 8 lanes of 16 bytes. */
+typedef struct bn_geom {
+    int v;
+    dim3 grid, block;
+} bn_geom_t;
+
+static bool all_aligned(const void *a, const void *b, const void *d, const void *e, const void *f,
+                        size_t al) {
+    return cb_aligned(a, al) && cb_aligned(b, al) && cb_aligned(d, al) && cb_aligned(e, al) && cb_aligned(f, al);
+}
+
+/* The geometry for V = v channels a thread; narrow: TX = c / v where that is below 32. */
+static bn_geom_t bn_geom_v(const cuda_be_t *cb, int64_t m, int c, int v, bool narrow) {
+    int tx = BN_TX;
+    if (narrow && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
+    int ty = BN_TX * BN_TY / tx;
+    /* enough row splits for ~8 blocks per SM, at least 16 rows per thread (4 with
+     * bn_more_splits), at most 1024; cuda_backend_bn_geometry's overrides first */
+    int rows = cb->bn_rows_min ? cb->bn_rows_min : (cb->fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16;
+    int per_sm = cb->bn_blocks_per_sm ? cb->bn_blocks_per_sm : 8;
+    int gx = (c + tx * v - 1) / (tx * v);
+    int64_t want = ((int64_t)cb->sm_count * per_sm + gx - 1) / gx;
+    int64_t most = (m + (int64_t)ty * rows - 1) / ((int64_t)ty * rows);
+    int64_t gy = want < most ? want : most;
+    if (gy > 1024) gy = 1024;
+    if (gy < 1) gy = 1;
+    bn_geom_t g;
+    g.v = v;
+    g.grid = dim3((unsigned)gx, (unsigned)gy, 1);
+    g.block = dim3((unsigned)tx, (unsigned)ty, 1);
+    return g;
+}
+
+static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, const void *a,
+                         const void *b, const void *d, const void *e, const void *f) {
+    bool wide = cb->fusion & BACKEND_FUSE_VEC16;
+    int v = 1;
+    if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
+    if (cb->bn_v_max && v > cb->bn_v_max) v = 1;   /* (vec16's width above the override) */
+    for (int k = cb->bn_v_max ? cb->bn_v_max : 8; v == 1 && k > 1; k /= 2) {
+        size_t al = esz * (size_t)k;
+        if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
+    }
+    return bn_geom_v(cb, m, c, v, wide);
+}
+
+#define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
+    case 8: { constexpr int V = 8; __VA_ARGS__; } break; \
+    case 4: { constexpr int V = 4; __VA_ARGS__; } break; \
+    case 2: { constexpr int V = 2; __VA_ARGS__; } break; \
+    default: { constexpr int V = 1; __VA_ARGS__; } break; } } while (0)
+
+/* ---- bn_apply_tune: the apply kernels' row splits timed at a shape's first call ---- */
+typedef struct bn_tune {
+    int op, dt, v;
+    int64_t m;
+    int c;
+    unsigned gx, bx, by, gy;
+} bn_tune_t;
+
+enum { TUNE_APPLY = 0, TUNE_APPLY_DUAL = 8, TUNE_BWD_APPLY = 16, TUNE_BWD_APPLY_DUAL = 24 };   /* + flags < 8 */
+
+/* Whether an apply call may run again with the same results: no output (n bytes each)
+ * overlaps an input. */
+static bool no_overlap(const void *const *outs, int no, const void *const *ins, int ni, size_t n) {
+    for (int i = 0; i < no; i++)
+        for (int j = 0; j < ni; j++) {
+            uintptr_t a = (uintptr_t)outs[i], b = (uintptr_t)ins[j];
+            if (outs[i] && ins[j] && a < b + n && b < a + n) return false;
+        }
+    return true;
+}
+
+/* launch(g) for geometry g of apply kernel op (TUNE_* + flags), with bn_apply_tune the
+ * grid's rows cached per (op, shape, dtype, block) and, at the first call, timed: the
+ * default's, half, 2x, 4x and 8x (at most one row a thread, at most 65535), each launched
+ * once and then 3 times between events, the fastest kept; repeatable false or a capture
+ * running: the default, untimed and not cached. The last launch is the call's. */
+template <typename L>
+static int tuned_launch(cuda_be_t *cb, int op, int64_t m, int c, dtype_t dt, bn_geom_t g, bool repeatable,
+                        L launch) {
+    if (!(cb->fusion & BACKEND_FUSE_BN_APPLY_TUNE)) return launch(g);
+    for (int i = 0; i < cb->n_bn_tunes; i++) {
+        const bn_tune_t *t = &cb->bn_tunes[i];
+        if (t->op == op && t->dt == (int)dt && t->v == g.v && t->m == m && t->c == c && t->gx == g.grid.x &&
+            t->bx == g.block.x && t->by == g.block.y) {
+            g.grid.y = t->gy;
+            return launch(g);
+        }
+    }
+    if (cb->capturing || !repeatable) return launch(g);
+    int64_t rows = (m + g.block.y - 1) / g.block.y;
+    unsigned most = rows < 65535 ? (unsigned)rows : 65535u, base = g.grid.y, best = base;
+    unsigned cand[5] = {base, base / 2, base * 2, base * 4, base * 8};
+    cudaEvent_t a = NULL, b = NULL;
+    CUDA_CHECK(cb, cudaEventCreate(&a));
+    if (cudaEventCreate(&b) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return cb_fail(cb, "bn_apply_tune: cudaEventCreate failed");
+    }
+    float best_ms = -1.0f;
+    int rc = 0;
+    for (int k = 0; k < 5 && !rc; k++) {
+        unsigned gy = cand[k] < 1 ? 1 : cand[k] > most ? most : cand[k];
+        bool seen = false;
+        for (int j = 0; j < k; j++) seen |= (cand[j] < 1 ? 1 : cand[j] > most ? most : cand[j]) == gy;
+        if (seen) continue;
+        bn_geom_t t = g;
+        t.grid.y = gy;
+        float ms = 0.0f;
+        rc = launch(t) || cudaEventRecord(a, cb->stream) != cudaSuccess;
+        for (int r = 0; r < 3 && !rc; r++) rc = launch(t);
+        if (!rc) rc = cudaEventRecord(b, cb->stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+                      cudaEventElapsedTime(&ms, a, b) != cudaSuccess;
+        if (!rc && (best_ms < 0.0f || ms < best_ms)) best_ms = ms, best = gy;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    if (rc) return cb_fail(cb, "bn_apply_tune: timing the apply kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (cb->n_bn_tunes == cb->cap_bn_tunes) {
+        int cap = cb->cap_bn_tunes ? 2 * cb->cap_bn_tunes : 32;
+        bn_tune_t *q = (bn_tune_t *)realloc(cb->bn_tunes, (size_t)cap * sizeof *q);
+        if (!q) return cb_fail(cb, "bn_apply_tune: out of host memory");
+        cb->bn_tunes = q;
+        cb->cap_bn_tunes = cap;
+    }
+    cb->bn_tunes[cb->n_bn_tunes++] = bn_tune_t{op, (int)dt, g.v, m, c, g.grid.x, g.block.x, g.block.y, best};
+    g.grid.y = best;
+    return launch(g);
+}
+
+#endif
