@@ -256,6 +256,17 @@ typedef struct backend_opts {
  *                same bits (test_gpu_norm) whatever the timing picks, run to run [not yet
  *                measured; the fifth run's profile had the 8192- and 2048-row layers'
  *                apply passes at 0.4 to 0.9 TB/s on 16 to 64 blocks]
+ *   bn_persist   each direction of a BN layer (not bn_dual_add's) in one cooperative kernel
+ *                (bn_fwd_fused, bn_bwd_fused; model/cuda/norm_persist.cu) instead of three:
+ *                the blocks stay resident, keep the rows they read in shared memory (~227
+ *                KB an SM), meet at two grid barriers for the sums, and apply from what
+ *                they kept, so only the rows that did not fit are read from memory again;
+ *                the row kernels' blocks run as virtual blocks in their order, so the same
+ *                bits as the separate ops (their two-pass order); the separate ops where
+ *                the device has no cooperative launch, SyncBN reduces between the passes,
+ *                or a pointer's alignment or overlap rules it out [not yet measured;
+ *                predicted at bf16 batch 128: -0.57 GB of forward and -0.88 GB of backward
+ *                reads a step, -0.3 to -0.6 ms, and 4 launches a layer fewer]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);
@@ -278,8 +289,9 @@ enum {
     BACKEND_FUSE_WGRAD_F32 = 1u << 14,
     BACKEND_FUSE_BN_ONE_PASS = 1u << 15,
     BACKEND_FUSE_BN_APPLY_TUNE = 1u << 16,
-    BACKEND_FUSE_COUNT = 17,
-    BACKEND_FUSE_EVERY = (1u << 17) - 1,   /* every option (measurement and tests) */
+    BACKEND_FUSE_BN_PERSIST = 1u << 17,
+    BACKEND_FUSE_COUNT = 18,
+    BACKEND_FUSE_EVERY = (1u << 18) - 1,   /* every option (measurement and tests) */
     BACKEND_FUSE_ALL = BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_DGRAD_ACCUM | BACKEND_FUSE_BN_REMASK |
                        BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING | BACKEND_FUSE_PDL |
                        BACKEND_FUSE_BN_MASK_BITS | BACKEND_FUSE_BN_DUAL_ADD
@@ -288,7 +300,7 @@ enum {
  * and train.cuda_fusion's schema (runner/config_schema.c, which adds "all") are made of. */
 #define BACKEND_FUSION_NAMES "graph_conv", "conv_stats", "dgrad_dbn", "dgrad_accum", "vec16", "bn_remask", \
     "bn_wide_final", "bn_fold_running", "dgrad_accum_tune", "bn_more_splits", "pdl", "heur_b", \
-    "bn_mask_bits", "bn_dual_add", "wgrad_f32", "bn_one_pass", "bn_apply_tune"
+    "bn_mask_bits", "bn_dual_add", "wgrad_f32", "bn_one_pass", "bn_apply_tune", "bn_persist"
 /* "graph_conv", ... for bit i (NULL past the last). */
 const char *backend_fusion_name(int bit);
 /* Parses a comma-separated list of names ("all" and "none" allowed) into *mask; an
@@ -578,6 +590,23 @@ typedef struct backend_ops {
                              const float *gamma2, float eps, const float *sum_dy, const float *sum_dy_xhat,
                              int64_t count, const float *sum_dy2, const float *sum_dy_xhat2, int64_t count2,
                              void *dx, void *dx2, const uint8_t *mask);
+    /* A BN's passes one op each way (optional, both or none: NULL, and the net runs the
+     * separate ops; the cuda backend's bn_persist). Each returns 1 with nothing written
+     * where the backend cannot for this shape, alignment or device (the net then runs
+     * the separate ops), else the same bits as the separate ops:
+     * bn_fwd_fused: bn_stats_running(m, c, dt, x, mean, var, count, momentum, run_mean,
+     *   run_var) (run_mean NULL: bn_stats only), then bn_apply(x, mean, var, gamma, beta,
+     *   eps, z, act, y), or bn_apply_mask when mask is given.
+     * bn_bwd_fused: bn_bwd_reduce(x, y, act, dy, mean, var, gamma, beta, eps, sum_dy,
+     *   sum_dy_xhat, dgamma, dbeta) then bn_bwd_apply(..., count, dx, dz), or their _mask
+     *   forms (beta unused) when mask is given. */
+    int (*bn_fwd_fused)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                        int64_t count, float momentum, float *run_mean, float *run_var, const float *gamma,
+                        const float *beta, float eps, const void *z, act_kind_t act, void *y, uint8_t *mask);
+    int (*bn_bwd_fused)(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y,
+                        act_kind_t act, const void *dy, const float *mean, const float *var, const float *gamma,
+                        const float *beta, float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma,
+                        float *dbeta, int64_t count, void *dx, void *dz, const uint8_t *mask);
 } backend_ops_t;
 
 /* The common header of every backend object; implementations embed it first. */

@@ -200,6 +200,20 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
                 float *run_mean = n->buffers + d->buf_off, *run_var = n->buffers + d->buf_off + d->c;
                 bool sync = hooks && hooks->bn_sync_stats;
                 d->count = m;
+                /* bn_persist: statistics, running update and apply in one op (1: the
+                 * backend cannot here, the separate ops below) */
+                if (stats_done != i && !sync && be->ops->bn_fwd_fused && d->dual < 0 && d->dual_of < 0) {
+                    const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
+                    int r = be->ops->bn_fwd_fused(be, m, d->c, n->dt, in0, d->mean, d->var, m, NET_BN_MOMENTUM,
+                                                  run_mean, run_var, n->params + d->w_off, n->params + d->b_off,
+                                                  NET_BN_EPS, z, net_bn_act(d->kind), d->y, d->mask);
+                    OP(r, "bn forward (one kernel)");
+                    if (r == 0) {
+                        n->counters[d->counter]++;
+                        d->mask_ok = d->mask != NULL;
+                        break;
+                    }
+                }
                 if (stats_done != i && !sync && be->ops->bn_stats_running) {   /* one op (bn_fold_running) */
                     OP(be->ops->bn_stats_running(be, m, d->c, n->dt, in0, d->mean, d->var, m, NET_BN_MOMENTUM,
                                                  run_mean, run_var),
@@ -486,6 +500,17 @@ static int node_backward(net_t *n, int i, const net_hooks_t *hooks, int *reduced
                "bn backward (apply, with the shortcut's bn)");
             if (a2 >= 0 && grad_commit(n, a2, dx2, acc2, e) < 0) return -1;
             break;
+        }
+        /* bn_persist: both passes in one op (1: the backend cannot here) */
+        if (*reduced != i && (dx || dz) && be->ops->bn_bwd_fused && !(hooks && hooks->bn_sync_grads)) {
+            int r = be->ops->bn_bwd_fused(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, beta, NET_BN_EPS,
+                                          n->sum_dy, n->sum_dy_xhat, n->grads + d->w_off, n->grads + d->b_off,
+                                          d->count, dx ? dx : n->scratch[0], dz, bits);
+            OP(r, "bn backward (one kernel)");
+            if (r == 0) {
+                *reduced = -1;
+                break;
+            }
         }
         if (*reduced != i && bits)
             OP(be->ops->bn_bwd_reduce_mask(be, m, d->c, n->dt, x, y, act, dy, d->mean, d->var, gamma, NET_BN_EPS,

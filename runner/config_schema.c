@@ -231,7 +231,7 @@ const cfg_row_t cfg_rows[] = {
      0, CFG_MAX_LIST, OFF(train.n_cuda_fusion), NAMES(FUSIONS),
      "project key: CUDA fusion options [graph_conv, conv_stats, dgrad_dbn, dgrad_accum, vec16, bn_remask, "
      "bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, "
-     "wgrad_f32, bn_one_pass, bn_apply_tune]; all = [graph_conv, dgrad_accum, bn_remask, bn_wide_final, bn_fold_running, pdl, bn_mask_bits, "
+     "wgrad_f32, bn_one_pass, bn_apply_tune, bn_persist]; all = [graph_conv, dgrad_accum, bn_remask, bn_wide_final, bn_fold_running, pdl, bn_mask_bits, "
      "bn_dual_add], the ones a GPU run showed exact "
      "and faster (the default); [] for none"},
 

@@ -34,6 +34,8 @@ struct conv_plan;    /* conv.cu */
 struct lt_plan;      /* linear.cu */
 struct cg_plan;      /* conv_graph.cu */
 
+enum { CB_SMALL = 256, CB_BN_COUNTERS = 1024, CB_PERSIST_KERNELS = 128 };
+
 typedef struct cuda_be {
     backend_t base;              /* must be first: backend_t * casts to cuda_be_t * */
     cudaStream_t stream;
@@ -73,12 +75,16 @@ typedef struct cuda_be {
     void *bn_counters;           /* CB_BN_COUNTERS tickets, zero between uses; cb_malloc'd once */
     struct bn_tune *bn_tunes;    /* bn_apply_tune: the row splits timed per apply kernel and shape */
     int n_bn_tunes, cap_bn_tunes;
+    /* bn_persist (norm_persist.cu): the device's shared memory and cooperative launch,
+     * queried at the first call, and the kernels whose shared-memory limit was raised */
+    bool persist_queried, persist_coop;
+    int persist_smem_sm, persist_smem_optin, persist_smem_reserved;
+    const void *persist_raised[CB_PERSIST_KERNELS];
+    int n_persist_raised;
     struct cg_plan *gplans;
     int n_gplans, cap_gplans;
     backend_ops_t ops;
 } cuda_be_t;
-
-enum { CB_SMALL = 256, CB_BN_COUNTERS = 1024 };
 
 static inline cuda_be_t *cb_of(backend_t *be) { return (cuda_be_t *)be; }
 

@@ -23,6 +23,8 @@
  *     mask of a BN + add + ReLU kept as bits (not convolutions either).
  *   bn_apply_dual, bn_bwd_reduce_dual, bn_bwd_apply_dual (bn_dual_add; norm.cu): a
  *     shortcut's BN inside the kernels of the add-relu BN that adds it.
+ *   bn_fwd_fused, bn_bwd_fused (bn_persist; norm_persist.cu): a BN's passes in one
+ *     cooperative kernel each way.
  * The sums live at the start of the backend's scratch buffer (2 x channels floats), read
  * by the next kernel on the stream before any BN kernel uses the buffer.
  * Measured per layer (conv_stats, dgrad_dbn; not in deterministic mode, where their
@@ -66,6 +68,10 @@ void cu_fusion_install(backend_ops_t *o, unsigned fusion) {
         o->bn_apply_dual = cu_bn_apply_dual;
         o->bn_bwd_reduce_dual = cu_bn_bwd_reduce_dual;
         o->bn_bwd_apply_dual = cu_bn_bwd_apply_dual;
+    }
+    if (fusion & BACKEND_FUSE_BN_PERSIST) {
+        o->bn_fwd_fused = cu_bn_fwd_fused;
+        o->bn_bwd_fused = cu_bn_bwd_fused;
     }
     if (fusion & (BACKEND_FUSE_GRAPH_CONV | BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_DGRAD_ACCUM))
         o->conv_engine = graph_first_engine;

@@ -95,14 +95,6 @@ __device__ __forceinline__ bool block_final(int c, const float *part, unsigned *
     return true;
 }
 
-/* The statistics of channel ch from its two sums (of x - x[0][ch] and its square over m
- * rows): mean, biased var, and with run_mean the running update; the one function of the
- * two-pass final kernel and the one-pass last block. */
-template <typename T>
-__device__ __forceinline__ void stats_out(int ch, double s, double ss, int64_t m, const T *x, float *mean,
-                                          float *var, float unbias, float momentum, float *run_mean,
-                                          float *run_var);
-
 /* Partial sums of (x - shift) and (x - shift)^2, shift = the channel's value in row 0.
  * ONE: then the statistics themselves in the last block (block_final; fin). */
 template <typename T, int V, bool ONE = false>
@@ -121,12 +113,7 @@ __global__ void __launch_bounds__(256) bn_stats_partial_k(int64_t m, int c, cons
              r += (int64_t)gridDim.y * blockDim.y) {
             float v[V];
             load_v<T, V>(x + r * c + ch0, v);
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                float d = v[k] - shift[k];
-                s[k] += d;
-                ss[k] += d * d;
-            }
+            stats_acc<V>(s, ss, v, shift);
         }
     }
     block_partials<V>(s, ss, active, ch0, c, part);
@@ -176,28 +163,6 @@ __device__ __forceinline__ bool sum_splits(int c, int splits, const float *part,
     return true;
 }
 
-/* The running-statistics update of channel ch from the batch's mean mu and biased
- * variance v (unbias = count / (count - 1)): run = momentum * batch + (1 - momentum) *
- * run, the expression bn_running_k always had; one function for it and the statistics'
- * final kernel (bn_fold_running), so the two compile the same arithmetic (test_gpu_norm
- * holds them to the same bits). */
-__device__ __forceinline__ void bn_running_one(int ch, float mu, float v, float unbias, float momentum,
-                                               float *run_mean, float *run_var) {
-    run_mean[ch] = momentum * mu + (1.0f - momentum) * run_mean[ch];
-    run_var[ch] = momentum * (v * unbias) + (1.0f - momentum) * run_var[ch];
-}
-
-template <typename T>
-__device__ __forceinline__ void stats_out(int ch, double s, double ss, int64_t m, const T *x, float *mean,
-                                          float *var, float unbias, float momentum, float *run_mean,
-                                          float *run_var) {
-    double ms = s / (double)m, v = ss / (double)m - ms * ms;
-    float mu = (float)((double)to_f32(x[ch]) + ms), vf = (float)(v > 0.0 ? v : 0.0);
-    mean[ch] = mu;
-    var[ch] = vf;
-    if (run_mean) bn_running_one(ch, mu, vf, unbias, momentum, run_mean, run_var);
-}
-
 /* mean, var from the splits' sums; with run_mean given (bn_fold_running), then the
  * running statistics from them, as bn_running_k would. */
 template <typename T, int TY>
@@ -209,13 +174,6 @@ __global__ void __launch_bounds__(BN_TX * TY) bn_stats_final_k(int64_t m, int c,
     double s, ss;
     if (!sum_splits<TY>(c, splits, part, &s, &ss)) return;
     stats_out<T>(blockIdx.x * BN_TX + threadIdx.x, s, ss, m, x, mean, var, unbias, momentum, run_mean, run_var);
-}
-
-/* act_keeps of the y that bn_apply_k (no residual) stored for input v: bn_out rounded to
- * T and back, so a tiny positive output that rounds to 0 in fp16 is masked as stored. */
-template <typename T>
-__device__ __forceinline__ bool remask_keeps(int act, float v, float mu, float sc, float bt) {
-    return act_keeps(act, to_f32(from_f32<T>(bn_out(act, v, mu, sc, bt, false, 0.0f))));
 }
 
 /* y = act((x - mean) * gamma / sqrt(var + eps) + beta [+ z]). MASK (V = 8 only): also
@@ -250,30 +208,6 @@ __global__ void bn_running_k(int c, const float *mean, const float *var, float u
     bn_running_one(ch, mean[ch], var[ch], unbias, momentum, run_mean, run_var);
 }
 
-/* The per-channel scale and shift of the mask recompute (bn_remask): sc, bt of
- * bn_apply_k when beta is given, else zeros (unused). */
-template <int V>
-__device__ __forceinline__ void remask_params(int ch0, const float *var, const float *gamma, const float *beta,
-                                              float eps, float (&sc)[V], float (&bt)[V]) {
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-        sc[k] = beta ? bn_scale(gamma[ch0 + k], var[ch0 + k], eps) : 0.0f;
-        bt[k] = beta ? beta[ch0 + k] : 0.0f;
-    }
-}
-
-/* The backward's per-channel results from the two sums (of g and g * (x - mean)): the
- * one function of the two-pass final kernel and the one-pass last block. */
-__device__ __forceinline__ void bwd_out(int ch, double s, double sx, const float *var, float eps, float *sum_dy,
-                                        float *sum_dy_xhat, float *dgamma, float *dbeta) {
-    double invstd = 1.0 / sqrt((double)var[ch] + (double)eps);   /* as the cpu backend */
-    float sdy = (float)s, sdyx = (float)(sx * invstd);
-    sum_dy[ch] = sdy;
-    sum_dy_xhat[ch] = sdyx;
-    if (dbeta) dbeta[ch] += sdy;
-    if (dgamma) dgamma[ch] += sdyx;
-}
-
 /* Partial sums of g and g * (x - mean), g = dy masked by the activation: recomputed from
  * x when beta is given (bn_remask; y is not read), read from the mask bits with MASK
  * (bn_mask_bits; y is not read), else seen from y when y is given. ONE: then the sums
@@ -301,20 +235,8 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_k(int64_t m, int c, const 
             float xv[V], g[V];
             load_v<T, V>(x + r * c + ch0, xv);
             load_v<T, V>(dy + r * c + ch0, g);
-            if constexpr (MASK) {
-                drop_by_bits<V>(g, mask, r * c + ch0);
-            } else if (beta) {
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
-            } else if (y) {
-                drop_by_y<T, V>(g, y + r * c + ch0, act);
-            }
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                s[k] += g[k];
-                sx[k] += g[k] * (xv[k] - mu[k]);
-            }
+            bwd_mask<T, V, MASK>(g, xv, r * c + ch0, mask, beta, mu, sc, bt, y, act);
+            bwd_acc<V>(s, sx, g, xv, mu);
         }
     }
     block_partials<V>(s, sx, active, ch0, c, part);
@@ -368,15 +290,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_k(int64_t m, int c, const T 
         int64_t off = r * c + ch0;
         load_v<T, V>(x + off, xv);
         load_v<T, V>(dy + off, g);
-        if constexpr (MASK) {
-            drop_by_bits<V>(g, mask, off);
-        } else if (beta) {
-#pragma unroll
-            for (int k = 0; k < V; k++)
-                if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
-        } else if (y) {
-            drop_by_y<T, V>(g, y + off, act);
-        }
+        bwd_mask<T, V, MASK>(g, xv, off, mask, beta, mu, sc, bt, y, act);
         if (dz) store_v<T, V>(dz + off, g);
 #pragma unroll
         for (int k = 0; k < V; k++) xv[k] = bn_dx(g[k], xv[k], mu[k], is[k], a[k], mdy[k], mdyx[k]);
@@ -506,14 +420,6 @@ int cu_bn_update_running(backend_t *be, int c, const float *mean, const float *v
                                                            run_mean, run_var);
     KERNEL_CHECK(cb, "bn_running_k");
     return 0;
-}
-
-/* The beta the backward kernels get: the op's when bn_remask is on and the mask can be
- * recomputed (a relu / relu6 mask, no residual gradient dz), else NULL (read y). */
-static const float *remask_beta(const cuda_be_t *cb, const void *y, act_kind_t act, const float *gamma,
-                                const float *beta, const void *dz) {
-    bool on = (cb->fusion & BACKEND_FUSE_BN_REMASK) && y && act != ACT_NONE && gamma && !dz;
-    return on ? beta : NULL;
 }
 
 /* bn_bwd_reduce; mask given (bn_mask_bits): the mask from its bits, y not read */

@@ -57,5 +57,14 @@ int cu_bn_bwd_apply_dual(backend_t *be, int64_t m, int c, dtype_t dt, const void
                          const float *mean2, const float *var2, const float *gamma2, float eps, const float *sum_dy,
                          const float *sum_dy_xhat, int64_t count, const float *sum_dy2, const float *sum_dy_xhat2,
                          int64_t count2, void *dx, void *dx2, const uint8_t *mask);
+/* a BN's forward and backward each in one cooperative kernel (bn_persist, norm_persist.cu;
+ * backend_ops_t.bn_fwd_fused, bn_bwd_fused): 0 ran, 1 cannot here (nothing written) */
+int cu_bn_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                    int64_t count, float momentum, float *run_mean, float *run_var, const float *gamma,
+                    const float *beta, float eps, const void *z, act_kind_t act, void *y, uint8_t *mask);
+int cu_bn_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                    const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                    float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, int64_t count,
+                    void *dx, void *dz, const uint8_t *mask);
 
 #endif

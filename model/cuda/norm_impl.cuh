@@ -38,12 +38,14 @@ __device__ __forceinline__ void store_v(T *p, const float (&f)[V]) {
     }
 }
 
-/* Sums two per-thread arrays over threadIdx.y and writes them as split blockIdx.y of
- * part (layout [2][splits][c]). Must be reached by every thread of the block (TX x TY =
- * 256 at most; with TX = 32 the order of the sums is that of the 32 x 8 layout). */
+/* Sums two per-thread arrays over threadIdx.y and writes them as split `split` of `splits`
+ * of part (layout [2][splits][c]). Must be reached by every thread of the block (TX x TY =
+ * 256 at most; with TX = 32 the order of the sums is that of the 32 x 8 layout). The row
+ * kernels' split is blockIdx.y of gridDim.y (block_partials); bn_persist's blocks each
+ * take several of the same splits one after another. */
 template <int V>
-__device__ __forceinline__ void block_partials(const float (&a)[V], const float (&b)[V],
-                                               bool active, int ch0, int c, float *part) {
+__device__ __forceinline__ void block_partials_at(const float (&a)[V], const float (&b)[V], bool active, int ch0,
+                                                  int c, float *part, int64_t split, int64_t splits) {
     __shared__ float sa[BN_TY * BN_TX * V], sb[BN_TY * BN_TX * V];
     int row = blockDim.x * V;   /* one threadIdx.y's values */
 #pragma unroll
@@ -53,7 +55,6 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
     }
     __syncthreads();
     if (threadIdx.y == 0 && active) {
-        int64_t splits = gridDim.y;
 #pragma unroll
         for (int k = 0; k < V; k++) {
             float u = 0.0f, w = 0.0f;
@@ -61,9 +62,40 @@ __device__ __forceinline__ void block_partials(const float (&a)[V], const float 
                 u += sa[j * row + threadIdx.x * V + k];
                 w += sb[j * row + threadIdx.x * V + k];
             }
-            part[(int64_t)blockIdx.y * c + ch0 + k] = u;
-            part[(splits + blockIdx.y) * c + ch0 + k] = w;
+            part[split * c + ch0 + k] = u;
+            part[(splits + split) * c + ch0 + k] = w;
         }
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void block_partials(const float (&a)[V], const float (&b)[V],
+                                               bool active, int ch0, int c, float *part) {
+    block_partials_at<V>(a, b, active, ch0, c, part, (int64_t)blockIdx.y, (int64_t)gridDim.y);
+}
+
+/* One row's contribution to the statistics' two per-thread sums, of d = v - shift and
+ * d^2: the one expression of bn_stats_partial_k and bn_persist's forward. */
+template <int V>
+__device__ __forceinline__ void stats_acc(float (&s)[V], float (&ss)[V], const float (&v)[V],
+                                          const float (&shift)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        float d = v[k] - shift[k];
+        s[k] += d;
+        ss[k] += d * d;
+    }
+}
+
+/* One row's contribution to the backward's two per-thread sums, of g and g * (x - mean):
+ * the one expression of bn_bwd_partial_k and bn_persist's backward. */
+template <int V>
+__device__ __forceinline__ void bwd_acc(float (&s)[V], float (&sx)[V], const float (&g)[V], const float (&xv)[V],
+                                        const float (&mu)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        s[k] += g[k];
+        sx[k] += g[k] * (xv[k] - mu[k]);
     }
 }
 
@@ -105,6 +137,77 @@ __device__ __forceinline__ float bn_out(int act, float v, float mu, float sc, fl
     return o;
 }
 
+/* The running-statistics update of channel ch from the batch's mean mu and biased
+ * variance v (unbias = count / (count - 1)): run = momentum * batch + (1 - momentum) *
+ * run, the expression bn_running_k always had; one function for it and the statistics'
+ * final kernel (bn_fold_running), so the two compile the same arithmetic (test_gpu_norm
+ * holds them to the same bits). */
+__device__ __forceinline__ void bn_running_one(int ch, float mu, float v, float unbias, float momentum,
+                                               float *run_mean, float *run_var) {
+    run_mean[ch] = momentum * mu + (1.0f - momentum) * run_mean[ch];
+    run_var[ch] = momentum * (v * unbias) + (1.0f - momentum) * run_var[ch];
+}
+
+/* A channel's mean and biased variance from its two sums (of x - x0 and its square over
+ * m rows; x0 = x[0][ch], the shift): the one arithmetic of stats_out and bn_persist. */
+__device__ __forceinline__ void stats_of(double s, double ss, int64_t m, float x0, float *mu, float *vf) {
+    double ms = s / (double)m, v = ss / (double)m - ms * ms;
+    *mu = (float)((double)x0 + ms);
+    *vf = (float)(v > 0.0 ? v : 0.0);
+}
+
+/* The statistics of channel ch from its two sums (of x - x[0][ch] and its square over m
+ * rows): mean, biased var, and with run_mean the running update; the one function of the
+ * two-pass final kernel and the one-pass last block. */
+template <typename T>
+__device__ __forceinline__ void stats_out(int ch, double s, double ss, int64_t m, const T *x, float *mean,
+                                          float *var, float unbias, float momentum, float *run_mean,
+                                          float *run_var) {
+    float mu, vf;
+    stats_of(s, ss, m, to_f32(x[ch]), &mu, &vf);
+    mean[ch] = mu;
+    var[ch] = vf;
+    if (run_mean) bn_running_one(ch, mu, vf, unbias, momentum, run_mean, run_var);
+}
+
+/* act_keeps of the y that bn_apply_k (no residual) stored for input v: bn_out rounded to
+ * T and back, so a tiny positive output that rounds to 0 in fp16 is masked as stored. */
+template <typename T>
+__device__ __forceinline__ bool remask_keeps(int act, float v, float mu, float sc, float bt) {
+    return act_keeps(act, to_f32(from_f32<T>(bn_out(act, v, mu, sc, bt, false, 0.0f))));
+}
+
+/* The per-channel scale and shift of the mask recompute (bn_remask): sc, bt of
+ * bn_apply_k when beta is given, else zeros (unused). */
+template <int V>
+__device__ __forceinline__ void remask_params(int ch0, const float *var, const float *gamma, const float *beta,
+                                              float eps, float (&sc)[V], float (&bt)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        sc[k] = beta ? bn_scale(gamma[ch0 + k], var[ch0 + k], eps) : 0.0f;
+        bt[k] = beta ? beta[ch0 + k] : 0.0f;
+    }
+}
+
+/* The backward's per-channel results from the two sums (of g and g * (x - mean)): the
+ * one function of the two-pass final kernel and the one-pass last block (bwd_of: the
+ * arithmetic, bn_persist's too). */
+__device__ __forceinline__ void bwd_of(double s, double sx, float var, float eps, float *sdy, float *sdyx) {
+    double invstd = 1.0 / sqrt((double)var + (double)eps);   /* as the cpu backend */
+    *sdy = (float)s;
+    *sdyx = (float)(sx * invstd);
+}
+
+__device__ __forceinline__ void bwd_out(int ch, double s, double sx, const float *var, float eps, float *sum_dy,
+                                        float *sum_dy_xhat, float *dgamma, float *dbeta) {
+    float sdy, sdyx;
+    bwd_of(s, sx, var[ch], eps, &sdy, &sdyx);
+    sum_dy[ch] = sdy;
+    sum_dy_xhat[ch] = sdyx;
+    if (dbeta) dbeta[ch] += sdy;
+    if (dgamma) dgamma[ch] += sdyx;
+}
+
 /* The mask bits of elements i .. i + V - 1 (bn_mask_bits) as bit k of the result: one
  * byte load for V = 8 (i is then a multiple of 8: V divides c and the channel offset). */
 template <int V>
@@ -138,6 +241,25 @@ __device__ __forceinline__ void drop_by_y(float (&g)[V], const T *y, int act) {
         if (!act_keeps(act, yv[k])) g[k] = 0.0f;
 }
 
+/* g (dy as loaded) masked by the activation as the backward kernels see it: from the
+ * bits with MASK (bn_mask_bits), recomputed from x when beta is given (bn_remask; mu,
+ * sc, bt: remask_params'), else from y when y is given (none: nothing masked). off: the
+ * element offset of the thread's V channels. */
+template <typename T, int V, bool MASK>
+__device__ __forceinline__ void bwd_mask(float (&g)[V], const float (&xv)[V], int64_t off, const uint8_t *mask,
+                                         const float *beta, const float (&mu)[V], const float (&sc)[V],
+                                         const float (&bt)[V], const T *y, int act) {
+    if constexpr (MASK) {
+        drop_by_bits<V>(g, mask, off);
+    } else if (beta) {
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            if (!remask_keeps<T>(act, xv[k], mu[k], sc[k], bt[k])) g[k] = 0.0f;
+    } else if (y) {
+        drop_by_y<T, V>(g, y + off, act);
+    }
+}
+
 /* The mask byte of a thread's 8 outputs v (bit k: act_keeps of v[k] as stored in T). */
 template <typename T, int V>
 __device__ __forceinline__ uint8_t mask_byte(int act, const float (&v)[V]) {
@@ -156,19 +278,26 @@ int cu_bn_bwd_final(cuda_be_t *cb, int c, int splits, const float *part, const f
 
 /* The per-channel values a dx kernel computes a thread's V channels (ch0 on) with: mean,
  * 1 / std, gamma / std, and the two sums over count (bn_dx's mdy, mdyx). */
+/* One channel's values of dx_params (bn_persist takes the sums from shared memory). */
+__device__ __forceinline__ void dx_param_one(float mean, float var, float gamma, float eps, float sdy, float sdyx,
+                                             float inv_count, float *mu, float *is, float *a, float *mdy,
+                                             float *mdyx) {
+    *mu = mean;
+    *is = 1.0f / sqrtf(var + eps);
+    *a = gamma * *is;
+    *mdy = sdy * inv_count;
+    *mdyx = sdyx * inv_count;
+}
+
 template <int V>
 __device__ __forceinline__ void dx_params(int ch0, const float *mean, const float *var, const float *gamma, float eps,
                                           const float *sum_dy, const float *sum_dy_xhat, float inv_count,
                                           float (&mu)[V], float (&is)[V], float (&a)[V], float (&mdy)[V],
                                           float (&mdyx)[V]) {
 #pragma unroll
-    for (int k = 0; k < V; k++) {
-        mu[k] = mean[ch0 + k];
-        is[k] = 1.0f / sqrtf(var[ch0 + k] + eps);
-        a[k] = gamma[ch0 + k] * is[k];
-        mdy[k] = sum_dy[ch0 + k] * inv_count;
-        mdyx[k] = sum_dy_xhat[ch0 + k] * inv_count;
-    }
+    for (int k = 0; k < V; k++)
+        dx_param_one(mean[ch0 + k], var[ch0 + k], gamma[ch0 + k], eps, sum_dy[ch0 + k], sum_dy_xhat[ch0 + k],
+                     inv_count, &mu[k], &is[k], &a[k], &mdy[k], &mdyx[k]);
 }
 
 /* One element of a BN's dx: a (gamma * invstd) * (g - mean(dy) - xhat * mean(dy * xhat)),
@@ -228,6 +357,14 @@ static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, cons
         if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
     }
     return bn_geom_v(cb, m, c, v, wide);
+}
+
+/* The beta the backward kernels get: the op's when bn_remask is on and the mask can be
+ * recomputed (a relu / relu6 mask, no residual gradient dz), else NULL (read y). */
+static inline const float *remask_beta(const cuda_be_t *cb, const void *y, act_kind_t act, const float *gamma,
+                                const float *beta, const void *dz) {
+    bool on = (cb->fusion & BACKEND_FUSE_BN_REMASK) && y && act != ACT_NONE && gamma && !dz;
+    return on ? beta : NULL;
 }
 
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \

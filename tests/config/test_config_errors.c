@@ -129,15 +129,15 @@ static void test_wrong_types(void) {
 static void test_cuda_fusion_names(void) {
     CHECK_STR(fail(MIN "train: {cuda_fusion: [conv_stat]}\n"),
               "exp.yaml:3:23: train.cuda_fusion[0]: 'conv_stat' is not one of graph_conv, conv_stats, "
-              "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, all; did you mean conv_stats?");
+              "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, bn_persist, all; did you mean conv_stats?");
     CHECK_STR(fail(MIN "train: {cuda_fusion: [vec16, vec16]}\n"),
               "exp.yaml:3:30: train.cuda_fusion[1]: 'vec16' appears twice; list each once");
     CHECK_STR(fail(MIN "train: {cuda_fusion: fast}\n"),
               "exp.yaml:3:22: train.cuda_fusion[0]: 'fast' is not one of graph_conv, conv_stats, dgrad_dbn, "
-              "dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, all");
+              "dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, bn_persist, all");
     CHECK_STR(fail(MIN "train: {cuda_fusion: [bn_remsk]}\n"),
               "exp.yaml:3:23: train.cuda_fusion[0]: 'bn_remsk' is not one of graph_conv, conv_stats, "
-              "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, all; did you mean bn_remask?");
+              "dgrad_dbn, dgrad_accum, vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, bn_persist, all; did you mean bn_remask?");
 }
 
 static void test_ranges(void) {

@@ -290,11 +290,12 @@ static void test_fusion_names(void) {
     /* measured faster; the others stay selectable */
     CHECK_STR(buf, "graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add");
     CHECK_INT(backend_fusion_parse("all,conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,"
-                                   "bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune", &m, &e), 0);
+                                   "bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune,bn_persist", &m, &e), 0);
     CHECK_INT(m, BACKEND_FUSE_EVERY);
     backend_fusion_format(m, buf, sizeof buf);
     CHECK_STR(buf, "graph_conv,conv_stats,dgrad_dbn,dgrad_accum,vec16,bn_remask,bn_wide_final,bn_fold_running,"
-                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune");
+                   "dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune,"
+                   "bn_persist");
     CHECK_INT(backend_fusion_parse("graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,"
                                    "bn_mask_bits,bn_dual_add", &m, &e), 0);
     /* bn_remask measured faster (H100, 2026-11-26), bn_wide_final and bn_fold_running (H200),
@@ -303,7 +304,7 @@ static void test_fusion_names(void) {
     CHECK(!(BACKEND_FUSE_ALL & (BACKEND_FUSE_CONV_STATS | BACKEND_FUSE_DGRAD_DBN | BACKEND_FUSE_VEC16 |
                                 BACKEND_FUSE_DGRAD_ACCUM_TUNE | BACKEND_FUSE_BN_MORE_SPLITS |
                                 BACKEND_FUSE_HEUR_B | BACKEND_FUSE_WGRAD_F32 | BACKEND_FUSE_BN_ONE_PASS |
-                                BACKEND_FUSE_BN_APPLY_TUNE)));   /* no gain, slower, or not measured */
+                                BACKEND_FUSE_BN_APPLY_TUNE | BACKEND_FUSE_BN_PERSIST)));   /* no gain, slower, or not measured */
     CHECK_STR(backend_fusion_name(5), "bn_remask");
     CHECK_STR(backend_fusion_name(6), "bn_wide_final");
     CHECK_STR(backend_fusion_name(7), "bn_fold_running");
@@ -316,6 +317,7 @@ static void test_fusion_names(void) {
     CHECK_STR(backend_fusion_name(14), "wgrad_f32");
     CHECK_STR(backend_fusion_name(15), "bn_one_pass");
     CHECK_STR(backend_fusion_name(16), "bn_apply_tune");
+    CHECK_STR(backend_fusion_name(17), "bn_persist");
     CHECK(backend_fusion_name(BACKEND_FUSE_COUNT) == NULL);
     CHECK_INT(backend_fusion_parse("none", &m, &e), 0);
     CHECK_INT(m, 0);
@@ -327,7 +329,7 @@ static void test_fusion_names(void) {
     /* the names come from the one list (BACKEND_FUSION_NAMES), as they did spelled out */
     CHECK_STR(e.msg, "cuda fusion: unknown option 'bogus'; use graph_conv, conv_stats, dgrad_dbn, dgrad_accum, "
                      "vec16, bn_remask, bn_wide_final, bn_fold_running, dgrad_accum_tune, bn_more_splits, pdl, "
-                     "heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, all or none");
+                     "heur_b, bn_mask_bits, bn_dual_add, wgrad_f32, bn_one_pass, bn_apply_tune, bn_persist, all or none");
 }
 
 /* ---- the net's calls, on the CPU ---- */
@@ -806,6 +808,135 @@ static void check_dual(net_t *(*build)(err_t *), dtype_t dt, int dual) {
     free_result(&r3);
 }
 
+/* ---- the net's use of the one-op BN passes (bn_persist) ---- */
+
+static int g_pf_fwd, g_pf_bwd, g_pf_refused, g_pf_masked;   /* calls each way; refused; given mask bits */
+static bool g_pf_refuse;
+
+/* The CPU's separate ops in the order the net calls them: bn_stats, the running update,
+ * bn_apply (with the bits as c_apply_mask writes them when mask is given). */
+static int c_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                       int64_t count, float momentum, float *run_mean, float *run_var, const float *gamma,
+                       const float *beta, float eps, const void *z, act_kind_t act, void *y, uint8_t *mask) {
+    g_pf_fwd++;
+    CHECK(run_mean != NULL && run_var != NULL && count == m);
+    if (g_pf_refuse) {
+        g_pf_refused++;
+        return 1;
+    }
+    if (g_cpu->bn_stats(be, m, c, dt, x, mean, var) ||
+        g_cpu->bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var) ||
+        g_cpu->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y))
+        return -1;
+    if (mask) {
+        g_pf_masked++;
+        mask_from_y(mask, m * c, act, y);
+    }
+    return 0;
+}
+
+/* bn_bwd_reduce then bn_bwd_apply (with the mask bits: from a y made of them). */
+static int c_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                       float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, int64_t count,
+                       void *dx, void *dz, const uint8_t *mask) {
+    g_pf_bwd++;
+    CHECK(dx != NULL);
+    if (g_pf_refuse) {
+        g_pf_refused++;
+        return 1;
+    }
+    float *r = mask ? y_of_bits(m, c, y, act, mask) : NULL;
+    const void *yy = mask ? (const void *)r : y;
+    const float *bb = mask ? NULL : beta;
+    int rc = (mask && !r) ||
+             g_cpu->bn_bwd_reduce(be, m, c, dt, x, yy, act, dy, mean, var, gamma, bb, eps, sum_dy, sum_dy_xhat,
+                                  dgamma, dbeta) ||
+             g_cpu->bn_bwd_apply(be, m, c, dt, x, yy, act, dy, mean, var, gamma, bb, eps, sum_dy, sum_dy_xhat,
+                                 count, dx, dz)
+                 ? -1
+                 : 0;
+    free(r);
+    return rc;
+}
+
+/* The net runs each BN's passes through the one-op slots where the backend has them
+ * (bns of them each way in the training forward and backward, none in evaluation) and the
+ * step gives the same bits as the separate ops; refused (1), the separate ops, the same
+ * bits again. With the mask-bit ops the add-relu BNs' bits come from bn_fwd_fused
+ * (add_relu of them); with the dual ops the dual pairs (2 * dual BNs) keep theirs; with
+ * the fused statistics of the convolution (conv2d_fwd_bn_stats) every BN that follows a
+ * conv runs its separate ops forward. */
+static void check_persist(net_t *(*build)(err_t *), dtype_t dt, int bns, int add_relu, int dual) {
+    static backend_ops_t pf, pfm, pfd, pfs;
+    if (!cpu_table(&pf)) return;
+    CHECK(pf.bn_fwd_fused == NULL && pf.bn_bwd_fused == NULL);   /* a cuda option */
+    pf.bn_fwd_fused = c_fwd_fused;
+    pf.bn_bwd_fused = c_bwd_fused;
+    pfm = pf;
+    install_mask_ops(&pfm);
+    pfd = pf;
+    pfd.bn_apply_dual = c_apply_dual;
+    pfd.bn_bwd_reduce_dual = c_bred_dual;
+    pfd.bn_bwd_apply_dual = c_bapp_dual;
+    pfs = pf;
+    pfs.conv2d_fwd_bn_stats = c_stats;
+    result_t ref = run_step(build, NULL, dt);
+    g_pf_fwd = g_pf_bwd = g_pf_refused = g_pf_masked = 0;
+    g_pf_refuse = false;
+    result_t r1 = run_step(build, &pf, dt);
+    check_same(&ref, &r1);
+    CHECK_INT(g_pf_fwd, bns);   /* the training forward's; not the evaluation's */
+    CHECK_INT(g_pf_bwd, bns);
+    CHECK_INT(g_pf_masked, 0);
+    g_pf_fwd = g_pf_bwd = 0;
+    g_pf_refuse = true;
+    result_t r2 = run_step(build, &pf, dt);
+    check_same(&ref, &r2);
+    CHECK_INT(g_pf_refused, 2 * bns);
+    g_pf_refuse = false;
+    g_pf_fwd = g_pf_bwd = g_pf_masked = 0;
+    g_mb_apply = g_mb_bwd = g_mb_same = 0;
+    g_mb_refuse = false;
+    result_t r3 = run_step(build, &pfm, dt);
+    check_same(&ref, &r3);
+    CHECK_INT(g_pf_fwd, bns);
+    CHECK_INT(g_pf_masked, add_relu);
+    CHECK_INT(g_mb_apply, 0);                 /* the bits from bn_fwd_fused */
+    CHECK_INT(g_mb_bwd, add_relu);            /* c_bwd_fused read them once each */
+    CHECK_INT(g_mb_same, add_relu);
+    g_pf_fwd = g_pf_bwd = 0;
+    g_du_apply = g_du_bwd = 0;
+    g_du_refuse = false;
+    result_t r4 = run_step(build, &pfd, dt);
+    check_same(&ref, &r4);
+    CHECK_INT(g_du_apply, dual);
+    CHECK_INT(g_pf_fwd, bns - 2 * dual);
+    CHECK_INT(g_pf_bwd, bns - 2 * dual);
+    g_pf_fwd = g_pf_bwd = 0;
+    g_stats = 0;
+    g_mask = false;
+    result_t r5 = run_step(build, &pfs, dt);
+    check_same(&ref, &r5);
+    CHECK_INT(g_pf_fwd, bns - g_stats);
+    CHECK(g_stats > 0);
+    CHECK_INT(g_pf_bwd, bns);
+    free_result(&ref);
+    free_result(&r1);
+    free_result(&r2);
+    free_result(&r3);
+    free_result(&r4);
+    free_result(&r5);
+}
+
+/* resnet20: 21 BNs, 9 add-relu, 2 projection shortcuts; the mixed net: 5 BNs, 1 add-relu */
+static void test_persist(void) {
+    check_persist(build_resnet20, DT_F32, 21, 9, 2);
+    check_persist(build_resnet20, DT_BF16, 21, 9, 2);
+    check_persist(build_mixed, DT_F32, 5, 1, 0);
+    check_persist(build_mixed, DT_BF16, 5, 1, 0);
+}
+
 /* resnet20: the first blocks of stages 2 and 3 have a projection shortcut (1x1 conv +
  * BN); the mixed net's shortcut is bn3, which c4 reads too: none */
 static void test_dual(void) {
@@ -873,5 +1004,6 @@ int main(void) {
     TEST_RUN(test_remask_promise);
     TEST_RUN(test_mask_bits);
     TEST_RUN(test_dual);
+    TEST_RUN(test_persist);
     return test_main_end();
 }
