@@ -114,10 +114,14 @@ int cuda_backend_last_fused(backend_t *be);
  * restores every default. The reductions then add their partial sums in another fixed
  * order (rounding, not the result; deterministic either way); the apply kernels compute
  * each element alike, so their outputs are the same bits under any geometry
- * (test_gpu_norm). Outside a graph capture (one_pass allocates its tickets once): 0, or
- * -1 with the backend's error. */
+ * (test_gpu_norm). persist_blocks, persist_slots (bn_persist's cooperative kernels, for
+ * their tests): at most that many blocks in the grid (so each takes several of the row
+ * kernels' blocks), at most that many rows a thread kept in shared memory (-1: none, so
+ * every row is read again); the same bits under any. Outside a graph capture (one_pass
+ * allocates its tickets once): 0, or -1 with the backend's error. */
 typedef struct cuda_bn_geom {
     int rows_min, blocks_per_sm, v_max, one_pass;
+    int persist_blocks, persist_slots;
 } cuda_bn_geom_t;
 int cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g);
 /* For a unit test without a GPU: builds and finalizes every descriptor of the operations

@@ -71,6 +71,7 @@ typedef struct cuda_be {
     bool last_fused;             /* the last fused op ran fused (not its unfused fallback) */
     /* the BN row kernels' geometry overrides (cuda_backend_bn_geometry; 0: the default) */
     int bn_rows_min, bn_blocks_per_sm, bn_v_max;
+    int bn_persist_blocks, bn_persist_slots;   /* bn_persist: at most that many blocks, rows kept (-1: none) */
     bool bn_one_pass;            /* the reductions' one-pass form (needs bn_counters) */
     void *bn_counters;           /* CB_BN_COUNTERS tickets, zero between uses; cb_malloc'd once */
     struct bn_tune *bn_tunes;    /* bn_apply_tune: the row splits timed per apply kernel and shape */

@@ -114,6 +114,8 @@ int cuda_backend_bn_geometry(backend_t *be, const cuda_bn_geom_t *g) {
     cb->bn_rows_min = g && g->rows_min > 0 ? g->rows_min : 0;
     cb->bn_blocks_per_sm = g && g->blocks_per_sm > 0 ? g->blocks_per_sm : 0;
     cb->bn_v_max = g && g->v_max > 0 ? g->v_max : 0;
+    cb->bn_persist_blocks = g && g->persist_blocks > 0 ? g->persist_blocks : 0;
+    cb->bn_persist_slots = g ? g->persist_slots : 0;
     cb->bn_one_pass = false;
     if (!g || !g->one_pass) return 0;
     if (cu_bn_counters(cb)) return -1;

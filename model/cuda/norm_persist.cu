@@ -331,6 +331,7 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
     if (nb < 1) return 1;
     int64_t nvb = (int64_t)g.grid.x * g.grid.y, grid = (int64_t)nb * cb->sm_count;
     if (grid > nvb) grid = nvb;
+    if (cb->bn_persist_blocks > 0 && grid > cb->bn_persist_blocks) grid = cb->bn_persist_blocks;
     /* the shared memory each of the blocks an SM holds may take for rows */
     int64_t per_sm = (grid + cb->sm_count - 1) / cb->sm_count;
     int64_t room = cb->persist_smem_sm / per_sm - (int64_t)fa.sharedSizeBytes - cb->persist_smem_reserved;
@@ -340,6 +341,8 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
     int64_t need = (nvb + grid - 1) / grid * rows_vb;
     int64_t slots = room > 0 ? room / ((int64_t)nt * (int64_t)row_bytes) : 0;
     if (slots > need) slots = need;
+    if (cb->bn_persist_slots < 0) slots = 0;
+    else if (cb->bn_persist_slots > 0 && slots > cb->bn_persist_slots) slots = cb->bn_persist_slots;
     size_t dyn = (size_t)slots * nt * row_bytes;
     int nb2 = 0;
     CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k, nt, dyn));

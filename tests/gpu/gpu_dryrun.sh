@@ -21,6 +21,8 @@
 #                            from y's mask
 #   dual_dz_unmasked         (the same) the shortcut BN summed from the unmasked dy: its
 #                            sum_dy_xhat2 differs from the separate ops'
+#   persist_stats_order      (the same) bn_fwd_fused's last mean one ulp off: its mean
+#                            differs from the separate ops'
 # With `images BINARY`: test_gpu_cli_images' GPU-vs-CPU cases with RUNNER_GPU_CLI_DRYRUN=cpu
 # (the "gpu" side is the runner on the CPU's Winograd engine) without a defect (must pass)
 # and with the test's own planted defects (must fail the case meant for them):
@@ -89,5 +91,8 @@ nb_cases=test_mask_bits_node_fp32,test_mask_bits_node_bf16,test_dual_node_fp32,t
 expect 0 "4 passed, 0 failed" "" $nb_cases "$bn"
 expect 1 "bits differ from y's mask" mask_bit_flip test_mask_bits_node_bf16 "$bn"
 expect 1 "sum_dy_xhat2 differs (separate ops: DIFFERS" dual_dz_unmasked test_dual_node_fp32 "$bn"
+# bn_persist's node checks on the stand-ins: pass as they are, fail on a mean one ulp off
+expect 0 "2 passed, 0 failed" "" test_persist_node_fp32,test_persist_node_bf16 "$bn"
+expect 1 "kind 0 m 1024 c 256 geometry 1: mean differs" persist_stats_order test_persist_node_bf16 "$bn"
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -23,6 +23,8 @@
  *                        flips one bit of the mask it writes
  *   dual_dz_unmasked     (the same) bn_bwd_reduce_dual sums the shortcut BN's gradient
  *                        from dy not masked by the ReLU
+ *   persist_stats_order  (the same) bn_fwd_fused's last channel's mean one ulp off, as
+ *                        another order of the sums would leave it
  * Works on either backend kind (reads and writes through download/upload). Test code only:
  * the wrapped tables live in static storage of the including program.
  * The CLI tests, whose GPU side is a runner process, plant their defects in that side's
@@ -206,7 +208,8 @@ static inline void plant_side(backend_t *be, int i, const char *name) {
         ps->ops.bn_bwd_reduce = plant_bn_bred;
         ps->ops.bn_bwd_apply = plant_bn_bapp;
     }
-    else if (!strcmp(name, "mask_bit_flip") || !strcmp(name, "dual_dz_unmasked")) {
+    else if (!strcmp(name, "mask_bit_flip") || !strcmp(name, "dual_dz_unmasked") ||
+             !strcmp(name, "persist_stats_order")) {
         /* planted by test_gpu_bn_fusion's dry-run stand-ins themselves (they replace the
          * side's table after this) */
     }

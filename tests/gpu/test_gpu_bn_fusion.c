@@ -15,7 +15,13 @@
  *   bn_dual_add  one add-relu BN with a shortcut BN at 256, 64 and 24 channels, relu and
  *                relu6, reading y and the mask bits: y, dx, dx2, both BNs' sums and
  *                parameter gradients are the bits of the separate ops (same backend and
- *                one without the option).
+ *                one without the option);
+ *   bn_persist   one BN node (no activation, ReLU, ReLU6, add + ReLU reading y or the
+ *                mask bits) at 256, 64 and 24 channels, the one-op passes against the
+ *                separate ops on the same backend, under bn_persist's grid and row-keeping
+ *                overrides (several row blocks a block, rows read again): the statistics,
+ *                running statistics, y, the bits, dx, dz, both sums and the parameter
+ *                gradients are the same bits; the refusals answer 1.
  * Under RUNNER_GPU_TEST_DRYRUN=cpu the mask-bit and dual ops are stand-ins made of the
  * CPU's ops (the ops' contract), so the checks run, and fail on planted defects, on the
  * CPU (gpu_dryrun.sh). Small shapes, no convolutions: compute-sanitizer runs all of it
@@ -561,6 +567,252 @@ static void test_dual_node_fp32(void) { check_dual_nodes(DT_F32); }
 static void test_dual_node_fp16(void) { check_dual_nodes(DT_F16); }
 static void test_dual_node_bf16(void) { check_dual_nodes(DT_BF16); }
 
+/* ---- bn_persist ---- */
+
+/* The dry run's stand-ins for the one-op passes: the separate ops in the net's order, with
+ * the cuda backend's refusals (an output overlapping an input; the bits without an
+ * activation). */
+static int d_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
+                       int64_t count, float momentum, float *run_mean, float *run_var, const float *gamma,
+                       const float *beta, float eps, const void *z, act_kind_t act, void *y, uint8_t *mask) {
+    if (y == x || (z && y == z) || (mask && act == ACT_NONE)) return 1;
+    if (g_dry->bn_stats(be, m, c, dt, x, mean, var) ||
+        (run_mean && g_dry->bn_update_running(be, c, mean, var, count, momentum, run_mean, run_var)) ||
+        g_dry->bn_apply(be, m, c, dt, x, mean, var, gamma, beta, eps, z, act, y))
+        return -1;
+    if (mask) mask_from_y(mask, m * c, act, y);
+    if (dry_plant("persist_stats_order")) mean[c - 1] = nextafterf(mean[c - 1], 1e30f);
+    return 0;
+}
+static int d_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, const void *y, act_kind_t act,
+                       const void *dy, const float *mean, const float *var, const float *gamma, const float *beta,
+                       float eps, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta, int64_t count,
+                       void *dx, void *dz, const uint8_t *mask) {
+    if (dx == dy || dx == x || (dz && (dz == dy || dz == x))) return 1;
+    float *r = mask ? d_y_of_bits(m, c, mask) : NULL;
+    const void *yy = mask ? (const void *)r : y;
+    const float *bb = mask ? NULL : beta;
+    int rc = g_dry->bn_bwd_reduce(be, m, c, dt, x, yy, act, dy, mean, var, gamma, bb, eps, sum_dy, sum_dy_xhat,
+                                  dgamma, dbeta) ||
+             g_dry->bn_bwd_apply(be, m, c, dt, x, yy, act, dy, mean, var, gamma, bb, eps, sum_dy, sum_dy_xhat, count,
+                                 dx, dz);
+    free(r);
+    return rc ? -1 : 0;
+}
+
+enum { PS_OUT = 11 };
+
+/* Host inputs of one BN node of m rows x c channels: x, z, dy, gamma, beta, run_mean,
+ * run_var, dz's start (the order of MB_IN). The statistics come from x, so the mask's
+ * edges are made by z: z = -beta (rounded to dt) in every 4th row of channels k % 4 ==
+ * 0, where the add leaves beta's rounding residue; channels k % 4 == 2 sit at an offset
+ * of 100 (the statistics' shift by the first row matters there). */
+static void persist_inputs(int64_t m, int c, dtype_t dt, float *h[MB_IN]) {
+    const int64_t n = m * c;
+    h[0] = hrand(n, 91, -2.0f, 2.0f);
+    h[1] = hrand(n, 92, -1.0f, 1.0f);
+    h[2] = hrand(n, 93, -1.0f, 1.0f);
+    h[3] = hrand(c, 94, 0.4f, 1.0f);
+    h[4] = hrand(c, 95, -1.0f, 1.0f);
+    h[5] = hrand(c, 96, -0.5f, 0.5f);
+    h[6] = hrand(c, 97, 0.5f, 2.0f);
+    h[7] = hrand(n, 98, -1.0f, 1.0f);   /* a dz target starts with garbage */
+    for (int k = 0; k < c; k++)
+        for (int64_t r = 0; r < m; r++) {
+            if (k % 4 == 0 && r % 4 == 0) h[1][r * c + k] = -round_dt(h[4][k], dt);
+            if (k % 4 == 2) h[0][r * c + k] = round_dt(h[0][r * c + k] * 0.25f + 100.0f, dt);
+        }
+}
+
+/* One BN node's training forward and backward on p's gpu side: fused (bn_fwd_fused,
+ * bn_bwd_fused, both must run) or the separate ops as the net runs them. kind: 0 BN, 1
+ * BN + ReLU and 2 BN + ReLU6 (beta given to the backward: bn_remask's recompute where
+ * the option is on), 3 BN + add + ReLU (z, dz; bits: the mask bits). out: mean, var,
+ * run_mean, run_var, y, dx, dz, sum_dy, sum_dy_xhat, dgamma, dbeta (caller frees); with
+ * bits *mask_out the bits (host). */
+static void persist_node(pair_t *p, dtype_t dt, int kind, int64_t m, int c, float *h[MB_IN], bool fused, bool bits,
+                         float *out[PS_OUT], uint8_t **mask_out) {
+    const int64_t n = m * c;
+    const float eps = 1e-5f, mom = 0.1f;
+    static const act_kind_t ACT[4] = {ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU};
+    act_kind_t act = ACT[kind];
+    backend_t *g = p->gpu;
+    float *hdg = hrand(c, 99, -0.1f, 0.1f), *hdb = hrand(c, 100, -0.1f, 0.1f);
+    twin_t x = twin_new(p, n, dt, h[0]), z = twin_new(p, n, dt, h[1]), dy = twin_new(p, n, dt, h[2]);
+    twin_t ga = twin_new(p, c, DT_F32, h[3]), bt = twin_new(p, c, DT_F32, h[4]), rm = twin_new(p, c, DT_F32, h[5]);
+    twin_t rv = twin_new(p, c, DT_F32, h[6]), mean = twin_new(p, c, DT_F32, NULL), var = twin_new(p, c, DT_F32, NULL);
+    twin_t y = twin_new(p, n, dt, NULL), dx = twin_new(p, n, dt, NULL), dz = twin_new(p, n, dt, h[7]);
+    twin_t sdy = twin_new(p, c, DT_F32, NULL), sdx = twin_new(p, c, DT_F32, NULL);
+    twin_t dg = twin_new(p, c, DT_F32, hdg), db = twin_new(p, c, DT_F32, hdb);
+    size_t mbytes = (size_t)(n + 7) / 8;
+    uint8_t *mask = bits ? (uint8_t *)g->ops->alloc(g, mbytes) : NULL;
+    float *fm = (float *)mean.g, *fv = (float *)var.g, *fg = (float *)ga.g, *fb = (float *)bt.g;
+    const void *zz = kind == 3 ? z.g : NULL;
+    void *dzz = kind == 3 ? dz.g : NULL;
+    const void *yy = kind == 0 ? NULL : y.g;
+    const float *rbeta = kind == 1 || kind == 2 ? fb : NULL;   /* as the net: y and no residual */
+    if (fused) {
+        CHECK_INT(g->ops->bn_fwd_fused(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g, fg, fb, eps, zz,
+                                       act, y.g, mask), 0);
+        if (g->kind == BACKEND_CUDA) CHECK_INT(cuda_backend_last_fused(g), 1);
+        CHECK_INT(g->ops->bn_bwd_fused(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
+                                       (float *)sdx.g, (float *)dg.g, (float *)db.g, m, dx.g, dzz, mask), 0);
+    } else {
+        if (g->ops->bn_stats_running) {
+            OK(g, g->ops->bn_stats_running(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g));
+        } else {
+            OK(g, g->ops->bn_stats(g, m, c, dt, x.g, fm, fv));
+            OK(g, g->ops->bn_update_running(g, c, fm, fv, m, mom, (float *)rm.g, (float *)rv.g));
+        }
+        if (bits) {
+            CHECK_INT(g->ops->bn_apply_mask(g, m, c, dt, x.g, fm, fv, fg, fb, eps, zz, act, y.g, mask), 0);
+            OK(g, g->ops->bn_bwd_reduce_mask(g, m, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
+                                             (float *)sdx.g, (float *)dg.g, (float *)db.g, mask));
+            OK(g, g->ops->bn_bwd_apply_mask(g, m, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
+                                            (float *)sdx.g, m, dx.g, dzz, mask));
+        } else {
+            OK(g, g->ops->bn_apply(g, m, c, dt, x.g, fm, fv, fg, fb, eps, zz, act, y.g));
+            OK(g, g->ops->bn_bwd_reduce(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
+                                        (float *)sdx.g, (float *)dg.g, (float *)db.g));
+            OK(g, g->ops->bn_bwd_apply(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
+                                       (float *)sdx.g, m, dx.g, dzz));
+        }
+    }
+    if (bits) {
+        *mask_out = (uint8_t *)malloc(mbytes);
+        OK(g, g->ops->download(g, *mask_out, mask, mbytes));
+        g->ops->release(g, mask);
+    }
+    twin_t *res[PS_OUT] = {&mean, &var, &rm, &rv, &y, &dx, &dz, &sdy, &sdx, &dg, &db};
+    for (int i = 0; i < PS_OUT; i++) {
+        float *cv;
+        twin_get(p, res[i], &cv, &out[i]);
+        free(cv);
+    }
+    twin_t *all[] = {&x, &z, &dy, &ga, &bt, &rm, &rv, &mean, &var, &y, &dx, &dz, &sdy, &sdx, &dg, &db};
+    for (int i = 0; i < 16; i++) twin_free(p, all[i]);
+    free(hdg);
+    free(hdb);
+}
+
+/* bn_persist's override of the grid and the rows kept (cuda_bn_geom_t): none, few blocks
+ * and few rows kept (several row blocks a block; most rows read again), no row kept, and
+ * 4 rows a thread in the row kernels (more row blocks) on 2 blocks. */
+static const cuda_bn_geom_t PS_GEOMS[4] = {
+    {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 3, 2}, {0, 0, 0, 0, 5, -1}, {4, 0, 0, 0, 2, 0}};
+
+/* The node's passes fused and by the separate ops on one backend with the options
+ * fusion (bn_persist among them), under geometry override gi: every output the same
+ * bits, and the bits too; the outputs real (dx mostly nonzero, some of y masked). */
+static void check_persist_node(dtype_t dt, int kind, bool bits, int64_t m, int c, unsigned fusion, int gi) {
+    pair_t b = pair_make_fused(true, false, fusion);
+    static backend_ops_t dry;
+    if (b.gpu->kind != BACKEND_CUDA) {
+        CHECK(b.gpu->ops->bn_fwd_fused == NULL);
+        g_dry = b.gpu->ops;
+        dry = *b.gpu->ops;
+        dry.bn_fwd_fused = d_fwd_fused;
+        dry.bn_bwd_fused = d_bwd_fused;
+        dry.bn_apply_mask = d_apply_mask;
+        dry.bn_bwd_reduce_mask = d_bred_mask;
+        dry.bn_bwd_apply_mask = d_bapp_mask;
+        b.gpu->ops = &dry;
+    } else {
+        CHECK_INT(cuda_backend_bn_geometry(b.gpu, &PS_GEOMS[gi]), 0);
+    }
+    CHECK(b.gpu->ops->bn_fwd_fused != NULL && b.gpu->ops->bn_bwd_fused != NULL);
+    float *h[MB_IN], *ff[PS_OUT], *fs[PS_OUT];
+    uint8_t *mf = NULL, *ms = NULL;
+    persist_inputs(m, c, dt, h);
+    persist_node(&b, dt, kind, m, c, h, true, bits, ff, &mf);
+    persist_node(&b, dt, kind, m, c, h, false, bits, fs, &ms);
+    static const char *const NAMES[PS_OUT] = {"mean", "var", "run_mean", "run_var", "y", "dx", "dz",
+                                              "sum_dy", "sum_dy_xhat", "dgamma", "dbeta"};
+    const int64_t n = m * c;
+    int same = 0, nonzero = 0, masked = 0;
+    for (int i = 0; i < PS_OUT; i++) {
+        size_t len = (size_t)(i >= 4 && i <= 6 ? n : c) * 4;
+        bool eq = !memcmp(ff[i], fs[i], len);
+        if (!eq)
+            fprintf(stderr, "  bn_persist %s kind %d%s m %lld c %d geometry %d: %s differs\n", dtype_names[dt], kind,
+                    bits ? " bits" : "", (long long)m, c, gi, NAMES[i]);
+        same += eq;
+    }
+    bool bits_same = !bits || !memcmp(mf, ms, (size_t)(n + 7) / 8);
+    for (int64_t i = 0; i < n; i++) {
+        nonzero += ff[5][i] != 0.0f;
+        masked += kind > 0 && ff[4][i] == 0.0f;
+    }
+    CHECK_INT(same, PS_OUT);
+    CHECK(bits_same);
+    CHECK(nonzero > n / 4);
+    if (kind > 0) CHECK(masked > n / 8);
+    for (int i = 0; i < PS_OUT; i++) {
+        free(ff[i]);
+        free(fs[i]);
+    }
+    for (int i = 0; i < MB_IN; i++) free(h[i]);
+    free(mf);
+    free(ms);
+    if (b.gpu->ops == &dry) b.gpu->ops = g_dry;
+    pair_free(&b);
+}
+
+/* The refusals: y over x, dx over dy, the mask bits without an activation: 1, nothing
+ * written (then the separate ops run). */
+static void check_persist_refusals(dtype_t dt) {
+    pair_t b = pair_make_fused(true, false, BACKEND_FUSE_BN_PERSIST);
+    static backend_ops_t dry;
+    if (b.gpu->kind != BACKEND_CUDA) {
+        g_dry = b.gpu->ops;
+        dry = *b.gpu->ops;
+        dry.bn_fwd_fused = d_fwd_fused;
+        dry.bn_bwd_fused = d_bwd_fused;
+        b.gpu->ops = &dry;
+    }
+    backend_t *g = b.gpu;
+    const int64_t m = 64;
+    const int c = 64, n = 64 * 64;
+    size_t esz = dt == DT_F32 || g->kind != BACKEND_CUDA ? 4 : 2;
+    void *buf = g->ops->alloc(g, (size_t)n * esz), *buf2 = g->ops->alloc(g, (size_t)n * esz);
+    uint8_t *mb = (uint8_t *)g->ops->alloc(g, (size_t)n / 8);
+    float *vec = (float *)g->ops->alloc(g, (size_t)c * 8 * 4);
+    OK(g, g->ops->zero(g, buf, (size_t)n * esz));
+    OK(g, g->ops->zero(g, vec, (size_t)c * 32));
+    CHECK_INT(g->ops->bn_fwd_fused(g, m, c, dt, buf, vec, vec + c, m, 0.1f, NULL, NULL, vec + 2 * c, vec + 3 * c, 1e-5f,
+                                   NULL, ACT_RELU, buf, NULL), 1);
+    CHECK_INT(g->ops->bn_fwd_fused(g, m, c, dt, buf, vec, vec + c, m, 0.1f, NULL, NULL, vec + 2 * c, vec + 3 * c, 1e-5f,
+                                   NULL, ACT_NONE, buf2, mb), 1);
+    CHECK_INT(g->ops->bn_bwd_fused(g, m, c, dt, buf, buf2, ACT_RELU, buf2, vec, vec + c, vec + 2 * c, NULL, 1e-5f,
+                                   vec + 4 * c, vec + 5 * c, NULL, NULL, m, buf2, NULL, NULL), 1);
+    g->ops->release(g, buf);
+    g->ops->release(g, buf2);
+    g->ops->release(g, mb);
+    g->ops->release(g, vec);
+    if (g->ops == &dry) g->ops = g_dry;
+    pair_free(&b);
+}
+
+static void check_persist_nodes(dtype_t dt) {
+    static const int64_t M[3] = {1024, 1024, 512};
+    static const int C[3] = {256, 64, 24};
+    const unsigned base = BACKEND_FUSE_BN_PERSIST | BACKEND_FUSE_BN_MASK_BITS;
+    const unsigned all = base | BACKEND_FUSE_BN_REMASK | BACKEND_FUSE_BN_WIDE_FINAL | BACKEND_FUSE_BN_FOLD_RUNNING;
+    for (int s = 0; s < 3; s++)
+        for (int kind = 0; kind < 5; kind++) {
+            int k = kind < 4 ? kind : 3;
+            bool bits = kind == 4;
+            check_persist_node(dt, k, bits, M[s], C[s], base, 1);
+            check_persist_node(dt, k, bits, M[s], C[s], all, 0);
+            check_persist_node(dt, k, bits, M[s], C[s], all, 2);
+            if (dt == DT_BF16) check_persist_node(dt, k, bits, M[s], C[s], all, 3);
+        }
+    check_persist_refusals(dt);
+}
+static void test_persist_node_fp32(void) { check_persist_nodes(DT_F32); }
+static void test_persist_node_fp16(void) { check_persist_nodes(DT_F16); }
+static void test_persist_node_bf16(void) { check_persist_nodes(DT_BF16); }
+
 int main(void) {
     gpu_or_skip();
     TEST_RUN(test_remask_node_fp32);
@@ -572,5 +824,8 @@ int main(void) {
     TEST_RUN(test_dual_node_fp32);
     TEST_RUN(test_dual_node_fp16);
     TEST_RUN(test_dual_node_bf16);
+    TEST_RUN(test_persist_node_fp32);
+    TEST_RUN(test_persist_node_fp16);
+    TEST_RUN(test_persist_node_bf16);
     return test_main_end();
 }

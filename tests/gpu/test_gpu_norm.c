@@ -227,8 +227,8 @@ static void test_bn_fold_running(void) {
  * default's within 1e-5 of the vector's largest value (another fixed order of the same
  * sums; a row counted twice or missed moves a sum by a whole term); once more against the
  * CPU (check_bn) under the most different override. */
-static const cuda_bn_geom_t GEOMS[] = {{4, 0, 0, 0}, {32, 0, 0, 0}, {0, 32, 0, 0}, {0, 4, 0, 0}, {0, 0, 2, 0},
-                                       {4, 16, 4, 0}, {8, 0, 1, 0}, {0, 0, 0, 1}, {4, 16, 4, 1}, {64, 0, 0, 1}};
+static const cuda_bn_geom_t GEOMS[] = {{4, 0, 0, 0, 0, 0}, {32, 0, 0, 0, 0, 0}, {0, 32, 0, 0, 0, 0}, {0, 4, 0, 0, 0, 0}, {0, 0, 2, 0, 0, 0},
+                                       {4, 16, 4, 0, 0, 0}, {8, 0, 1, 0, 0, 0}, {0, 0, 0, 1, 0, 0}, {4, 16, 4, 1, 0, 0}, {64, 0, 0, 1, 0, 0}};
 enum { NGEOMS = (int)(sizeof GEOMS / sizeof GEOMS[0]) };
 
 /* the GPU's outputs of the six ops on one input, under geometry gi (-1: the default) */
