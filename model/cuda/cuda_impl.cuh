@@ -36,6 +36,14 @@ struct cg_plan;      /* conv_graph.cu */
 
 enum { CB_SMALL = 256, CB_BN_COUNTERS = 1024, CB_PERSIST_KERNELS = 128 };
 
+/* A bn_persist kernel's launch facts (norm_persist.cu): static shared memory, blocks an SM
+ * without and with the last dynamic size asked (dyn). */
+typedef struct cb_persist_kernel {
+    const void *k;
+    int nt, nb0, nb_dyn;
+    size_t static_smem, dyn;
+} cb_persist_kernel_t;
+
 typedef struct cuda_be {
     backend_t base;              /* must be first: backend_t * casts to cuda_be_t * */
     cudaStream_t stream;
@@ -77,11 +85,11 @@ typedef struct cuda_be {
     struct bn_tune *bn_tunes;    /* bn_apply_tune: the row splits timed per apply kernel and shape */
     int n_bn_tunes, cap_bn_tunes;
     /* bn_persist (norm_persist.cu): the device's shared memory and cooperative launch,
-     * queried at the first call, and the kernels whose shared-memory limit was raised */
+     * queried at the first call, and per kernel what its launches need */
     bool persist_queried, persist_coop;
     int persist_smem_sm, persist_smem_optin, persist_smem_reserved;
-    const void *persist_raised[CB_PERSIST_KERNELS];
-    int n_persist_raised;
+    cb_persist_kernel_t persist_kernels[CB_PERSIST_KERNELS];
+    int n_persist_kernels;
     struct cg_plan *gplans;
     int n_gplans, cap_gplans;
     backend_ops_t ops;

@@ -308,16 +308,6 @@ int cu_bn_counters(cuda_be_t *cb) {
     return 0;
 }
 
-/* Whether a reduction of geometry g runs in one pass: cuda_backend_bn_geometry's
- * one_pass, or the bn_one_pass option where the row splits are at most
- * BN_ONE_PASS_SPLITS (the last block adds splits x its channels' partials: cheap on the
- * small layers, slower than the second kernel's c / 32 blocks on the 1024-split ones);
- * its tickets allocated, one for each channel block. */
-static bool one_pass(const cuda_be_t *cb, const bn_geom_t &g) {
-    bool on = cb->bn_one_pass || ((cb->fusion & BACKEND_FUSE_BN_ONE_PASS) && g.grid.y <= BN_ONE_PASS_SPLITS);
-    return on && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
-}
-
 /* count / (count - 1), the unbiased variance's factor, as the running update takes it */
 static float bn_unbias(int64_t count) {
     return count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;

@@ -367,6 +367,16 @@ static inline const float *remask_beta(const cuda_be_t *cb, const void *y, act_k
     return on ? beta : NULL;
 }
 
+/* Whether a reduction of geometry g runs in one pass: cuda_backend_bn_geometry's
+ * one_pass, or the bn_one_pass option where the row splits are at most
+ * BN_ONE_PASS_SPLITS (the last block adds splits x its channels' partials: cheap on the
+ * small layers, slower than the second kernel's c / 32 blocks on the 1024-split ones);
+ * its tickets allocated, one for each channel block. */
+static inline bool one_pass(const cuda_be_t *cb, const bn_geom_t &g) {
+    bool on = cb->bn_one_pass || ((cb->fusion & BACKEND_FUSE_BN_ONE_PASS) && g.grid.y <= BN_ONE_PASS_SPLITS);
+    return on && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
+}
+
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
     case 8: { constexpr int V = 8; __VA_ARGS__; } break; \
     case 4: { constexpr int V = 4; __VA_ARGS__; } break; \

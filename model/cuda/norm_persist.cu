@@ -105,7 +105,7 @@ __device__ __forceinline__ void outer_sums(const persist_args_t &a, int ch, doub
 /* Forward: statistics (and the running update), then y = act(bn(x) [+ z]) [and the mask
  * bits with MASK], the same bits as bn_stats[_running] + bn_apply[_mask]. */
 template <typename T, int V, int TY, bool MASK>
-__global__ void __launch_bounds__(PERSIST_NT) bn_fwd_persist_k(persist_args_t a) {
+__global__ void __launch_bounds__(PERSIST_NT, 3) bn_fwd_persist_k(persist_args_t a) {
     typedef pack_t<T, V> P;
     extern __shared__ __align__(16) unsigned char persist_smem[];
     P *cache = reinterpret_cast<P *>(persist_smem);
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(PERSIST_NT) bn_fwd_persist_k(persist_args_t a)
  * dz = the masked dy], the same bits as bn_bwd_reduce[_mask] + bn_bwd_apply[_mask]. The
  * mask as there: the bits with MASK, recomputed from x when beta is given, else from y. */
 template <typename T, int V, int TY, bool MASK>
-__global__ void __launch_bounds__(PERSIST_NT, 3) bn_bwd_persist_k(persist_args_t a) {
+__global__ void __launch_bounds__(PERSIST_NT, 2) bn_bwd_persist_k(persist_args_t a) {
     typedef pack_t<T, V> P;
     extern __shared__ __align__(16) unsigned char persist_smem[];
     const int nt = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
@@ -304,16 +304,31 @@ static int persist_device(cuda_be_t *cb) {
     return 0;
 }
 
-/* Raises kernel k's dynamic shared memory limit to what a block may opt into, once per
- * backend (and so per device); not while a graph is being recorded. 0 done, 1 not now,
- * -1 error. */
-static int persist_raise(cuda_be_t *cb, const void *k, size_t static_smem) {
-    for (int i = 0; i < cb->n_persist_raised; i++)
-        if (cb->persist_raised[i] == k) return 0;
-    if (cb->capturing || cb->n_persist_raised == CB_PERSIST_KERNELS) return 1;
-    int most = cb->persist_smem_optin - (int)static_smem;
+/* Kernel k's entry of the backend's table (cuda_be_t.persist_kernels): its static shared
+ * memory and blocks an SM without dynamic shared memory, queried once, its dynamic
+ * shared-memory limit raised to what a block may opt into (per backend, so per device;
+ * not while a graph is being recorded), and the blocks an SM at the last dynamic size
+ * asked. 0 *out set, 1 not now, -1 error. */
+static int persist_kernel(cuda_be_t *cb, const void *k, int nt, cb_persist_kernel_t **out) {
+    for (int i = 0; i < cb->n_persist_kernels; i++)
+        if (cb->persist_kernels[i].k == k && cb->persist_kernels[i].nt == nt) {
+            *out = &cb->persist_kernels[i];
+            return 0;
+        }
+    if (cb->capturing || cb->n_persist_kernels == CB_PERSIST_KERNELS) return 1;
+    cudaFuncAttributes fa;
+    CUDA_CHECK(cb, cudaFuncGetAttributes(&fa, k));
+    int most = cb->persist_smem_optin - (int)fa.sharedSizeBytes, nb = 0;
     if (most > 0) CUDA_CHECK(cb, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    cb->persist_raised[cb->n_persist_raised++] = k;
+    CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, nt, 0));
+    cb_persist_kernel_t *e = &cb->persist_kernels[cb->n_persist_kernels++];
+    e->k = k;
+    e->nt = nt;
+    e->static_smem = fa.sharedSizeBytes;
+    e->nb0 = nb;
+    e->dyn = (size_t)-1;
+    e->nb_dyn = 0;
+    *out = e;
     return 0;
 }
 
@@ -322,20 +337,20 @@ static int persist_raise(cuda_be_t *cb, const void *k, size_t static_smem) {
  * 0 ran, 1 cannot here (nothing run), -1 error. */
 static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args_t a, const bn_geom_t &g,
                           size_t row_bytes, const char *name) {
-    cudaFuncAttributes fa;
-    CUDA_CHECK(cb, cudaFuncGetAttributes(&fa, (const void *)k));
-    int r = persist_raise(cb, (const void *)k, fa.sharedSizeBytes);
+    int nt = (int)(g.block.x * g.block.y);
+    cb_persist_kernel_t *pk = NULL;
+    int r = persist_kernel(cb, (const void *)k, nt, &pk);
     if (r) return r;
-    int nt = (int)(g.block.x * g.block.y), nb = 0;
-    CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, nt, 0));
+    int nb = pk->nb0;
+    size_t static_smem = pk->static_smem;
     if (nb < 1) return 1;
     int64_t nvb = (int64_t)g.grid.x * g.grid.y, grid = (int64_t)nb * cb->sm_count;
     if (grid > nvb) grid = nvb;
     if (cb->bn_persist_blocks > 0 && grid > cb->bn_persist_blocks) grid = cb->bn_persist_blocks;
     /* the shared memory each of the blocks an SM holds may take for rows */
     int64_t per_sm = (grid + cb->sm_count - 1) / cb->sm_count;
-    int64_t room = cb->persist_smem_sm / per_sm - (int64_t)fa.sharedSizeBytes - cb->persist_smem_reserved;
-    int64_t most = cb->persist_smem_optin - (int64_t)fa.sharedSizeBytes;
+    int64_t room = cb->persist_smem_sm / per_sm - (int64_t)static_smem - cb->persist_smem_reserved;
+    int64_t most = cb->persist_smem_optin - (int64_t)static_smem;
     if (room > most) room = most;
     int64_t rows_vb = (a.m + (int64_t)g.block.y * g.grid.y - 1) / ((int64_t)g.block.y * g.grid.y);
     int64_t need = (nvb + grid - 1) / grid * rows_vb;
@@ -344,8 +359,11 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
     if (cb->bn_persist_slots < 0) slots = 0;
     else if (cb->bn_persist_slots > 0 && slots > cb->bn_persist_slots) slots = cb->bn_persist_slots;
     size_t dyn = (size_t)slots * nt * row_bytes;
-    int nb2 = 0;
-    CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k, nt, dyn));
+    if (pk->dyn != dyn) {   /* (one query per kernel and size: a net's layers repeat few sizes) */
+        CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pk->nb_dyn, k, nt, dyn));
+        pk->dyn = dyn;
+    }
+    int nb2 = pk->nb_dyn;
     if (nb2 < 1) {   /* (the arithmetic above keeps a block resident; should it not) */
         slots = 0, dyn = 0, nb2 = nb;
     }
@@ -375,7 +393,8 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
  * 1 cannot, -1 error. */
 static int persist_prepare(cuda_be_t *cb, const bn_geom_t &g, int c, int ty, persist_args_t *a) {
     if (persist_device(cb)) return -1;
-    if (!cb->persist_coop || g.grid.y > PERSIST_MAX_SPLITS) return 1;
+    /* (bn_one_pass' last-block order is not the one emulated: its layers run as they do) */
+    if (!cb->persist_coop || g.grid.y > PERSIST_MAX_SPLITS || one_pass(cb, g)) return 1;
     size_t part = ((size_t)2 * g.grid.y * c * sizeof(float) + 15) / 16 * 16;
     if (cb_grow(cb, &cb->scratch, part + (size_t)2 * ty * c * sizeof(double), "bn scratch")) return -1;
     a->part = (float *)cb->scratch.p;
@@ -389,7 +408,7 @@ static int persist_prepare(cuda_be_t *cb, const bn_geom_t &g, int c, int ty, per
 /* The launch of one instantiation; the mask bits need V = 8 (a byte a thread). */
 template <typename T, int V, bool MASK>
 static int fwd_go(cuda_be_t *cb, int ty, const persist_args_t &a, const bn_geom_t &g) {
-    if constexpr (MASK && V != 8) {
+    if constexpr ((MASK && V != 8) || sizeof(T) * V > 16) {
         return 1;
     } else {
         if (ty == BN_TY_WIDE)
@@ -402,11 +421,15 @@ static int fwd_go(cuda_be_t *cb, int ty, const persist_args_t &a, const bn_geom_
 
 template <typename T, int V, bool MASK>
 static int bwd_go(cuda_be_t *cb, int ty, const persist_args_t &a, const bn_geom_t &g) {
-    if (ty == BN_TY_WIDE)
-        return persist_launch(cb, bn_bwd_persist_k<T, V, BN_TY_WIDE, MASK>, a, g, 2 * sizeof(pack_t<T, V>),
+    if constexpr (sizeof(T) * V > 16) {   /* (bn_geom never gives more than 16 bytes) */
+        return 1;
+    } else {
+        if (ty == BN_TY_WIDE)
+            return persist_launch(cb, bn_bwd_persist_k<T, V, BN_TY_WIDE, MASK>, a, g, 2 * sizeof(pack_t<T, V>),
+                                  "bn_bwd_persist_k");
+        return persist_launch(cb, bn_bwd_persist_k<T, V, BN_TY, MASK>, a, g, 2 * sizeof(pack_t<T, V>),
                               "bn_bwd_persist_k");
-    return persist_launch(cb, bn_bwd_persist_k<T, V, BN_TY, MASK>, a, g, 2 * sizeof(pack_t<T, V>),
-                          "bn_bwd_persist_k");
+    }
 }
 
 int cu_bn_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,
@@ -446,6 +469,9 @@ int cu_bn_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     if (mask && (!y || act == ACT_NONE))
         return cb_fail(cb, "bn_bwd_fused: the mask bits need y and a relu / relu6");
     if (!dx) return cb_fail(cb, "bn_bwd_fused: dx is required");
+    /* (the separate reduce would recompute the mask from x, the apply read y: the net
+     * never gives both) */
+    if (beta && dz && !mask) return 1;
     CB_ENTER(cb);
     size_t esz = dt_size(dt);
     bn_geom_t g = bn_geom(cb, m, c, esz, x, y ? y : x, dy, dy, dy);   /* bn_bwd_reduce's geometry */

@@ -134,14 +134,15 @@ fi
 # issue 24's families (stage families)
 FAMILY_ARCHS=${FAMILY_ARCHS:-preact_resnet18 wrn16_8 resnext29_8x64d vgg16_bn mobilenet_v2}
 # issue 25's option lists the fusion stage benchmarks, per configuration in this order:
-# none, all as it was before the H200 run of 7a04ce7 (graph_conv, dgrad_accum, bn_remask,
-# bn_wide_final, bn_fold_running), and the default all (pdl, bn_mask_bits and bn_dual_add in
-# it since that run: -0.56 ms a bf16 batch-128 step replayed; the row before it is what they
-# save at each configuration), all with bn_one_pass (the small layers' BN reductions in
-# one kernel) and all with bn_apply_tune (the BN apply kernels' grid timed per shape)
-# (neither measured yet). vec16 (within noise twice), bn_more_splits (slower)
-# and wgrad_f32 (cuDNN had no engine) are left out: FUSION_LISTS brings them back
-FUSION_LISTS=${FUSION_LISTS:-none graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running all all,bn_one_pass all,bn_apply_tune}
+# none, the default all (pdl, bn_mask_bits and bn_dual_add in it since the H200 run of
+# 7a04ce7: -0.56 ms a bf16 batch-128 step replayed), all with bn_persist (each BN
+# direction in one cooperative kernel keeping its rows on chip), all with bn_one_pass (the
+# small layers' BN reductions in one kernel) and all with bn_apply_tune (the BN apply
+# kernels' grid timed per shape) (none of the three measured yet). The old all (before
+# 7a04ce7: graph_conv, dgrad_accum, bn_remask, bn_wide_final, bn_fold_running; measured
+# twice), vec16 (within noise twice), bn_more_splits (slower) and wgrad_f32 (cuDNN had no
+# engine) are left out: FUSION_LISTS brings them back
+FUSION_LISTS=${FUSION_LISTS:-none all all,bn_persist all,bn_one_pass all,bn_apply_tune}
 BJ=$O/bench.jsonl; RJ=$L/runner.jsonl; TJ=$L/torch.jsonl
 : >"$BJ"; : >"$RJ"; : >"$TJ"
 
@@ -350,7 +351,7 @@ stage_compile() {
 # ---- stage fusion (issue 25): the fusion options' exactness and speed ----
 # Hook for the fusion helper's commands: first the CLI tests that compare runs bit for bit
 # (train, resume, paths, graphs) with the options the default [all] leaves out on as well
-# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune,
+# (RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune,bn_persist,
 # the runner's test hook), then bench rows per option list of FUSION_LISTS for each
 # configuration of FUSION_CFGS (bf16 first), each row a bench_gpu_bench line with its
 # "fusion" into bench.jsonl and fusion.jsonl (logs.tgz), and at the end, by
@@ -368,7 +369,7 @@ stage_fusion() {
     elif [ -n "$DRY" ]; then
         echo "fusion: dry run: the exactness tests need a GPU"
     else
-        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune ctest \
+        (cd "$B" && box $(($(left) - reserve - 30)) env "$RENV" RUNNER_CUDA_FUSION=conv_stats,dgrad_dbn,vec16,dgrad_accum_tune,bn_more_splits,pdl,heur_b,bn_mask_bits,bn_dual_add,wgrad_f32,bn_one_pass,bn_apply_tune,bn_persist ctest \
             -R 'test_gpu_cli_(train|resume|paths|graphs)' -j3 --output-on-failure --timeout 120) >"$L/fusion_ctest.log" 2>&1 || rc=1
         grep -E "tests passed|\*\*\*|Test +#" "$L/fusion_ctest.log" | tail -8
     fi

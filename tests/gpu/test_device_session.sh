@@ -86,8 +86,8 @@ check "py '$o/gpu_resnet50_cifar.json' 'r[0][\"default_graphs\"] is True and r[0
     "gpu_resnet50_cifar.json: the default's rate is the whole step's replay"
 check "grep -q 'fusion: dry run: the exactness tests need a GPU' '$o/session.log' && grep -qE '^fusion +ok' '$o/session.log'" \
     "the fusion stage: the exactness tests skipped without a GPU, the stage ok"
-check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-5:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add,bn_one_pass\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add,bn_apply_tune\"] else 1)' '$o/bench.jsonl'" \
-    "the fusion stage: one bench row per option list (none, all before 7a04ce7's run, the default all, all + bn_one_pass, all + bn_apply_tune)"
+check "python3 -c 'import json, sys; f = [json.loads(l).get(\"fusion\") for l in open(sys.argv[1]) if \"\\\"fusion\\\"\" in l]; sys.exit(0 if f[-5:] == [\"none\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add,bn_persist\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add,bn_one_pass\", \"graph_conv,dgrad_accum,bn_remask,bn_wide_final,bn_fold_running,pdl,bn_mask_bits,bn_dual_add,bn_apply_tune\"] else 1)' '$o/bench.jsonl'" \
+    "the fusion stage: one bench row per option list (none, the default all, all + bn_persist, all + bn_one_pass, all + bn_apply_tune)"
 check "grep -q 'bnsweep: dry run: the sweep needs a GPU' '$o/session.log' && grep -qE '^bnsweep +ok' '$o/session.log'" \
     "the bnsweep stage: skipped without a GPU, the stage ok"
 check "grep -q 'patterns: dry run: the probe needs a GPU' '$o/session.log' && grep -qE '^patterns +ok' '$o/session.log'" \

@@ -625,7 +625,9 @@ static void persist_inputs(int64_t m, int c, dtype_t dt, float *h[MB_IN]) {
 }
 
 /* One BN node's training forward and backward on p's gpu side: fused (bn_fwd_fused,
- * bn_bwd_fused, both must run) or the separate ops as the net runs them. kind: 0 BN, 1
+ * bn_bwd_fused, which must run; the forward with the bits only where the statistics'
+ * geometry has 8 channels a thread, else it answers 1 and the separate forward runs, as
+ * in the net) or the separate ops as the net runs them. kind: 0 BN, 1
  * BN + ReLU and 2 BN + ReLU6 (beta given to the backward: bn_remask's recompute where
  * the option is on), 3 BN + add + ReLU (z, dz; bits: the mask bits). out: mean, var,
  * run_mean, run_var, y, dx, dz, sum_dy, sum_dy_xhat, dgamma, dbeta (caller frees); with
@@ -651,27 +653,39 @@ static void persist_node(pair_t *p, dtype_t dt, int kind, int64_t m, int c, floa
     void *dzz = kind == 3 ? dz.g : NULL;
     const void *yy = kind == 0 ? NULL : y.g;
     const float *rbeta = kind == 1 || kind == 2 ? fb : NULL;   /* as the net: y and no residual */
+    int rf = 1;
     if (fused) {
-        CHECK_INT(g->ops->bn_fwd_fused(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g, fg, fb, eps, zz,
-                                       act, y.g, mask), 0);
-        if (g->kind == BACKEND_CUDA) CHECK_INT(cuda_backend_last_fused(g), 1);
-        CHECK_INT(g->ops->bn_bwd_fused(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
-                                       (float *)sdx.g, (float *)dg.g, (float *)db.g, m, dx.g, dzz, mask), 0);
-    } else {
+        rf = g->ops->bn_fwd_fused(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g, fg, fb, eps, zz, act,
+                                  y.g, mask);
+        /* the bits need 8 channels a thread in the statistics' geometry (a mask byte a
+         * thread): half types at 256 channels; elsewhere 1, and the separate forward */
+        if (!bits || g->kind != BACKEND_CUDA || (dt != DT_F32 && c % 256 == 0)) CHECK_INT(rf, 0);
+        else CHECK_INT(rf, 1);
+        if (g->kind == BACKEND_CUDA && rf == 0) CHECK_INT(cuda_backend_last_fused(g), 1);
+    }
+    if (rf == 1) {
         if (g->ops->bn_stats_running) {
             OK(g, g->ops->bn_stats_running(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g));
         } else {
             OK(g, g->ops->bn_stats(g, m, c, dt, x.g, fm, fv));
             OK(g, g->ops->bn_update_running(g, c, fm, fv, m, mom, (float *)rm.g, (float *)rv.g));
         }
-        if (bits) {
+        if (bits)
             CHECK_INT(g->ops->bn_apply_mask(g, m, c, dt, x.g, fm, fv, fg, fb, eps, zz, act, y.g, mask), 0);
+        else
+            OK(g, g->ops->bn_apply(g, m, c, dt, x.g, fm, fv, fg, fb, eps, zz, act, y.g));
+    }
+    if (fused) {
+        CHECK_INT(g->ops->bn_bwd_fused(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
+                                       (float *)sdx.g, (float *)dg.g, (float *)db.g, m, dx.g, dzz, mask), 0);
+        if (g->kind == BACKEND_CUDA) CHECK_INT(cuda_backend_last_fused(g), 1);
+    } else {
+        if (bits) {
             OK(g, g->ops->bn_bwd_reduce_mask(g, m, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
                                              (float *)sdx.g, (float *)dg.g, (float *)db.g, mask));
             OK(g, g->ops->bn_bwd_apply_mask(g, m, c, dt, x.g, y.g, act, dy.g, fm, fv, fg, eps, (float *)sdy.g,
                                             (float *)sdx.g, m, dx.g, dzz, mask));
         } else {
-            OK(g, g->ops->bn_apply(g, m, c, dt, x.g, fm, fv, fg, fb, eps, zz, act, y.g));
             OK(g, g->ops->bn_bwd_reduce(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
                                         (float *)sdx.g, (float *)dg.g, (float *)db.g));
             OK(g, g->ops->bn_bwd_apply(g, m, c, dt, x.g, yy, act, dy.g, fm, fv, fg, rbeta, eps, (float *)sdy.g,
