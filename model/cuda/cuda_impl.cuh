@@ -87,6 +87,8 @@ typedef struct cuda_be {
     /* bn_persist (norm_persist.cu): the device's shared memory and cooperative launch,
      * queried at the first call, and per kernel what its launches need */
     bool persist_queried, persist_coop;
+    bool pdl_hold;               /* a cooperative kernel was launched last: the next own kernel
+                                    launches without pdl's attribute (cb_launch) */
     int persist_smem_sm, persist_smem_optin, persist_smem_reserved;
     cb_persist_kernel_t persist_kernels[CB_PERSIST_KERNELS];
     int n_persist_kernels;
@@ -153,7 +155,10 @@ __device__ __forceinline__ void pdl_enter() {
 template <typename... KArgs, typename... Args>
 static inline void cb_launch(const cuda_be_t *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                              Args &&...args) {
-    if (!(cb->fusion & BACKEND_FUSE_PDL)) {   /* (the lambda converts as a call would) */
+    /* after bn_persist's cooperative kernel (pdl_hold) a plain launch, so no graph holds a
+     * programmatic edge out of a cooperative node */
+    if (!(cb->fusion & BACKEND_FUSE_PDL) || cb->pdl_hold) {   /* (the lambda converts as a call would) */
+        const_cast<cuda_be_t *>(cb)->pdl_hold = false;
         [&](KArgs... a) { kernel<<<grid, block, smem, cb->stream>>>(a...); }(static_cast<Args &&>(args)...);
         return;
     }

@@ -386,6 +386,7 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
     }
     if (st != cudaSuccess) return cb_fail_call(cb, name, cudaGetErrorString(st), __FILE__, __LINE__);
     cb->last_fused = true;
+    cb->pdl_hold = true;
     return 0;
 }
 
