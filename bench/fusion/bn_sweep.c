@@ -47,7 +47,16 @@ typedef struct sw_bufs {
     float *p;   /* mean, var, gamma, beta, sum_dy, sum_dy_xhat, dgamma, dbeta: 8 x c */
 } sw_bufs_t;
 
+/* bn_persist's comparison (the backend made with the option): each direction as the
+ * separate ops (the forward: bn_stats then bn_apply; the backward: bn_bwd_reduce then
+ * bn_bwd_apply) and as the one op (bn_fwd_fused, bn_bwd_fused; 1, it cannot here: -2). */
+enum { SW_FWD_SEP = SW_OPS, SW_FWD_ONE, SW_BWD_SEP, SW_BWD_ONE, SW_ALL_OPS };
+static const char *const SW_PNAMES[4] = {"bn_fwd_separate", "bn_fwd_fused", "bn_bwd_separate", "bn_bwd_fused"};
+
+static int sw_pair(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b);
+
 static int sw_call(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b) {
+    if (op >= SW_OPS) return sw_pair(be, op, m, c, dt, b);
     float *mean = b->p, *var = b->p + c, *gamma = b->p + 2 * c, *beta = b->p + 3 * c;
     float *sdy = b->p + 4 * c, *sdyx = b->p + 5 * c, *dg = b->p + 6 * c, *db = b->p + 7 * c;
     switch (op) {
@@ -59,6 +68,26 @@ static int sw_call(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw
     default:
         return be->ops->bn_bwd_apply(be, m, c, dt, b->x, b->y, ACT_RELU, b->dy, mean, var, gamma, beta, 1e-5f, sdy,
                                      sdyx, m, b->dx, NULL);
+    }
+}
+
+static int sw_pair(backend_t *be, int op, int64_t m, int c, dtype_t dt, const sw_bufs_t *b) {
+    float *mean = b->p, *var = b->p + c, *gamma = b->p + 2 * c, *beta = b->p + 3 * c;
+    float *sdy = b->p + 4 * c, *sdyx = b->p + 5 * c, *dg = b->p + 6 * c, *db = b->p + 7 * c;
+    int r;
+    switch (op) {
+    case SW_FWD_SEP:
+        return sw_call(be, SW_STATS, m, c, dt, b) || sw_call(be, SW_APPLY, m, c, dt, b) ? -1 : 0;
+    case SW_FWD_ONE:
+        r = be->ops->bn_fwd_fused(be, m, c, dt, b->x, mean, var, m, 0.1f, NULL, NULL, gamma, beta, 1e-5f, NULL,
+                                  ACT_RELU, b->y, NULL);
+        return r == 1 ? -2 : r;
+    case SW_BWD_SEP:
+        return sw_call(be, SW_BWD_REDUCE, m, c, dt, b) || sw_call(be, SW_BWD_APPLY, m, c, dt, b) ? -1 : 0;
+    default:
+        r = be->ops->bn_bwd_fused(be, m, c, dt, b->x, b->y, ACT_RELU, b->dy, mean, var, gamma, beta, 1e-5f, sdy, sdyx,
+                                  dg, db, m, b->dx, NULL, NULL);
+        return r == 1 ? -2 : r;
     }
 }
 
@@ -103,7 +132,7 @@ static float *sw_output(backend_t *be, int op, int64_t m, int c, dtype_t dt, con
     bool red = op == SW_STATS || op == SW_BWD_REDUCE;
     size_t bytes = red ? 2 * (size_t)c * sizeof(float) : (size_t)m * c * esz;
     const void *src = op == SW_STATS ? (const void *)b->p : op == SW_BWD_REDUCE ? (const void *)(b->p + 4 * c)
-                      : op == SW_APPLY ? b->y : b->dx;
+                      : op == SW_APPLY || op == SW_FWD_SEP || op == SW_FWD_ONE ? b->y : b->dx;
     float *h = malloc(bytes);
     /* zeroed first: an output the op left unwritten (after the graph's replays, say) shows */
     if (!h || be->ops->zero(be, (void *)src, bytes) || sw_call(be, op, m, c, dt, b) ||
@@ -201,6 +230,7 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
              !(b.p = be->ops->alloc(be, 8 * (size_t)cmax * sizeof(float)));
     /* per op: the default's total per step, the best geometry per shape, the best single one */
     double dflt[SW_OPS] = {0}, best[SW_OPS] = {0}, geo_total[SW_OPS][SW_NGEOMS] = {{0}};
+    double pers[4] = {0}, sep_us = 0;   /* bn_persist: ms per step, separate / fused, forward / backward */
     for (int u = 0; u < ns && !rc; u++) {
         int64_t m = sm[u];
         int c = sc[u];
@@ -251,6 +281,45 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
             dflt[op] += us0 * sl[u] / 1e3;
             best[op] += best_us * sl[u] / 1e3;
         }
+        /* bn_persist: each direction separate and fused, default geometry, the same bits */
+        for (int op = SW_FWD_SEP; op < SW_ALL_OPS && !rc && be->ops->bn_fwd_fused; op++) {
+            cuda_backend_bn_geometry(be, NULL);
+            size_t n0 = 0, n1 = 0;
+            bool one = op == SW_FWD_ONE || op == SW_BWD_ONE;
+            if (one && sw_call(be, op, m, c, dt, &b) == -2) {   /* refused for this shape */
+                printf("{\"bench\": \"bn_persist\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                       "\"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, \"refused\": true}\n",
+                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sl[u]);
+                pers[op - SW_OPS] += sep_us * sl[u] / 1e3;
+                continue;
+            }
+            float *ref = one ? sw_output(be, op - 1, m, c, dt, &b, &n0) : NULL;
+            double us = sw_time(be, op, m, c, dt, &b, reps);
+            float *out = one ? sw_output(be, op, m, c, dt, &b, &n1) : NULL;
+            if (us < 0 || (one && (!ref || !out))) {
+                fprintf(stderr, "gpu_bench: --bn-sweep %s %lld x %d failed: %s\n", SW_PNAMES[op - SW_OPS], (long long)m,
+                        c, be->err.msg);
+                rc = 1;
+            } else {
+                bool same = !one || (n0 == n1 && !memcmp(ref, out, n0));
+                if (!one) sep_us = us;
+                pers[op - SW_OPS] += us * sl[u] / 1e3;
+                printf("{\"bench\": \"bn_persist\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+                       "\"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, \"us\": %.3f, "
+                       "\"vs_separate\": %.3f, \"same_bits\": %s}\n",
+                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sl[u], us,
+                       one ? us / sep_us : 1.0, same ? "true" : "false");
+            }
+            free(ref);
+            free(out);
+        }
+    }
+    if (!rc && be->ops->bn_fwd_fused) {
+        fprintf(stderr, "bn_persist per step, ms: forward separate %.3f, fused %.3f; backward separate %.3f, fused "
+                "%.3f (refused shapes counted as separate)\n", pers[0], pers[1], pers[2], pers[3]);
+        printf("{\"bench\": \"bn_persist_total\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
+               "\"fwd_separate_ms\": %.4f, \"fwd_fused_ms\": %.4f, \"bwd_separate_ms\": %.4f, \"bwd_fused_ms\": %.4f}\n",
+               dev, precision, batch, pers[0], pers[1], pers[2], pers[3]);
     }
     cuda_backend_bn_geometry(be, NULL);
     if (!rc) {

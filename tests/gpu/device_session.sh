@@ -517,11 +517,13 @@ PY
 # ---- stage bnsweep (issue 25): the BN row kernels under other launch geometries ----
 # bench_gpu_bench --bn-sweep (bench/fusion/bn_sweep.c): each BN op per ResNet-50 shape
 # inside a CUDA graph, the default geometry against a grid of overrides; BNSWEEP_CFGS:
-# precision:batch[:options added to all], default bf16 at batch 128, the same with vec16
-# (16-byte accesses on the 64- and 128-channel layers, within noise over the whole step:
-# per shape it may differ), and bf16 at 256; lines into bench.jsonl and bnsweep.jsonl, the
-# per-op totals (default, best per shape, best single geometry: ms a step) printed. ~20 s
-# a configuration.
+# precision:batch[:options added to all], default bf16 at batch 128 with bn_persist (each
+# shape's forward and backward also timed as the separate ops and as bn_persist's one
+# cooperative kernel, the same bits checked), the same with vec16 (16-byte accesses on the
+# 64- and 128-channel layers, within noise over the whole step: per shape it may differ),
+# and bf16 at 256 with bn_persist; lines into bench.jsonl and bnsweep.jsonl, the per-op
+# totals (default, best per shape, best single geometry: ms a step) and bn_persist's
+# (separate against fused, ms a step) printed. ~20 s a configuration.
 stage_bnsweep() {
     [ -n "$DRY" ] && { echo "bnsweep: dry run: the sweep needs a GPU"; return 0; }
     local probe rc=0 cfg
@@ -532,7 +534,7 @@ stage_bnsweep() {
     fi
     : >"$L/bnsweep.jsonl"
     local prec rest batch extra log
-    for cfg in ${BNSWEEP_CFGS:-bf16:128 bf16:128:vec16 bf16:256}; do
+    for cfg in ${BNSWEEP_CFGS:-bf16:128:bn_persist bf16:128:vec16 bf16:256:bn_persist}; do
         [ "$(left)" -gt $(($(reserve_after bnsweep) + 30)) ] || { echo "bnsweep: no time left for $cfg"; continue; }
         prec=${cfg%%:*} rest=${cfg#*:}
         batch=${rest%%:*} extra=""
@@ -541,7 +543,7 @@ stage_bnsweep() {
         box 90 env "$RENV" "$B/bench/bench_gpu_bench" --arch "$ARCH" --precision "$prec" --batch "$batch" \
             --fusion "all$extra" --bn-sweep 5 >>"$L/bnsweep.jsonl" 2>"$log" || rc=1
         echo "-- $cfg"
-        tail -6 "$log"
+        tail -7 "$log"
     done
     cat "$L/bnsweep.jsonl" >>"$BJ"
     # per configuration, op and shape: the default's us a call, the best geometry's and
@@ -564,6 +566,22 @@ for line in open(sys.argv[1]):
     if b["best"] is None or r["us"] < b["best"]:
         b["best"], b["geom"] = r["us"], g
     b["same"] &= bool(r["same_bits"]) or r["op"] in ("bn_stats", "bn_bwd_reduce")
+pers = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("bench") == "bn_persist":
+        pers.setdefault((r["precision"], r["batch"], r["rows"], r["channels"], r["layers"]), {})[r["op"]] = r
+if pers:
+    print("bn_persist per shape, us a call (separate ops -> one cooperative kernel; refused: -)")
+    for k, v in pers.items():
+        f = lambda o: v.get(o, {}).get("us")
+        cell = lambda a, b: f"{a:8.2f} -> {b:8.2f}" if a and b else f"{(a or 0):8.2f} ->        -"
+        bits = all(x.get("same_bits", True) for x in v.values())
+        print(f"{k[0]:5} {k[1]:5} {k[2]:7} {k[3]:5} {k[4]:2}  fwd {cell(f('bn_fwd_separate'), f('bn_fwd_fused'))}"
+              f"  bwd {cell(f('bn_bwd_separate'), f('bn_bwd_fused'))}  {'same' if bits else 'DIFFER'}")
 print(f"{'prec':5} {'batch':>5} {'v16':3} {'op':14} {'rows':>7} {'ch':>5} {'n':>2} {'dflt us':>8} {'best us':>8} "
       f"{'saved ms':>8} {'geometry':14} bits")
 for k, b in best.items():
