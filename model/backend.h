@@ -265,8 +265,9 @@ typedef struct backend_opts {
  *                bits as the separate ops (their two-pass order); the separate ops where
  *                the device has no cooperative launch, SyncBN reduces between the passes,
  *                or a pointer's alignment or overlap rules it out [not yet measured;
- *                predicted at bf16 batch 128: -0.57 GB of forward and -0.88 GB of backward
- *                reads a step, -0.3 to -0.6 ms, and 4 launches a layer fewer]
+ *                predicted at bf16 batch 128 by the byte model: -0.48 GB of forward and
+ *                -0.77 GB of backward reads a step (8.36 -> 7.10 GB), -0.26 to -0.50 ms,
+ *                and 4 launches a layer fewer]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured
  * faster and shown exact (test_gpu_cli_train / resume / paths / graphs with them on);

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "model/cuda/bn_persist_plan.h"
 #include "model/net_impl.h"
 
 const char *const net_traffic_names[NT_COUNT] = {"bn_fwd", "bn_bwd", "residual_add", "wgrad_accum",
@@ -43,6 +44,31 @@ int net_dual_bn(const net_t *n, int i) {
     return z;
 }
 
+/* The share of a BN's rows (m x c, dt) bn_persist's kernel keeps on chip, by its launch
+ * plan (model/cuda/bn_persist_plan.h) on an H100 / H200 for the half kernels of the sm_90
+ * build (ptxas: forward 64 registers, 4 blocks an SM; backward up to 128, 2), and the row
+ * kernels' default geometry as model/cuda/norm_impl.cuh's bn_geom makes it for aligned
+ * tensors (V channels a thread, 32 x 8 threads, row splits for 8 blocks an SM, at least
+ * 16 rows a thread, at most 1024); 0 where the backend refuses (bn_one_pass' layers,
+ * more than 1024 splits, the forward's mask bits without V = 8). */
+static double bn_persist_kept(int64_t m, int c, dtype_t dt, unsigned fusion, bool bwd, bool mask) {
+    const bn_persist_dev_t dev = BN_PERSIST_DEV_H100;
+    int esz = dt == DT_F32 ? 4 : 2, v = 1;
+    for (int k = 16 / esz; k > 1 && v == 1; k /= 2)
+        if (c % k == 0 && c >= 32 * k) v = k;
+    if (mask && v != 8) return 0.0;
+    int64_t gx = (c + 32 * v - 1) / (32 * v), want = ((int64_t)dev.sms * 8 + gx - 1) / gx, most = (m + 127) / 128;
+    int64_t gy = want < most ? want : most;
+    if (gy > 1024) gy = 1024;
+    if (gy < 1) gy = 1;
+    if ((fusion & BACKEND_FUSE_BN_ONE_PASS) && gy <= 64) return 0.0;
+    int64_t rows_vb = (m + 8 * gy - 1) / (8 * gy);
+    size_t row = (size_t)(bwd ? 2 : 1) * v * esz, static_smem = 2048u * (size_t)v + 2048u;
+    bn_persist_plan_t p = bn_persist_plan(&dev, bwd ? 2 : 4, static_smem, gx * gy, rows_vb, 256, row, 0, 0);
+    double all = (double)(gx * gy) * rows_vb, kept = (double)p.grid * (double)p.slots;
+    return p.grid < 1 ? 0.0 : kept >= all ? 1.0 : kept / all;
+}
+
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
                 net_traffic_t *t, err_t *e) {
     int nn = n->n_nodes;
@@ -61,12 +87,19 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
     bool stats = fusion & BACKEND_FUSE_CONV_STATS, dbn = fusion & BACKEND_FUSE_DGRAD_DBN;
     bool accum = fusion & BACKEND_FUSE_DGRAD_ACCUM, remask = fusion & BACKEND_FUSE_BN_REMASK;
     bool bits = fusion & BACKEND_FUSE_BN_MASK_BITS, dual = fusion & BACKEND_FUSE_BN_DUAL_ADD;
+    bool persist = fusion & BACKEND_FUSE_BN_PERSIST;
     /* a node's input gradient is summed (not written) by every consumer after the first
      * to run backward, i.e. all but the one latest in forward order */
-    int *seen = calloc((size_t)nn + 1, sizeof(int));
-    if (!seen) {
+    int *seen = calloc((size_t)nn + 1, sizeof(int)), *pair = calloc((size_t)nn + 1, sizeof(int));
+    if (!seen || !pair) {
+        free(seen); free(pair);
         free(h); free(w); free(c);
         return err_set(e, ERR_RUNTIME, "net_traffic: out of memory");
+    }
+    /* bn_dual_add's pairs (the add-relu BN and its shortcut's): bn_persist leaves them */
+    for (int i = 0; i < nn && dual; i++) {
+        int z = net_dual_bn(n, i);
+        if (z >= 0) pair[i] = pair[z] = 1;
     }
     double conv_w = 0, conv_w_dense = 0;
     for (int i = nn - 1; i >= 0; i--) {
@@ -96,6 +129,18 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
             if (fd) t->conv_epilogue += a * E * (1 + (relu ? 1 : 0));   /* the conv reads x [and y], not dy again */
             t->bytes[NT_BN_BWD] += (fd ? 0 : reduce - (rm ? a * E : 0)) +
                                    a * E * (3 + (add ? 1 : 0)) + (relu && !rm ? ymask : 0.0);
+            /* bn_persist: the rows its kernels keep on chip are not read again: the
+             * forward's x (its statistics pass reads it, the apply takes what was kept),
+             * the backward's x, dy and mask source; not on bn_dual_add's pairs, and not
+             * the passes another fusion took (conv_stats, dgrad_dbn) */
+            if (persist && !pair[i]) {
+                double ff = fs ? 0.0 : bn_persist_kept(batch * (int64_t)h[i] * w[i], c[i], dt, fusion, false, mb);
+                double fb = fd ? 0.0 : bn_persist_kept(batch * (int64_t)h[i] * w[i], c[i], dt, fusion, true, false);
+                t->persisted_fwd += ff > 0.0;
+                t->persisted_bwd += fb > 0.0;
+                t->bytes[NT_BN_FWD] -= ff * a * E;
+                t->bytes[NT_BN_BWD] -= fb * (a * E * 2 + (relu && !rm ? ymask : 0.0));
+            }
             /* bn_dual_add: the shortcut BN z applied inside this add-relu BN: z is not
              * written and read (forward), dz not written and read by z's two passes */
             if (dual && net_dual_bn(n, i) >= 0) {
@@ -131,6 +176,6 @@ int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool 
     t->bytes[NT_ZERO_GRADS] = p * 4.0;
     t->bytes[NT_UNSCALE] = dt == DT_F16 ? p * 8.0 : 0.0;
     for (int k = 0; k < NT_COUNT; k++) t->total += t->bytes[k];
-    free(h); free(w); free(c); free(seen);
+    free(h); free(w); free(c); free(seen); free(pair);
     return 0;
 }

@@ -73,12 +73,14 @@ typedef struct net_traffic {
     int remasked;             /* BN nodes whose backward kernels recompute the mask (bn_remask) */
     int mask_bits;            /* BN add-relu nodes whose mask is kept as bits (bn_mask_bits) */
     int dual;                 /* shortcut BNs applied inside their add-relu BN (bn_dual_add) */
+    int persisted_fwd, persisted_bwd;   /* BN passes bn_persist keeps rows of on chip */
 } net_traffic_t;
 
 /* The model for one training step of batch rows at in_h x in_w with activations of dt
  * (2 bytes for half, as on the GPU), SGD with momentum (adamw false) or AdamW, and the
  * fusion options `fusion` (BACKEND_FUSE_*; only conv_stats, dgrad_dbn, dgrad_accum,
- * bn_remask, bn_mask_bits, bn_dual_add and wgrad_f32 change bytes). 0, or -1 with e set. */
+ * bn_remask, bn_mask_bits, bn_dual_add, wgrad_f32 and bn_persist change bytes; bn_persist
+ * by its launch plan on an H100 / H200). 0, or -1 with e set. */
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,
                 net_traffic_t *t, err_t *e);
 

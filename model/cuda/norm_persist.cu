@@ -5,14 +5,14 @@
  * Why: the row kernels read the activation twice (once for the sums, once to apply), and
  * the backward reads x and dy twice; between the two readings the sums of every row are
  * needed, which separate kernels get from the end of the first. Here the blocks keep the
- * rows they read in shared memory (as many as fit: ~227 KB an SM, 30 MB on an H100 or
- * H200), wait for each other twice at a grid barrier (cooperative launch: all blocks are
+ * rows they read in shared memory (as many as fit: ~227 KB an SM less the kernels' own
+ * 18 KB a block, ~21 to 25 MB on an H100 or H200), wait for each other twice at a grid barrier (cooperative launch: all blocks are
  * resident at once, cudaLaunchAttributeCooperative, recorded as a cooperative kernel
  * node when a step is captured), and apply from what they kept; only the rows that did
- * not fit are read again. ResNet-50 (CIFAR stem, batch 128, bf16): every BN forward but
- * the 67 MB ones fits whole, the backward's x and g up to 15 MB a tensor; predicted
- * -0.57 GB of forward and -0.88 GB of backward reads a step, and 4 launches a BN layer
- * fewer (two barriers instead).
+ * not fit are read again. ResNet-50 (CIFAR stem, batch 128, bf16), by the launch plan
+ * (bn_persist_plan.h) and the byte model (net_traffic): -0.48 GB of forward and -0.77 GB
+ * of backward reads a step (8.36 -> 7.10 GB of non-conv traffic), and 4 launches a BN
+ * layer fewer (two barriers instead).
  *
  * The same bits as the separate ops (the two-pass order: bn_one_pass's last-block sums
  * are another order): the kernel runs the row kernels' blocks as virtual blocks, the
@@ -36,6 +36,7 @@
  */
 #include <cooperative_groups.h>
 
+#include "model/cuda/bn_persist_plan.h"
 #include "model/cuda/norm.cuh"
 #include "model/cuda/norm_impl.cuh"
 
@@ -344,21 +345,12 @@ static int persist_launch(cuda_be_t *cb, void (*k)(persist_args_t), persist_args
     int nb = pk->nb0;
     size_t static_smem = pk->static_smem;
     if (nb < 1) return 1;
-    int64_t nvb = (int64_t)g.grid.x * g.grid.y, grid = (int64_t)nb * cb->sm_count;
-    if (grid > nvb) grid = nvb;
-    if (cb->bn_persist_blocks > 0 && grid > cb->bn_persist_blocks) grid = cb->bn_persist_blocks;
-    /* the shared memory each of the blocks an SM holds may take for rows */
-    int64_t per_sm = (grid + cb->sm_count - 1) / cb->sm_count;
-    int64_t room = cb->persist_smem_sm / per_sm - (int64_t)static_smem - cb->persist_smem_reserved;
-    int64_t most = cb->persist_smem_optin - (int64_t)static_smem;
-    if (room > most) room = most;
+    bn_persist_dev_t dev = {cb->sm_count, cb->persist_smem_sm, cb->persist_smem_optin, cb->persist_smem_reserved};
     int64_t rows_vb = (a.m + (int64_t)g.block.y * g.grid.y - 1) / ((int64_t)g.block.y * g.grid.y);
-    int64_t need = (nvb + grid - 1) / grid * rows_vb;
-    int64_t slots = room > 0 ? room / ((int64_t)nt * (int64_t)row_bytes) : 0;
-    if (slots > need) slots = need;
-    if (cb->bn_persist_slots < 0) slots = 0;
-    else if (cb->bn_persist_slots > 0 && slots > cb->bn_persist_slots) slots = cb->bn_persist_slots;
-    size_t dyn = (size_t)slots * nt * row_bytes;
+    bn_persist_plan_t pl = bn_persist_plan(&dev, nb, static_smem, (int64_t)g.grid.x * g.grid.y, rows_vb, nt, row_bytes,
+                                           cb->bn_persist_blocks, cb->bn_persist_slots);
+    int64_t grid = pl.grid, slots = pl.slots;
+    size_t dyn = pl.dyn;
     if (pk->dyn != dyn) {   /* (one query per kernel and size: a net's layers repeat few sizes) */
         CUDA_CHECK(cb, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pk->nb_dyn, k, nt, dyn));
         pk->dyn = dyn;
