@@ -46,7 +46,8 @@ int net_dual_bn(const net_t *n, int i) {
 
 /* The share of a BN's rows (m x c, dt) bn_persist's kernel keeps on chip, by its launch
  * plan (model/cuda/bn_persist_plan.h) on an H100 / H200 for the half kernels of the sm_90
- * build (ptxas: forward 64 registers, 4 blocks an SM; backward up to 128, 2), and the row
+ * build (ptxas: 4 KB of static shared memory; forward 70 to 80 registers, 3 blocks an
+ * SM; backward 90 to 128, 2), and the row
  * kernels' default geometry as model/cuda/norm_impl.cuh's bn_geom makes it for aligned
  * tensors (V channels a thread, 32 x 8 threads, row splits for 8 blocks an SM, at least
  * 16 rows a thread, at most 1024); 0 where the backend refuses (bn_one_pass' layers,
@@ -63,8 +64,8 @@ static double bn_persist_kept(int64_t m, int c, dtype_t dt, unsigned fusion, boo
     if (gy < 1) gy = 1;
     if ((fusion & BACKEND_FUSE_BN_ONE_PASS) && gy <= 64) return 0.0;
     int64_t rows_vb = (m + 8 * gy - 1) / (8 * gy);
-    size_t row = (size_t)(bwd ? 2 : 1) * v * esz, static_smem = 2048u * (size_t)v + 2048u;
-    bn_persist_plan_t p = bn_persist_plan(&dev, bwd ? 2 : 4, static_smem, gx * gy, rows_vb, 256, row, 0, 0);
+    size_t row = (size_t)(bwd ? 2 : 1) * v * esz, static_smem = 4096;
+    bn_persist_plan_t p = bn_persist_plan(&dev, bwd ? 2 : 3, static_smem, gx * gy, rows_vb, 256, row, 0, 0);
     double all = (double)(gx * gy) * rows_vb, kept = (double)p.grid * (double)p.slots;
     return p.grid < 1 ? 0.0 : kept >= all ? 1.0 : kept / all;
 }

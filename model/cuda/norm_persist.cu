@@ -5,13 +5,13 @@
  * Why: the row kernels read the activation twice (once for the sums, once to apply), and
  * the backward reads x and dy twice; between the two readings the sums of every row are
  * needed, which separate kernels get from the end of the first. Here the blocks keep the
- * rows they read in shared memory (as many as fit: ~227 KB an SM less the kernels' own
- * 18 KB a block, ~21 to 25 MB on an H100 or H200), wait for each other twice at a grid barrier (cooperative launch: all blocks are
+ * rows they read in shared memory (as many as fit: ~228 KB an SM less the kernels' own
+ * 4 KB and 1 KB reserved a block, ~27 MB on an H100 or H200), wait for each other twice at a grid barrier (cooperative launch: all blocks are
  * resident at once, cudaLaunchAttributeCooperative, recorded as a cooperative kernel
  * node when a step is captured), and apply from what they kept; only the rows that did
  * not fit are read again. ResNet-50 (CIFAR stem, batch 128, bf16), by the launch plan
- * (bn_persist_plan.h) and the byte model (net_traffic): -0.48 GB of forward and -0.77 GB
- * of backward reads a step (8.36 -> 7.10 GB of non-conv traffic), and 4 launches a BN
+ * (bn_persist_plan.h) and the byte model (net_traffic): -0.53 GB of forward and -0.83 GB
+ * of backward reads a step (8.36 -> 7.00 GB of non-conv traffic), and 4 launches a BN
  * layer fewer (two barriers instead).
  *
  * The same bits as the separate ops (the two-pass order: bn_one_pass's last-block sums
@@ -19,7 +19,8 @@
  * geometry bn_geom gives them (gx x gy blocks of TX x TY threads), block b of the grid
  * taking virtual blocks b, b + G, ... one after another, each thread adding its rows in
  * the order the row kernel's thread adds them (stats_acc, bwd_acc) and each virtual
- * block's partials written as that block's split (block_partials_at). The final pass
+ * block's partials written as that block's split in block_partials_at's order
+ * (block_partials_lean: the same sums through 2 KB of shared memory, not 16). The final pass
  * adds the splits as sum_splits<TY> (bn_wide_final: TY = 32, else 8) does: the inner sum
  * of splits j = y, y + TY, ... for each (channel, y), in double, spread over the grid,
  * then, after the second barrier, the TY inner sums in order, by the block that applies
@@ -72,6 +73,33 @@ __device__ __forceinline__ pack_t<T, V> pack_v(const float (&f)[V]) {
 #pragma unroll
     for (int k = 0; k < V; k++) a.v[k] = from_f32<T>(f[k]);
     return a;
+}
+
+/* block_partials_at's sums in its order (channel k of thread x: the TY rows' values added
+ * j = 0, 1, ... by the thread of row 0), one channel of the V at a time through 2 x 256
+ * floats of shared memory instead of 2 x 256 x V: the 14 KB a block it saves at V = 8 go
+ * to the rows kept. Every thread of the block; ends with a barrier. */
+template <int V>
+__device__ __forceinline__ void block_partials_lean(const float (&a)[V], const float (&b)[V], bool active, int ch0,
+                                                    int c, float *part, int64_t split, int64_t splits) {
+    __shared__ float la[PERSIST_NT], lb[PERSIST_NT];
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        la[t] = a[k];
+        lb[t] = b[k];
+        __syncthreads();
+        if (threadIdx.y == 0 && active) {
+            float u = 0.0f, w = 0.0f;
+            for (int j = 0; j < (int)blockDim.y; j++) {
+                u += la[j * blockDim.x + threadIdx.x];
+                w += lb[j * blockDim.x + threadIdx.x];
+            }
+            part[split * c + ch0 + k] = u;
+            part[(splits + split) * c + ch0 + k] = w;
+        }
+        __syncthreads();
+    }
 }
 
 /* The final pass's inner sums: for each (y, channel), y < TY, the splits y, y + TY, ...
@@ -136,8 +164,7 @@ __global__ void __launch_bounds__(PERSIST_NT, 3) bn_fwd_persist_k(persist_args_t
                 stats_acc<V>(s, ss, v, shift);
             }
         }
-        block_partials_at<V>(s, ss, active, ch0, a.c, a.part, vy, a.gy);
-        __syncthreads();   /* block_partials' shared arrays, written again by the next one */
+        block_partials_lean<V>(s, ss, active, ch0, a.c, a.part, vy, a.gy);
     }
     cgrp::this_grid().sync();
     inner_sums<TY>(a);
@@ -231,8 +258,7 @@ __global__ void __launch_bounds__(PERSIST_NT, 2) bn_bwd_persist_k(persist_args_t
                 bwd_acc<V>(s, sx, g, xv, mu);
             }
         }
-        block_partials_at<V>(s, sx, active, ch0, a.c, a.part, vy, a.gy);
-        __syncthreads();
+        block_partials_lean<V>(s, sx, active, ch0, a.c, a.part, vy, a.gy);
     }
     cgrp::this_grid().sync();
     inner_sums<TY>(a);
