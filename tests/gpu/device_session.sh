@@ -182,12 +182,16 @@ stage_sanitize() {
         # test_gpu_conv: the half-precision cases, the accumulation, graphs and conv_engine
         # (cudnnFind runs every algorithm under memcheck: fp32 and TF32 would not fit the box);
         # test_gpu_bn_fusion: the BN kernels of bn_remask, bn_mask_bits and bn_dual_add
-        # (nodes of 256, 64 and 24 channels: every vector width), no convolutions
+        # (nodes of 256, 64 and 24 channels: every vector width), no convolutions, and
+        # bn_persist's cooperative kernels in bf16 (its fp32 and fp16 cases left to ctest)
         only=""
         [ "$t" = test_gpu_conv ] && only="test_conv_fp16,test_conv_bf16,test_bwd_filter_accumulates,test_clear_caches_stales_graphs,test_conv_engine_reported"
-        # (test_gpu_norm: 90 s, its geometry cases run every BN op under 11 geometries)
+        [ "$t" = test_gpu_bn_fusion ] && only="test_remask_node_fp32,test_remask_node_fp16,test_remask_node_bf16,test_mask_bits_node_fp32,test_mask_bits_node_fp16,test_mask_bits_node_bf16,test_dual_node_fp32,test_dual_node_fp16,test_dual_node_bf16,test_persist_node_bf16"
+        # (test_gpu_norm: 90 s, its geometry cases run every BN op under 11 geometries;
+        # test_gpu_bn_fusion 90 s with bn_persist's 60 bf16 node cases)
         local sbox=60
         [ "$t" = test_gpu_norm ] && sbox=90
+        [ "$t" = test_gpu_bn_fusion ] && sbox=90
         (cd "$B/tests/gpu" && box "$sbox" env "$RENV" RUNNER_TEST_ONLY="$only" compute-sanitizer --tool memcheck \
             --leak-check no --error-exitcode 9 "./$t") >"$L/sanitize_$t.log" 2>&1 || rc=1
         echo "$t: $(grep -E 'ERROR SUMMARY' "$L/sanitize_$t.log" | tail -1)"
@@ -277,10 +281,10 @@ stage_e2e() {
     # shellcheck disable=SC2086
     {
         e2e_pair bf16 "$bf16" $single
-        # options not yet in all, on top of it (E2E_CANDIDATE, e.g. "[all, vec16]"; none by
-        # default since pdl, bn_mask_bits and bn_dual_add went into all): what the
-        # flagship would gain if the default took them
-        local cand=${E2E_CANDIDATE-}
+        # options not yet in all, on top of it (E2E_CANDIDATE; "" for none): what the
+        # flagship would gain if the default took them; by default bn_persist (written on
+        # 2026-11-27 without a GPU: the flagship's epoch with it, end to end)
+        local cand=${E2E_CANDIDATE-[all, bn_persist]}
         [ -z "$cand" ] || { e2e_run e2e_bf16_fusion_candidate "$bf16" $single --set "train.cuda_fusion=$cand" || rc=1; }
         # what train.deterministic (the recipe's default, true) costs the flagship: cuDNN's
         # engines without the deterministic filter (E2E_NONDET=1 brings the row; off by
