@@ -265,8 +265,8 @@ typedef struct backend_opts {
  *                bits as the separate ops (their two-pass order); the separate ops where
  *                the device has no cooperative launch, SyncBN reduces between the passes,
  *                or a pointer's alignment or overlap rules it out [not yet measured;
- *                predicted at bf16 batch 128 by the byte model: -0.53 GB of forward and
- *                -0.83 GB of backward reads a step (8.36 -> 7.00 GB), -0.28 to -0.54 ms,
+ *                predicted at bf16 batch 128 by the byte model: -0.52 GB of forward and
+ *                -0.83 GB of backward reads a step (8.36 -> 7.01 GB), -0.28 to -0.54 ms,
  *                and 4 launches a layer fewer]
  * conv_stats and dgrad_dbn run unfused in deterministic mode (their cuDNN reductions add
  * partial sums in no fixed order). "all" (BACKEND_FUSE_ALL) is the options measured

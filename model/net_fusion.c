@@ -44,30 +44,27 @@ int net_dual_bn(const net_t *n, int i) {
     return z;
 }
 
-/* The share of a BN's rows (m x c, dt) bn_persist's kernel keeps on chip, by its launch
- * plan (model/cuda/bn_persist_plan.h) on an H100 / H200 for the half kernels of the sm_90
- * build (ptxas: 4 KB of static shared memory; forward 70 to 80 registers, 3 blocks an
- * SM; backward 90 to 128, 2), and the row
- * kernels' default geometry as model/cuda/norm_impl.cuh's bn_geom makes it for aligned
- * tensors (V channels a thread, 32 x 8 threads, row splits for 8 blocks an SM, at least
- * 16 rows a thread, at most 1024); 0 where the backend refuses (bn_one_pass' layers,
- * more than 1024 splits, the forward's mask bits without V = 8). */
+/* The share of a BN's rows (m x c, dt) bn_persist's kernel keeps on chip, by the launch
+ * arithmetic the kernels use (model/cuda/bn_persist_plan.h: the row kernels' geometry for
+ * aligned tensors under the fusion options, the cooperative grid, the rows kept) on an
+ * H100 / H200, for the half kernels of the sm_90 build at 8 channels a thread (ptxas: 4
+ * KB of static shared memory; forward 70 to 80 registers, 3 blocks an SM; backward 90 to
+ * 128, 2); 0 where the backend refuses (bn_one_pass' layers, more than 1024 splits, the
+ * forward's mask bits without 8 channels a thread). */
 static double bn_persist_kept(int64_t m, int c, dtype_t dt, unsigned fusion, bool bwd, bool mask) {
     const bn_persist_dev_t dev = BN_PERSIST_DEV_H100;
-    int esz = dt == DT_F32 ? 4 : 2, v = 1;
-    for (int k = 16 / esz; k > 1 && v == 1; k /= 2)
-        if (c % k == 0 && c >= 32 * k) v = k;
+    size_t esz = dt == DT_F32 ? 4 : 2;
+    bool vec16 = fusion & BACKEND_FUSE_VEC16;
+    int v = bn_row_v(c, esz, 16, vec16, 0);
     if (mask && v != 8) return 0.0;
-    int64_t gx = (c + 32 * v - 1) / (32 * v), want = ((int64_t)dev.sms * 8 + gx - 1) / gx, most = (m + 127) / 128;
-    int64_t gy = want < most ? want : most;
-    if (gy > 1024) gy = 1024;
-    if (gy < 1) gy = 1;
-    if ((fusion & BACKEND_FUSE_BN_ONE_PASS) && gy <= 64) return 0.0;
-    int64_t rows_vb = (m + 8 * gy - 1) / (8 * gy);
-    size_t row = (size_t)(bwd ? 2 : 1) * v * esz, static_smem = 4096;
-    bn_persist_plan_t p = bn_persist_plan(&dev, bwd ? 2 : 3, static_smem, gx * gy, rows_vb, 256, row, 0, 0);
-    double all = (double)(gx * gy) * rows_vb, kept = (double)p.grid * (double)p.slots;
-    return p.grid < 1 ? 0.0 : kept >= all ? 1.0 : kept / all;
+    bn_row_geom_t g = bn_row_grid(m, c, v, vec16, (fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16, 8, dev.sms);
+    if ((fusion & BACKEND_FUSE_BN_ONE_PASS) && g.gy <= 64) return 0.0;
+    int64_t nvb = (int64_t)g.gx * g.gy, rows_vb = (m + (int64_t)g.ty * g.gy - 1) / ((int64_t)g.ty * g.gy);
+    int nt = g.tx * g.ty;
+    bn_persist_plan_t p = bn_persist_plan(&dev, bwd ? 2 : 3, 4096, nvb, rows_vb, nt, (size_t)(bwd ? 2 : 1) * v * esz,
+                                          0, 0);
+    double all = (double)nvb * (double)rows_vb, kept = (double)bn_persist_kept_rows(&p, nvb, rows_vb);
+    return all > 0.0 ? kept / all : 0.0;
 }
 
 int net_traffic(const net_t *n, int batch, int in_h, int in_w, dtype_t dt, bool adamw, unsigned fusion,

@@ -22,6 +22,7 @@
 #include "model/cuda/cuda_backend.h"
 #endif
 #include "model/net.h"
+#include "model/net_fusion.h"
 #include "model/arch/resnet.h"
 #include "util/half.h"
 
@@ -133,14 +134,20 @@ static float *sw_output(backend_t *be, int op, int64_t m, int c, dtype_t dt, con
     size_t bytes = red ? 2 * (size_t)c * sizeof(float) : (size_t)m * c * esz;
     const void *src = op == SW_STATS ? (const void *)b->p : op == SW_BWD_REDUCE ? (const void *)(b->p + 4 * c)
                       : op == SW_APPLY || op == SW_FWD_SEP || op == SW_FWD_ONE ? b->y : b->dx;
-    float *h = malloc(bytes);
+    /* the pairs (bn_persist's comparison): the tensor and the two per-channel vectors, the
+     * statistics (forward) or the sums (backward) */
+    bool pair = op >= SW_OPS;
+    const void *vecs = op == SW_FWD_SEP || op == SW_FWD_ONE ? (const void *)b->p : (const void *)(b->p + 4 * c);
+    size_t vbytes = pair ? 2 * (size_t)c * sizeof(float) : 0;
+    float *h = malloc(bytes + vbytes);
     /* zeroed first: an output the op left unwritten (after the graph's replays, say) shows */
-    if (!h || be->ops->zero(be, (void *)src, bytes) || sw_call(be, op, m, c, dt, b) ||
-        be->ops->download(be, h, src, bytes) || be->ops->sync(be)) {
+    if (!h || be->ops->zero(be, (void *)src, bytes) || (pair && be->ops->zero(be, (void *)vecs, vbytes)) ||
+        sw_call(be, op, m, c, dt, b) || be->ops->download(be, h, src, bytes) ||
+        (pair && be->ops->download(be, (char *)h + bytes, vecs, vbytes)) || be->ops->sync(be)) {
         free(h);
         return NULL;
     }
-    *n = bytes;
+    *n = bytes + vbytes;
     return h;
 }
 
@@ -199,9 +206,11 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
         net_free(n);
         return 1;
     }
-    /* the distinct BN shapes (rows x channels) and how many layers have each */
+    /* the distinct BN shapes (rows x channels) and how many layers have each; of them, the
+     * ones bn_persist runs (sp: not bn_dual_add's pairs, where the backend has that) */
     int64_t sm[SW_SHAPES];
-    int sc[SW_SHAPES], sl[SW_SHAPES], ns = 0;
+    int sc[SW_SHAPES], sl[SW_SHAPES], sp[SW_SHAPES], ns = 0;
+    bool dual_ops = be->ops->bn_apply_dual != NULL;
     for (int i = 0; i < nn; i++) {
         node_kind_t k = net_node_kind(n, i);
         if (k != NODE_BN && k != NODE_BN_RELU && k != NODE_BN_ADD_RELU && k != NODE_BN_RELU6) continue;
@@ -210,10 +219,13 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
         while (u < ns && !(sm[u] == m && sc[u] == c)) u++;
         if (u == ns) {
             if (ns == SW_SHAPES) continue;
-            sm[ns] = m, sc[ns] = c, sl[ns] = 0;
+            sm[ns] = m, sc[ns] = c, sl[ns] = sp[ns] = 0;
             ns++;
         }
         sl[u]++;
+        bool paired = false;
+        for (int j = 0; j < nn && dual_ops; j++) paired |= j == i ? net_dual_bn(n, i) >= 0 : net_dual_bn(n, j) == i;
+        sp[u] += !paired;
     }
     free(h);
     net_free(n);
@@ -289,8 +301,8 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
             if (one && sw_call(be, op, m, c, dt, &b) == -2) {   /* refused for this shape */
                 printf("{\"bench\": \"bn_persist\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
                        "\"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, \"refused\": true}\n",
-                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sl[u]);
-                pers[op - SW_OPS] += sep_us * sl[u] / 1e3;
+                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sp[u]);
+                pers[op - SW_OPS] += sep_us * sp[u] / 1e3;
                 continue;
             }
             float *ref = one ? sw_output(be, op - 1, m, c, dt, &b, &n0) : NULL;
@@ -303,11 +315,11 @@ int fusion_bench_bn_sweep(const char *arch, int classes, int batch, const char *
             } else {
                 bool same = !one || (n0 == n1 && !memcmp(ref, out, n0));
                 if (!one) sep_us = us;
-                pers[op - SW_OPS] += us * sl[u] / 1e3;
+                pers[op - SW_OPS] += us * sp[u] / 1e3;
                 printf("{\"bench\": \"bn_persist\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %d, "
                        "\"op\": \"%s\", \"rows\": %lld, \"channels\": %d, \"layers\": %d, \"us\": %.3f, "
                        "\"vs_separate\": %.3f, \"same_bits\": %s}\n",
-                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sl[u], us,
+                       dev, precision, batch, SW_PNAMES[op - SW_OPS], (long long)m, c, sp[u], us,
                        one ? us / sep_us : 1.0, same ? "true" : "false");
             }
             free(ref);

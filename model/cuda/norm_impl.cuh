@@ -10,6 +10,7 @@
 #ifndef RUNNER_MODEL_CUDA_NORM_IMPL_CUH
 #define RUNNER_MODEL_CUDA_NORM_IMPL_CUH
 
+#include "model/cuda/bn_persist_plan.h"
 #include "model/cuda/cuda_impl.cuh"
 
 enum { BN_TX = 32, BN_TY = 8, BN_TY_WIDE = 32, BN_ONE_PASS_SPLITS = 64 };
@@ -324,38 +325,30 @@ static bool all_aligned(const void *a, const void *b, const void *d, const void 
     return cb_aligned(a, al) && cb_aligned(b, al) && cb_aligned(d, al) && cb_aligned(e, al) && cb_aligned(f, al);
 }
 
-/* The geometry for V = v channels a thread; narrow: TX = c / v where that is below 32. */
+/* The largest power of two, at most 16, every pointer is aligned to (NULL: any). */
+static size_t common_align(const void *a, const void *b, const void *d, const void *e, const void *f) {
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)e | (uintptr_t)f | 16u;
+    return (size_t)(u & (~u + 1));
+}
+
+/* The geometry for V = v channels a thread; narrow: TX = c / v where that is below 32
+ * (bn_row_grid, with cuda_backend_bn_geometry's overrides: at least 16 rows a thread, 4
+ * with bn_more_splits; 8 blocks an SM). */
 static bn_geom_t bn_geom_v(const cuda_be_t *cb, int64_t m, int c, int v, bool narrow) {
-    int tx = BN_TX;
-    if (narrow && c / v < BN_TX) tx = c / v > 0 ? c / v : 1;
-    int ty = BN_TX * BN_TY / tx;
-    /* enough row splits for ~8 blocks per SM, at least 16 rows per thread (4 with
-     * bn_more_splits), at most 1024; cuda_backend_bn_geometry's overrides first */
     int rows = cb->bn_rows_min ? cb->bn_rows_min : (cb->fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16;
     int per_sm = cb->bn_blocks_per_sm ? cb->bn_blocks_per_sm : 8;
-    int gx = (c + tx * v - 1) / (tx * v);
-    int64_t want = ((int64_t)cb->sm_count * per_sm + gx - 1) / gx;
-    int64_t most = (m + (int64_t)ty * rows - 1) / ((int64_t)ty * rows);
-    int64_t gy = want < most ? want : most;
-    if (gy > 1024) gy = 1024;
-    if (gy < 1) gy = 1;
+    bn_row_geom_t r = bn_row_grid(m, c, v, narrow, rows, per_sm, cb->sm_count);
     bn_geom_t g;
     g.v = v;
-    g.grid = dim3((unsigned)gx, (unsigned)gy, 1);
-    g.block = dim3((unsigned)tx, (unsigned)ty, 1);
+    g.grid = dim3((unsigned)r.gx, (unsigned)r.gy, 1);
+    g.block = dim3((unsigned)r.tx, (unsigned)r.ty, 1);
     return g;
 }
 
 static bn_geom_t bn_geom(const cuda_be_t *cb, int64_t m, int c, size_t esz, const void *a,
                          const void *b, const void *d, const void *e, const void *f) {
     bool wide = cb->fusion & BACKEND_FUSE_VEC16;
-    int v = 1;
-    if (wide && c % (int)(16 / esz) == 0 && all_aligned(a, b, d, e, f, 16)) v = (int)(16 / esz);
-    if (cb->bn_v_max && v > cb->bn_v_max) v = 1;   /* (vec16's width above the override) */
-    for (int k = cb->bn_v_max ? cb->bn_v_max : 8; v == 1 && k > 1; k /= 2) {
-        size_t al = esz * (size_t)k;
-        if (al <= 16 && c % k == 0 && c >= BN_TX * k && all_aligned(a, b, d, e, f, al)) v = k;
-    }
+    int v = bn_row_v(c, esz, common_align(a, b, d, e, f), wide, cb->bn_v_max);
     return bn_geom_v(cb, m, c, v, wide);
 }
 

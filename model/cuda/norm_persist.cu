@@ -10,8 +10,8 @@
  * resident at once, cudaLaunchAttributeCooperative, recorded as a cooperative kernel
  * node when a step is captured), and apply from what they kept; only the rows that did
  * not fit are read again. ResNet-50 (CIFAR stem, batch 128, bf16), by the launch plan
- * (bn_persist_plan.h) and the byte model (net_traffic): -0.53 GB of forward and -0.83 GB
- * of backward reads a step (8.36 -> 7.00 GB of non-conv traffic), and 4 launches a BN
+ * (bn_persist_plan.h) and the byte model (net_traffic): -0.52 GB of forward and -0.83 GB
+ * of backward reads a step (8.36 -> 7.01 GB of non-conv traffic), and 4 launches a BN
  * layer fewer (two barriers instead).
  *
  * The same bits as the separate ops (the two-pass order: bn_one_pass's last-block sums

@@ -19,7 +19,8 @@
  *   bn_persist   one BN node (no activation, ReLU, ReLU6, add + ReLU reading y or the
  *                mask bits) at 256, 64 and 24 channels, the one-op passes against the
  *                separate ops on the same backend, under bn_persist's grid and row-keeping
- *                overrides (several row blocks a block, rows read again): the statistics,
+ *                overrides (several row blocks a block, rows read again), with vec16's
+ *                narrow blocks too (64 and 24 half channels): the statistics,
  *                running statistics, y, the bits, dx, dz, both sums and the parameter
  *                gradients are the same bits; the refusals answer 1.
  * Under RUNNER_GPU_TEST_DRYRUN=cpu the mask-bit and dual ops are stand-ins made of the
@@ -601,6 +602,7 @@ static int d_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *
 }
 
 enum { PS_OUT = 11 };
+static unsigned g_ps_fusion;   /* the options of check_persist_node's backend */
 
 /* Host inputs of one BN node of m rows x c channels: x, z, dy, gamma, beta, run_mean,
  * run_var, dz's start (the order of MB_IN). The statistics come from x, so the mask's
@@ -658,8 +660,10 @@ static void persist_node(pair_t *p, dtype_t dt, int kind, int64_t m, int c, floa
         rf = g->ops->bn_fwd_fused(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g, fg, fb, eps, zz, act,
                                   y.g, mask);
         /* the bits need 8 channels a thread in the statistics' geometry (a mask byte a
-         * thread): half types at 256 channels; elsewhere 1, and the separate forward */
-        if (!bits || g->kind != BACKEND_CUDA || (dt != DT_F32 && c % 256 == 0)) CHECK_INT(rf, 0);
+         * thread): half types at 256 channels, or with vec16 at any multiple of 8;
+         * elsewhere 1, and the separate forward */
+        bool v8 = dt != DT_F32 && (c % 256 == 0 || (g_ps_fusion & BACKEND_FUSE_VEC16));
+        if (!bits || g->kind != BACKEND_CUDA || v8) CHECK_INT(rf, 0);
         else CHECK_INT(rf, 1);
         if (g->kind == BACKEND_CUDA && rf == 0) CHECK_INT(cuda_backend_last_fused(g), 1);
     }
@@ -721,6 +725,7 @@ static const cuda_bn_geom_t PS_GEOMS[4] = {
 static void check_persist_node(dtype_t dt, int kind, bool bits, int64_t m, int c, unsigned fusion, int gi) {
     pair_t b = pair_make_fused(true, false, fusion);
     static backend_ops_t dry;
+    g_ps_fusion = fusion;
     if (b.gpu->kind != BACKEND_CUDA) {
         CHECK(b.gpu->ops->bn_fwd_fused == NULL);
         g_dry = b.gpu->ops;
@@ -819,7 +824,12 @@ static void check_persist_nodes(dtype_t dt) {
             check_persist_node(dt, k, bits, M[s], C[s], base, 1);
             check_persist_node(dt, k, bits, M[s], C[s], all, 0);
             check_persist_node(dt, k, bits, M[s], C[s], all, 2);
-            if (dt == DT_BF16) check_persist_node(dt, k, bits, M[s], C[s], all, 3);
+            check_persist_node(dt, k, bits, M[s], C[s], all, 3);
+            /* vec16's narrow blocks (64 half channels: 8 lanes x 32 rows; 24: 3 x 85) */
+            if (dt != DT_F32 && C[s] < 256) {
+                check_persist_node(dt, k, bits, M[s], C[s], all | BACKEND_FUSE_VEC16, 1);
+                check_persist_node(dt, k, bits, M[s], C[s], all | BACKEND_FUSE_VEC16, 3);
+            }
         }
     check_persist_refusals(dt);
 }
