@@ -131,6 +131,30 @@ __device__ __forceinline__ void outer_sums(const persist_args_t &a, int ch, doub
     *s2 = w;
 }
 
+/* Between the two phases, every thread of the grid: a barrier (every virtual block's
+ * partials written), the final pass's inner sums, a barrier (all of them written). */
+template <int TY>
+__device__ __forceinline__ void persist_middle(const persist_args_t &a) {
+    cgrp::this_grid().sync();
+    inner_sums<TY>(a);
+    cgrp::this_grid().sync();
+}
+
+/* Virtual block vb's channel block (vx) and row split (vy), and for the block's thread
+ * tid the channel it finishes (one of the block's blockDim.x * V) with its two sums
+ * (outer_sums): false where tid has none. */
+template <int TY, int V>
+__device__ __forceinline__ bool vb_channel(const persist_args_t &a, int64_t vb, int tid, int *vx, int64_t *vy,
+                                           int *ch, double *s, double *s2) {
+    *vx = (int)(vb % a.gx);
+    *vy = vb / a.gx;
+    int nch = blockDim.x * V;
+    *ch = *vx * nch + tid;
+    if (tid >= nch || *ch >= a.c) return false;
+    outer_sums<TY>(a, *ch, s, s2);
+    return true;
+}
+
 /* Forward: statistics (and the running update), then y = act(bn(x) [+ z]) [and the mask
  * bits with MASK], the same bits as bn_stats[_running] + bn_apply[_mask]. */
 template <typename T, int V, int TY, bool MASK>
@@ -166,18 +190,13 @@ __global__ void __launch_bounds__(PERSIST_NT, 3) bn_fwd_persist_k(persist_args_t
         }
         block_partials_lean<V>(s, ss, active, ch0, a.c, a.part, vy, a.gy);
     }
-    cgrp::this_grid().sync();
-    inner_sums<TY>(a);
-    cgrp::this_grid().sync();
+    persist_middle<TY>(a);
     slot = 0;
     for (int64_t vb = blockIdx.x; vb < nvb; vb += gridDim.x) {
-        int vx = (int)(vb % a.gx);
-        int64_t vy = vb / a.gx;
-        int nch = blockDim.x * V, cbase = vx * nch;
-        if (tid < nch && cbase + tid < a.c) {
-            int ch = cbase + tid;
-            double su, sq;
-            outer_sums<TY>(a, ch, &su, &sq);
+        int vx, ch;
+        int64_t vy;
+        double su, sq;
+        if (vb_channel<TY, V>(a, vb, tid, &vx, &vy, &ch, &su, &sq)) {
             float mu, vf;
             stats_of(su, sq, a.m, to_f32(x[ch]), &mu, &vf);
             s_mu[tid] = mu;
@@ -189,7 +208,7 @@ __global__ void __launch_bounds__(PERSIST_NT, 3) bn_fwd_persist_k(persist_args_t
             }
         }
         __syncthreads();
-        int ch0 = cbase + threadIdx.x * V;
+        int ch0 = (vx * blockDim.x + threadIdx.x) * V;
         if (ch0 < a.c) {
             float mu[V], sc[V], bt[V];
 #pragma unroll
@@ -260,18 +279,13 @@ __global__ void __launch_bounds__(PERSIST_NT, 2) bn_bwd_persist_k(persist_args_t
         }
         block_partials_lean<V>(s, sx, active, ch0, a.c, a.part, vy, a.gy);
     }
-    cgrp::this_grid().sync();
-    inner_sums<TY>(a);
-    cgrp::this_grid().sync();
+    persist_middle<TY>(a);
     slot = 0;
     for (int64_t vb = blockIdx.x; vb < nvb; vb += gridDim.x) {
-        int vx = (int)(vb % a.gx);
-        int64_t vy = vb / a.gx;
-        int nch = blockDim.x * V, cbase = vx * nch;
-        if (tid < nch && cbase + tid < a.c) {
-            int ch = cbase + tid;
-            double su, sx;
-            outer_sums<TY>(a, ch, &su, &sx);
+        int vx, ch;
+        int64_t vy;
+        double su, sx;
+        if (vb_channel<TY, V>(a, vb, tid, &vx, &vy, &ch, &su, &sx)) {
             float sdy, sdyx;
             bwd_of(su, sx, a.var_in[ch], a.eps, &sdy, &sdyx);
             s_sdy[tid] = sdy;
@@ -284,7 +298,7 @@ __global__ void __launch_bounds__(PERSIST_NT, 2) bn_bwd_persist_k(persist_args_t
             }
         }
         __syncthreads();
-        int ch0 = cbase + threadIdx.x * V;
+        int ch0 = (vx * blockDim.x + threadIdx.x) * V;
         if (ch0 < a.c) {
             float mu[V], is[V], al[V], mdy[V], mdyx[V], sc[V], bt[V];
 #pragma unroll
