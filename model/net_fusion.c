@@ -50,13 +50,13 @@ int net_dual_bn(const net_t *n, int i) {
  * H100 / H200, for the half kernels of the sm_90 build at 8 channels a thread (ptxas: 4
  * KB of static shared memory; forward 70 to 80 registers, 3 blocks an SM; backward 90 to
  * 128, 2); 0 where the backend refuses (bn_one_pass' layers, more than 1024 splits, the
- * forward's mask bits without 8 channels a thread). */
+ * forward's mask bits where c is not a multiple of 8). */
 static double bn_persist_kept(int64_t m, int c, dtype_t dt, unsigned fusion, bool bwd, bool mask) {
     const bn_persist_dev_t dev = BN_PERSIST_DEV_H100;
     size_t esz = dt == DT_F32 ? 4 : 2;
     bool vec16 = fusion & BACKEND_FUSE_VEC16;
     int v = bn_row_v(c, esz, 16, vec16, 0);
-    if (mask && v != 8) return 0.0;
+    if (mask && c % 8 != 0) return 0.0;
     bn_row_geom_t g = bn_row_grid(m, c, v, vec16, (fusion & BACKEND_FUSE_BN_MORE_SPLITS) ? 4 : 16, 8, dev.sms);
     if ((fusion & BACKEND_FUSE_BN_ONE_PASS) && g.gy <= 64) return 0.0;
     int64_t nvb = (int64_t)g.gx * g.gy, rows_vb = (m + (int64_t)g.ty * g.gy - 1) / ((int64_t)g.ty * g.gy);

@@ -32,8 +32,9 @@
  *
  * Where it does not run (1: the net runs the separate ops): no cooperative launch on the
  * device, an output overlapping an input, pointers not aligned for the reduction's V,
- * the mask bits without V = 8, no resident block, or a graph being recorded before the
- * kernel's shared-memory limit was raised (the first eager step raises it).
+ * the mask bits without an activation or with c not a multiple of 8, bn_one_pass' layers,
+ * no resident block, or a graph being recorded before the kernel's shared-memory limit
+ * was raised (the first eager step raises it).
  */
 #include <cooperative_groups.h>
 
@@ -129,6 +130,30 @@ __device__ __forceinline__ void outer_sums(const persist_args_t &a, int ch, doub
     }
     *s = u;
     *s2 = w;
+}
+
+/* The mask byte of the 8 elements from element off (off a multiple of 8; bn_mask_bits'
+ * layout) where a thread has V of them: with V = 8 its own (mask_byte); else the G = 8 / V
+ * threads of consecutive threadIdx.x that hold them (the same row: c and so the block's
+ * row width are multiples of 8, and the group is all active or all not) put their bits
+ * together over warp shuffles, and the group's first writes the byte. Reached by every
+ * thread of a group the same number of times. */
+template <typename T, int V>
+__device__ __forceinline__ void mask_write(uint8_t *mask, int64_t off, int act, const float (&v)[V]) {
+    if constexpr (V == 8) {
+        mask[off >> 3] = mask_byte<T, V>(act, v);
+    } else {
+        constexpr int G = 8 / V;
+        unsigned b = 0;
+#pragma unroll
+        for (int k = 0; k < V; k++) b |= (act_keeps(act, to_f32(from_f32<T>(v[k]))) ? 1u : 0u) << k;
+        int pos = (int)(threadIdx.x % G), lane = (int)((threadIdx.y * blockDim.x + threadIdx.x) & 31);
+        unsigned gm = ((1u << G) - 1u) << (lane - pos);
+        b <<= pos * V;
+#pragma unroll
+        for (int o = 1; o < G; o <<= 1) b |= __shfl_xor_sync(gm, b, o);
+        if (pos == 0) mask[off >> 3] = (uint8_t)b;
+    }
 }
 
 /* Between the two phases, every thread of the grid: a barrier (every virtual block's
@@ -227,7 +252,7 @@ __global__ void __launch_bounds__(PERSIST_NT, 3) bn_fwd_persist_k(persist_args_t
 #pragma unroll
                 for (int k = 0; k < V; k++) v[k] = bn_out(a.act, v[k], mu[k], sc[k], bt[k], z != NULL, z ? w[k] : 0.0f);
                 store_v<T, V>(y + off, v);
-                if constexpr (MASK) a.mask[off >> 3] = mask_byte<T, V>(a.act, v);
+                if constexpr (MASK) mask_write<T, V>(a.mask, off, a.act, v);
             }
         }
         __syncthreads();   /* s_mu, s_var: the next virtual block's */
@@ -438,10 +463,10 @@ static int persist_prepare(cuda_be_t *cb, const bn_geom_t &g, int c, int ty, per
     return 0;
 }
 
-/* The launch of one instantiation; the mask bits need V = 8 (a byte a thread). */
+/* The launch of one instantiation. */
 template <typename T, int V, bool MASK>
 static int fwd_go(cuda_be_t *cb, int ty, const persist_args_t &a, const bn_geom_t &g) {
-    if constexpr ((MASK && V != 8) || sizeof(T) * V > 16) {
+    if constexpr (sizeof(T) * V > 16) {   /* (bn_geom never gives more than 16 bytes) */
         return 1;
     } else {
         if (ty == BN_TY_WIDE)
@@ -474,7 +499,7 @@ int cu_bn_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     size_t esz = dt_size(dt);
     bn_geom_t g = bn_geom(cb, m, c, esz, x, x, x, x, x);   /* bn_stats' geometry */
     if (!all_aligned(y, z ? z : y, y, y, y, (size_t)g.v * esz)) return 1;
-    if (mask && (g.v != 8 || act == ACT_NONE || c % 8 != 0)) return 1;
+    if (mask && (act == ACT_NONE || c % 8 != 0)) return 1;
     const void *outs[2] = {y, mask}, *ins[2] = {x, z};
     if (!no_overlap(outs, 2, ins, 2, (size_t)m * c * esz)) return 1;
     int ty = (cb->fusion & BACKEND_FUSE_BN_WIDE_FINAL) ? BN_TY_WIDE : BN_TY;

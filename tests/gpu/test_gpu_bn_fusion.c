@@ -602,7 +602,6 @@ static int d_bwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *
 }
 
 enum { PS_OUT = 11 };
-static unsigned g_ps_fusion;   /* the options of check_persist_node's backend */
 
 /* Host inputs of one BN node of m rows x c channels: x, z, dy, gamma, beta, run_mean,
  * run_var, dz's start (the order of MB_IN). The statistics come from x, so the mask's
@@ -627,9 +626,7 @@ static void persist_inputs(int64_t m, int c, dtype_t dt, float *h[MB_IN]) {
 }
 
 /* One BN node's training forward and backward on p's gpu side: fused (bn_fwd_fused,
- * bn_bwd_fused, which must run; the forward with the bits only where the statistics'
- * geometry has 8 channels a thread, else it answers 1 and the separate forward runs, as
- * in the net) or the separate ops as the net runs them. kind: 0 BN, 1
+ * bn_bwd_fused, which must run) or the separate ops as the net runs them. kind: 0 BN, 1
  * BN + ReLU and 2 BN + ReLU6 (beta given to the backward: bn_remask's recompute where
  * the option is on), 3 BN + add + ReLU (z, dz; bits: the mask bits). out: mean, var,
  * run_mean, run_var, y, dx, dz, sum_dy, sum_dy_xhat, dgamma, dbeta (caller frees); with
@@ -659,13 +656,10 @@ static void persist_node(pair_t *p, dtype_t dt, int kind, int64_t m, int c, floa
     if (fused) {
         rf = g->ops->bn_fwd_fused(g, m, c, dt, x.g, fm, fv, m, mom, (float *)rm.g, (float *)rv.g, fg, fb, eps, zz, act,
                                   y.g, mask);
-        /* the bits need 8 channels a thread in the statistics' geometry (a mask byte a
-         * thread): half types at 256 channels, or with vec16 at any multiple of 8;
-         * elsewhere 1, and the separate forward */
-        bool v8 = dt != DT_F32 && (c % 256 == 0 || (g_ps_fusion & BACKEND_FUSE_VEC16));
-        if (!bits || g->kind != BACKEND_CUDA || v8) CHECK_INT(rf, 0);
-        else CHECK_INT(rf, 1);
-        if (g->kind == BACKEND_CUDA && rf == 0) CHECK_INT(cuda_backend_last_fused(g), 1);
+        /* (the bits at every vector width: below 8 channels a thread, the threads of a
+         * byte put theirs together over warp shuffles) */
+        CHECK_INT(rf, 0);
+        if (g->kind == BACKEND_CUDA) CHECK_INT(cuda_backend_last_fused(g), 1);
     }
     if (rf == 1) {
         if (g->ops->bn_stats_running) {
@@ -725,7 +719,6 @@ static const cuda_bn_geom_t PS_GEOMS[4] = {
 static void check_persist_node(dtype_t dt, int kind, bool bits, int64_t m, int c, unsigned fusion, int gi) {
     pair_t b = pair_make_fused(true, false, fusion);
     static backend_ops_t dry;
-    g_ps_fusion = fusion;
     if (b.gpu->kind != BACKEND_CUDA) {
         CHECK(b.gpu->ops->bn_fwd_fused == NULL);
         g_dry = b.gpu->ops;
