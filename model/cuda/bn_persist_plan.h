@@ -28,7 +28,9 @@ static inline int bn_row_v(int c, size_t esz, size_t align, int vec16, int v_max
 
 /* The row kernels' blocks for v channels a thread: tx x ty threads (tx = 32; narrow, as
  * vec16 makes it: c / v where that is below 32; ty = 256 / tx), gx channel blocks and gy
- * row splits: enough for per_sm blocks an SM, at least rows rows a thread, at most 1024. */
+ * row splits: enough for per_sm blocks an SM, at least rows rows a thread, at most 1024.
+ * bn_persist's mask_write relies on this: where c is a multiple of 8, tx is a multiple of
+ * 8 / v (32 is; narrow tx = c / v is), so the threads of a mask byte share a warp row. */
 typedef struct bn_row_geom {
     int v, tx, ty, gx;
     int64_t gy;
