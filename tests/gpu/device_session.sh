@@ -577,14 +577,16 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if r.get("bench") == "bn_persist":
-        pers.setdefault((r["precision"], r["batch"], r["rows"], r["channels"], r["layers"]), {})[r["op"]] = r
+        key = (r["precision"], r["batch"], r["rows"], r["channels"], r["layers"], r.get("rows_min", 0))
+        pers.setdefault(key, {})[r["op"]] = r
 if pers:
-    print("bn_persist per shape, us a call (separate ops -> one cooperative kernel; refused: -)")
+    print("bn_persist per shape and rows a thread (rmin; 0: the default 16), us a call (separate ops -> one "
+          "cooperative kernel; refused: -)")
     for k, v in pers.items():
         f = lambda o: v.get(o, {}).get("us")
         cell = lambda a, b: f"{a:8.2f} -> {b:8.2f}" if a and b else f"{(a or 0):8.2f} ->        -"
         bits = all(x.get("same_bits", True) for x in v.values())
-        print(f"{k[0]:5} {k[1]:5} {k[2]:7} {k[3]:5} {k[4]:2}  fwd {cell(f('bn_fwd_separate'), f('bn_fwd_fused'))}"
+        print(f"{k[0]:5} {k[1]:5} {k[2]:7} {k[3]:5} {k[4]:2} rmin {k[5]:2}  fwd {cell(f('bn_fwd_separate'), f('bn_fwd_fused'))}"
               f"  bwd {cell(f('bn_bwd_separate'), f('bn_bwd_fused'))}  {'same' if bits else 'DIFFER'}")
 print(f"{'prec':5} {'batch':>5} {'v16':3} {'op':14} {'rows':>7} {'ch':>5} {'n':>2} {'dflt us':>8} {'best us':>8} "
       f"{'saved ms':>8} {'geometry':14} bits")
