@@ -196,6 +196,8 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
         case NODE_BN_RELU6:
         case NODE_BN_ADD_RELU: {
             const float *mean = n->buffers + d->buf_off, *var = n->buffers + d->buf_off + d->c;
+            const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
+            const float *gamma = n->params + d->w_off, *beta = n->params + d->b_off;
             if (train) {
                 float *run_mean = n->buffers + d->buf_off, *run_var = n->buffers + d->buf_off + d->c;
                 bool sync = hooks && hooks->bn_sync_stats;
@@ -203,10 +205,9 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
                 /* bn_persist: statistics, running update and apply in one op (1: the
                  * backend cannot here, the separate ops below) */
                 if (stats_done != i && !sync && be->ops->bn_fwd_fused && d->dual < 0 && d->dual_of < 0) {
-                    const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
                     int r = be->ops->bn_fwd_fused(be, m, d->c, n->dt, in0, d->mean, d->var, m, NET_BN_MOMENTUM,
-                                                  run_mean, run_var, n->params + d->w_off, n->params + d->b_off,
-                                                  NET_BN_EPS, z, net_bn_act(d->kind), d->y, d->mask);
+                                                  run_mean, run_var, gamma, beta, NET_BN_EPS, z, net_bn_act(d->kind),
+                                                  d->y, d->mask);
                     OP(r, "bn forward (one kernel)");
                     if (r == 0) {
                         n->counters[d->counter]++;
@@ -231,8 +232,6 @@ int net_forward(net_t *n, const void *x, int batch, bool train, const net_hooks_
                 mean = d->mean;
                 var = d->var;
             }
-            const void *z = d->kind == NODE_BN_ADD_RELU ? node_out(n, x, d->in[1]) : NULL;
-            const float *gamma = n->params + d->w_off, *beta = n->params + d->b_off;
             /* bn_dual_add: a shortcut BN's output is made inside the kernel of the
              * add-relu BN that adds it (its statistics were taken above) */
             if (train && d->dual_of >= 0) break;

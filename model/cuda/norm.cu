@@ -308,11 +308,6 @@ int cu_bn_counters(cuda_be_t *cb) {
     return 0;
 }
 
-/* count / (count - 1), the unbiased variance's factor, as the running update takes it */
-static float bn_unbias(int64_t count) {
-    return count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
-}
-
 /* bn_stats, and with run_mean given (bn_fold_running) the running update in its final
  * kernel; cu_bn_stats is this without it */
 int cu_bn_stats_running(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, float *mean, float *var,

@@ -65,12 +65,9 @@ __global__ void __launch_bounds__(256) bn_bwd_partial_dual_k(int64_t m, int c, c
             load_v<T, V>(x2 + r * c + ch0, x2v);
             if constexpr (MASK) drop_by_bits<V>(g, mask, r * c + ch0);
             else drop_by_y<T, V>(g, y + r * c + ch0, act);
+            bwd_acc<V>(s, sx, g, xv, mu);   /* bn_bwd_partial_k's two sums, its expression */
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                s[k] += g[k];
-                sx[k] += g[k] * (xv[k] - mu[k]);
-                sx2[k] += g[k] * (x2v[k] - mu2[k]);
-            }
+            for (int k = 0; k < V; k++) sx2[k] += g[k] * (x2v[k] - mu2[k]);
         }
     }
     block_partials<V>(s, sx, active, ch0, c, part);

@@ -370,6 +370,11 @@ static inline bool one_pass(const cuda_be_t *cb, const bn_geom_t &g) {
     return on && cb->bn_counters && g.grid.x <= (unsigned)CB_BN_COUNTERS;
 }
 
+/* count / (count - 1), the unbiased variance's factor, as the running update takes it */
+static inline float bn_unbias(int64_t count) {
+    return count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;
+}
+
 #define BN_VEC_SWITCH(v, V, ...) do { switch (v) { \
     case 8: { constexpr int V = 8; __VA_ARGS__; } break; \
     case 4: { constexpr int V = 4; __VA_ARGS__; } break; \

@@ -509,7 +509,7 @@ int cu_bn_fwd_fused(backend_t *be, int64_t m, int c, dtype_t dt, const void *x, 
     a.m = m, a.eps = eps, a.act = (int)act;
     a.x = x, a.z = z, a.out = y, a.mask = mask, a.gamma = gamma, a.beta = beta;
     a.mean = mean, a.var = var, a.run_mean = run_mean, a.run_var = run_var;
-    a.unbias = count > 1 ? (float)((double)count / (double)(count - 1)) : 1.0f;   /* bn_unbias */
+    a.unbias = bn_unbias(count);
     a.momentum = momentum;
     r = 1;
     if (mask) DISPATCH_DT(cb, dt, T, BN_VEC_SWITCH(g.v, V, r = fwd_go<T, V, true>(cb, ty, a, g)));
