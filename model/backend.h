@@ -308,7 +308,7 @@ const char *backend_fusion_name(int bit);
  * unknown name fails with ERR_INPUT naming the known ones. */
 int backend_fusion_parse(const char *list, unsigned *mask, err_t *e);
 /* Writes the names of mask's bits, comma-separated ("none" for 0); a buffer of
- * BACKEND_FUSION_NAMES_MAX holds every option's (test_net_fusion checks it). */
+ * BACKEND_FUSION_NAMES_MAX holds every option's (test_net_traffic checks it). */
 enum { BACKEND_FUSION_NAMES_MAX = 320 };
 void backend_fusion_format(unsigned mask, char *buf, size_t len);
 
